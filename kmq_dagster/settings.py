@@ -1,0 +1,176 @@
+"""One settings object for every kmq process: environment ``KMQ_*`` first, then flags.
+
+Examples:
+    >>> settings = KmqSettings.from_env({"KMQ_BOOTSTRAP_SERVERS": "kafka-1:9092"})
+    >>> settings.admin_config()["bootstrap.servers"]
+    'kafka-1:9092'
+
+Client security settings are passed to confluent-kafka untouched: ``KMQ_KAFKA_SASL_MECHANISM=PLAIN``
+becomes ``sasl.mechanism=PLAIN`` (drop the prefix, lower-case, ``_`` -> ``.``), and so does the
+CLI flag ``-X sasl.mechanism=PLAIN``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kmq_dagster.core.durations import parse_duration_ms
+from kmq_dagster.errors import ConfigError
+
+#: Port the embedded broker listens on unless told otherwise.
+DEFAULT_BROKER_PORT = 9092
+#: Where every command looks for Kafka unless told otherwise: the embedded broker.
+DEFAULT_BOOTSTRAP_SERVERS = f"127.0.0.1:{DEFAULT_BROKER_PORT}"
+#: Apache Kafka rejects session timeouts below 6 s by default; joins take ~timeout/2 on Tansu.
+DEFAULT_SESSION_TIMEOUT_MS = 10_000
+#: How long admin calls and metadata requests may take before "Kafka unreachable".
+DEFAULT_REQUEST_TIMEOUT_MS = 15_000
+#: A message not acknowledged within this time is redelivered.
+DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
+#: Redeliveries of one message before it goes to the dead-letter topic.
+DEFAULT_MAX_REDELIVERIES = 3
+#: Messages fetched per batch; one start marker covers a contiguous run of a batch.
+DEFAULT_BATCH_SIZE = 500
+#: Delay of each retry after a handler failure (one retry topic per distinct delay).
+DEFAULT_RETRY_DELAYS_MS: tuple[int, ...] = (10_000, 60_000, 600_000)
+
+_CLIENT_PREFIX = "KMQ_KAFKA_"
+
+
+@dataclass(frozen=True)
+class KmqSettings:
+    """Connection and queue settings shared by every kmq command and resource."""
+
+    bootstrap_servers: str = DEFAULT_BOOTSTRAP_SERVERS
+    client_id: str = "kmq"
+    #: Extra confluent-kafka settings (security: ``security.protocol``, ``sasl.*``, ``ssl.*``).
+    client_config: Mapping[str, str] = field(default_factory=dict)
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
+    visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS
+    max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
+    batch_size: int = DEFAULT_BATCH_SIZE
+    retry_delays_ms: tuple[int, ...] = DEFAULT_RETRY_DELAYS_MS
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap_servers.strip():
+            raise ConfigError("bootstrap servers must not be empty")
+        for name in ("session_timeout_ms", "request_timeout_ms", "visibility_timeout_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_redeliveries < 0:
+            raise ConfigError(f"max_redeliveries must be >= 0, got {self.max_redeliveries}")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if any(delay_ms <= 0 for delay_ms in self.retry_delays_ms):
+            raise ConfigError("retry delays must be positive")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> KmqSettings:
+        """Build settings from ``KMQ_*`` variables, then apply ``overrides`` (flags) on top.
+
+        Overrides whose value is ``None`` are ignored, so unset CLI flags fall through.
+
+        Raises:
+            ConfigError: a variable has a value of the wrong form.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        if "KMQ_BOOTSTRAP_SERVERS" in env:
+            values["bootstrap_servers"] = env["KMQ_BOOTSTRAP_SERVERS"]
+        if "KMQ_CLIENT_ID" in env:
+            values["client_id"] = env["KMQ_CLIENT_ID"]
+        for name in ("session_timeout_ms", "request_timeout_ms"):
+            if (raw := env.get(f"KMQ_{name.upper()}")) is not None:
+                values[name] = _parse_int(f"KMQ_{name.upper()}", raw)
+        if (raw := env.get("KMQ_VISIBILITY_TIMEOUT")) is not None:
+            values["visibility_timeout_ms"] = parse_duration_ms(raw)
+        for name in ("max_redeliveries", "batch_size"):
+            if (raw := env.get(f"KMQ_{name.upper()}")) is not None:
+                values[name] = _parse_int(f"KMQ_{name.upper()}", raw)
+        if (raw := env.get("KMQ_RETRY_DELAYS")) is not None:
+            values["retry_delays_ms"] = parse_delay_list(raw)
+        values["client_config"] = {
+            key[len(_CLIENT_PREFIX) :].lower().replace("_", "."): value
+            for key, value in env.items()
+            if key.startswith(_CLIENT_PREFIX)
+        }
+        settings = cls(**values)
+        return settings.with_overrides(**overrides)
+
+    def with_overrides(self, **overrides: Any) -> KmqSettings:
+        """A copy with the non-``None`` overrides applied (``client_config`` entries merge)."""
+        given = {key: value for key, value in overrides.items() if value is not None}
+        if "client_config" in given:
+            given["client_config"] = {**self.client_config, **given["client_config"]}
+        return dataclasses.replace(self, **given)
+
+    def common_client_config(self) -> dict[str, Any]:
+        """Settings every confluent-kafka client of kmq gets."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "client.id": self.client_id,
+            **self.client_config,
+        }
+
+    def admin_config(self) -> dict[str, Any]:
+        """Configuration for an ``AdminClient``."""
+        return self.common_client_config()
+
+    def producer_config(self, **extra: Any) -> dict[str, Any]:
+        """Configuration for a ``Producer``: acks from every in-sync replica, idempotent."""
+        return {
+            **self.common_client_config(),
+            "acks": "all",
+            "enable.idempotence": True,
+            **extra,
+        }
+
+    def consumer_config(self, group: str, **extra: Any) -> dict[str, Any]:
+        """Configuration for a ``Consumer`` in ``group``: offsets are committed by kmq only."""
+        return {
+            **self.common_client_config(),
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": self.session_timeout_ms,
+            **extra,
+        }
+
+
+def parse_client_options(options: Iterable[str]) -> dict[str, str]:
+    """Parse ``key=value`` pairs given with ``-X`` into a confluent-kafka config dict.
+
+    Raises:
+        ConfigError: an option has no ``=``.
+    """
+    parsed: dict[str, str] = {}
+    for option in options:
+        key, sep, value = option.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"-X takes key=value, got {option!r}")
+        parsed[key.strip()] = value
+    return parsed
+
+
+def parse_delay_list(text: str) -> tuple[int, ...]:
+    """Parse ``"10s,1m,10m"`` into milliseconds.
+
+    Raises:
+        ConfigError: an entry is not a positive duration.
+    """
+    delays_ms = tuple(parse_duration_ms(part) for part in text.split(",") if part.strip())
+    if not delays_ms or any(delay_ms <= 0 for delay_ms in delays_ms):
+        raise ConfigError(f"retry delays must be a comma-separated list of durations: {text!r}")
+    return delays_ms
+
+
+def _parse_int(name: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None

@@ -1,0 +1,70 @@
+"""Settings come from KMQ_* variables, then flags; bad values are clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from kmq_dagster.errors import ConfigError
+from kmq_dagster.settings import (
+    DEFAULT_BOOTSTRAP_SERVERS,
+    KmqSettings,
+    parse_client_options,
+    parse_delay_list,
+)
+
+
+def test_defaults_point_at_the_embedded_broker() -> None:
+    settings = KmqSettings.from_env({})
+    assert settings.bootstrap_servers == DEFAULT_BOOTSTRAP_SERVERS == "127.0.0.1:9092"
+    assert settings.visibility_timeout_ms == 30_000
+    assert settings.max_redeliveries == 3
+
+
+def test_environment_is_read_and_flags_override_it() -> None:
+    env = {
+        "KMQ_BOOTSTRAP_SERVERS": "kafka-1:9092,kafka-2:9092",
+        "KMQ_SESSION_TIMEOUT_MS": "45000",
+        "KMQ_VISIBILITY_TIMEOUT": "2m",
+        "KMQ_RETRY_DELAYS": "5m,5m,30m",
+        "KMQ_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "KMQ_KAFKA_SASL_MECHANISM": "PLAIN",
+    }
+    settings = KmqSettings.from_env(
+        env, bootstrap_servers="flag:9092", client_config={"sasl.username": "u"}, batch_size=None
+    )
+    assert settings.bootstrap_servers == "flag:9092"
+    assert settings.session_timeout_ms == 45_000
+    assert settings.visibility_timeout_ms == 120_000
+    assert settings.retry_delays_ms == (300_000, 300_000, 1_800_000)
+    assert settings.batch_size == 500  # a None flag falls through to the default
+    consumer = settings.consumer_config("g")
+    assert consumer["security.protocol"] == "SASL_SSL"
+    assert consumer["sasl.mechanism"] == "PLAIN"
+    assert consumer["sasl.username"] == "u"
+    assert consumer["enable.auto.commit"] is False
+    assert consumer["session.timeout.ms"] == 45_000
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"KMQ_SESSION_TIMEOUT_MS": "ten"}, "KMQ_SESSION_TIMEOUT_MS must be an integer"),
+        ({"KMQ_VISIBILITY_TIMEOUT": "soon"}, "not a duration"),
+        ({"KMQ_BATCH_SIZE": "0"}, "batch_size must be >= 1"),
+        ({"KMQ_RETRY_DELAYS": ","}, "retry delays"),
+        ({"KMQ_BOOTSTRAP_SERVERS": " "}, "bootstrap servers must not be empty"),
+    ],
+)
+def test_bad_values_are_config_errors(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        KmqSettings.from_env(env)
+
+
+def test_client_options_need_key_and_value() -> None:
+    assert parse_client_options(["a.b=1", "c= x=y"]) == {"a.b": "1", "c": " x=y"}
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_client_options(["novalue"])
+
+
+def test_delay_list() -> None:
+    assert parse_delay_list("10s, 1m,1h30m") == (10_000, 60_000, 5_400_000)
