@@ -1,0 +1,176 @@
+"""The embedded broker: Tansu on loopback, in memory or durable on a local SeaweedFS.
+
+Examples:
+    >>> with EmbeddedBroker(port=0) as broker:          # doctest: +SKIP
+    ...     producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from kmq_dagster.broker.binaries import tansu_binary
+from kmq_dagster.broker.ports import free_port, port_is_free
+from kmq_dagster.broker.probe import kafka_answers
+from kmq_dagster.broker.process import ManagedProcess
+from kmq_dagster.broker.seaweed import BUCKET, SeaweedS3
+from kmq_dagster.errors import BrokerError
+
+#: Cluster id Tansu is started with; fixed so a durable data dir restarts as the same cluster.
+CLUSTER_ID = "kmq-embedded"
+_LOCK_FILE = "kmq-broker.lock"
+
+
+class EmbeddedBroker:
+    """Start and stop the embedded Kafka-compatible broker.
+
+    Args:
+        port: loopback port to serve Kafka on; ``0`` picks a free one.
+        data_dir: where to keep topics, records and committed offsets across restarts;
+            ``None`` keeps everything in memory (lost on stop).
+        host: address to listen on and advertise; loopback by default.
+    """
+
+    def __init__(self, port: int = 0, data_dir: Path | str | None = None, host: str = "127.0.0.1"):
+        self.host = host
+        self.port = port
+        self.data_dir = Path(data_dir).resolve() if data_dir is not None else None
+        self._tansu: ManagedProcess | None = None
+        self._seaweed: SeaweedS3 | None = None
+        self._lock: IO[str] | None = None
+        self._scratch_dir: Path | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def storage_description(self) -> str:
+        if self.data_dir is None:
+            return "in memory (lost when the broker stops)"
+        return f"durable in {self.data_dir}"
+
+    @property
+    def pids(self) -> list[int]:
+        """PIDs of the running child processes (broker, and storage if durable)."""
+        children = (self._tansu, self._seaweed.process if self._seaweed else None)
+        return [child.pid for child in children if child is not None and child.pid is not None]
+
+    def start(self, timeout_s: float = 60.0) -> str:
+        """Start the broker and wait until it answers Kafka requests.
+
+        Returns:
+            The bootstrap servers address, ``host:port``.
+
+        Raises:
+            BrokerError: the port is in use, a binary is missing, the data dir is unusable or
+                the broker did not come up; nothing is left running.
+        """
+        try:
+            return self._start(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout_s: float) -> str:
+        if self.port == 0:
+            self.port = free_port(self.host)
+        elif not port_is_free(self.port, self.host):
+            raise BrokerError(
+                f"port {self.port} on {self.host} is already in use "
+                "(another broker running? pass --port 0 to pick a free port)"
+            )
+        argv = [
+            tansu_binary(),
+            "broker",
+            "--cluster-id",
+            CLUSTER_ID,
+            "--listener-url",
+            f"tcp://{self.bootstrap_servers}",
+            "--advertised-listener-url",
+            f"tcp://{self.bootstrap_servers}",
+        ]
+        env = dict(os.environ)
+        if self.data_dir is None:
+            self._scratch_dir = Path(tempfile.mkdtemp(prefix="kmq-broker-"))
+            log_dir = self._scratch_dir
+            argv += ["--storage-engine", "memory://tansu/"]
+        else:
+            log_dir = self._prepare_data_dir(self.data_dir)
+            self._seaweed = SeaweedS3(self.data_dir / "s3", log_dir / "seaweedfs.log", self.host)
+            self._seaweed.start(timeout_s)
+            env.update(self._seaweed.tansu_env())
+            argv += ["--storage-engine", f"s3://{BUCKET}/"]
+        self._tansu = ManagedProcess("Tansu", argv, log_dir / "tansu.log", env=env)
+        self._tansu.start()
+        self._wait_until_serving(self._tansu, timeout_s)
+        return self.bootstrap_servers
+
+    def _prepare_data_dir(self, data_dir: Path) -> Path:
+        try:
+            (data_dir / "s3").mkdir(parents=True, exist_ok=True)
+            log_dir = data_dir / "logs"
+            log_dir.mkdir(exist_ok=True)
+            lock = (data_dir / _LOCK_FILE).open("a+")
+        except OSError as exc:
+            raise BrokerError(f"data dir {data_dir} is not usable: {exc.strerror}") from None
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            raise BrokerError(f"data dir {data_dir} is in use by another kmq broker") from None
+        self._lock = lock
+        return log_dir
+
+    def _wait_until_serving(self, tansu: ManagedProcess, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not tansu.is_running():
+                raise BrokerError(
+                    f"the broker exited with code {tansu.exit_code()}:\n{tansu.log_tail()}"
+                )
+            if kafka_answers(self.host, self.port):
+                return
+            time.sleep(0.05)
+        raise BrokerError(f"the broker did not answer on {self.bootstrap_servers} in {timeout_s} s")
+
+    def failed_child(self) -> str | None:
+        """A description of a child that died while the broker should be running, else ``None``."""
+        for child in (self._tansu, self._seaweed.process if self._seaweed else None):
+            if child is not None and child.exit_code() is not None:
+                return f"{child.name} exited with code {child.exit_code()}:\n{child.log_tail()}"
+        return None
+
+    def stop(self) -> None:
+        """Stop the broker, then its storage; every child is reaped. Safe to call twice."""
+        if self._tansu is not None:
+            self._tansu.stop()
+            self._tansu = None
+        if self._seaweed is not None:
+            self._seaweed.stop()
+            self._seaweed = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+        if self._scratch_dir is not None:
+            shutil.rmtree(self._scratch_dir, ignore_errors=True)
+            self._scratch_dir = None
+
+    def __enter__(self) -> EmbeddedBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()

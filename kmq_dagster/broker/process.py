@@ -1,0 +1,91 @@
+"""A child process in its own session, stopped with SIGTERM then SIGKILL, always reaped."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections import deque
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from kmq_dagster.errors import BrokerError
+
+
+class ManagedProcess:
+    """Runs ``argv`` with output appended to ``log_path``; :meth:`stop` ends its whole group."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        stop_timeout_s: float = 15.0,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = dict(env) if env is not None else None
+        self.stop_timeout_s = stop_timeout_s
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._popen.pid if self._popen else None
+
+    def start(self) -> None:
+        """Start the process in a new session (its own process group).
+
+        Raises:
+            BrokerError: the executable could not be run.
+        """
+        with self.log_path.open("ab") as log:
+            try:
+                self._popen = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self.env,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise BrokerError(f"cannot run {self.name} ({self.argv[0]}): {exc}") from exc
+
+    def exit_code(self) -> int | None:
+        """The exit code once the process has ended, else ``None``."""
+        return None if self._popen is None else self._popen.poll()
+
+    def is_running(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    def stop(self) -> None:
+        """SIGTERM the process group, SIGKILL it after ``stop_timeout_s``; reap the child."""
+        popen = self._popen
+        if popen is None:
+            return
+        if popen.poll() is None:
+            self._signal_group(popen.pid, signal.SIGTERM)
+            try:
+                popen.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self._signal_group(popen.pid, signal.SIGKILL)
+                popen.wait()
+        # Helpers the process forked into its group must not outlive it.
+        self._signal_group(popen.pid, signal.SIGKILL)
+        self._popen = None
+
+    def log_tail(self, lines: int = 15) -> str:
+        """The last ``lines`` lines of the log, for error messages."""
+        try:
+            with self.log_path.open("r", errors="replace") as log:
+                return "".join(deque(log, maxlen=lines)).rstrip()
+        except OSError:
+            return ""
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)

@@ -1,0 +1,38 @@
+"""Shared fixtures: one real embedded broker per test session, unique topic names per test."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from kmq_dagster.broker import EmbeddedBroker
+from kmq_dagster.settings import KmqSettings
+
+#: Fastest session timeout Apache Kafka accepts by default; group joins take ~3 s with it.
+TEST_SESSION_TIMEOUT_MS = 6_000
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[EmbeddedBroker]:
+    """The embedded broker (in memory) on a free loopback port, stopped after the session."""
+    with EmbeddedBroker(port=0) as embedded:
+        yield embedded
+
+
+@pytest.fixture(scope="session")
+def settings(broker: EmbeddedBroker) -> KmqSettings:
+    """Settings pointing at the session's broker."""
+    return KmqSettings(
+        bootstrap_servers=broker.bootstrap_servers,
+        session_timeout_ms=TEST_SESSION_TIMEOUT_MS,
+    )
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A topic name no other test uses (tests share one broker)."""
+    stem = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:60].strip("-")
+    return f"{stem}-{uuid.uuid4().hex[:8]}"

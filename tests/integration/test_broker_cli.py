@@ -1,0 +1,147 @@
+"""`kmq broker`: serves real clients, stops cleanly, keeps its data with --data-dir."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from kmq_dagster.broker.ports import free_port
+from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.settings import KmqSettings
+from tests.processes import BrokerProcess, pid_alive, run_kmq
+
+pytestmark = pytest.mark.kafka
+
+
+def _settings(bootstrap_servers: str) -> KmqSettings:
+    return KmqSettings(bootstrap_servers=bootstrap_servers, session_timeout_ms=6_000)
+
+
+def _read_all(
+    settings: KmqSettings, topic: str, group: str, idle_s: float = 4
+) -> list[bytes | None]:
+    """Read until nothing new arrives for ``idle_s`` after partitions reached EOF."""
+    consumer = Consumer(settings.consumer_config(group, **{"enable.partition.eof": True}))
+    consumer.subscribe([topic])
+    values: list[bytes | None] = []
+    last_progress = time.monotonic()
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline and time.monotonic() - last_progress < idle_s:
+            message = consumer.poll(0.2)
+            if message is None or message.error():
+                continue
+            values.append(message.value())
+            last_progress = time.monotonic()
+        if values:
+            consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return values
+
+
+def test_broker_serves_clients_and_stops_on_sigterm_with_children_reaped(tmp_path: Path) -> None:
+    broker = BrokerProcess("--port", "0", log_path=tmp_path / "broker.log")
+    try:
+        children = broker.child_pids()
+        settings = _settings(broker.bootstrap_servers)
+        provision_queue(settings, "served", partitions=1)
+        producer = Producer(settings.producer_config())
+        producer.produce("served", value=b"hello")
+        assert producer.flush(30) == 0
+        assert _read_all(settings, "served", "g") == [b"hello"]
+    except BaseException:
+        broker.kill()
+        raise
+
+    assert children, "the broker runs as a child process"
+    assert broker.terminate() == 0
+    assert "kmq broker: stopped" in broker.log_path.read_text()
+    assert not [pid for pid in children if pid_alive(pid)]
+
+
+def test_port_in_use_is_a_one_line_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_kmq("broker", "--port", str(port))
+    assert result.returncode == 1
+    assert (
+        result.stderr == f"kmq: error: port {port} on 127.0.0.1 is already in use "
+        "(another broker running? pass --port 0 to pick a free port)\n"
+    )
+
+
+def test_missing_broker_binary_is_a_one_line_error(tmp_path: Path) -> None:
+    result = run_kmq(
+        "broker", "--port", "0", env={"KMQ_TANSU_BIN": str(tmp_path / "no-such-tansu")}
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("kmq: error: KMQ_TANSU_BIN=")
+    assert result.stderr.count("\n") == 1
+
+
+def test_unwritable_data_dir_is_a_one_line_error(tmp_path: Path) -> None:
+    # A path below a regular file cannot be created, even by root.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = run_kmq("broker", "--port", "0", "--data-dir", str(blocker / "data"))
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"kmq: error: data dir {blocker / 'data'} is not usable")
+    assert result.stderr.count("\n") == 1
+
+
+def test_a_data_dir_serves_one_broker_at_a_time(tmp_path: Path) -> None:
+    first = BrokerProcess("--port", "0", "--data-dir", str(tmp_path / "d"), log_path=tmp_path / "1")
+    try:
+        second = run_kmq("broker", "--port", "0", "--data-dir", str(tmp_path / "d"))
+    finally:
+        assert first.terminate() == 0
+    assert second.returncode == 1
+    assert "is in use by another kmq broker" in second.stderr
+
+
+@pytest.mark.slow
+def test_data_dir_keeps_topics_messages_and_offsets_across_restart(tmp_path: Path) -> None:
+    data_dir = str(tmp_path / "data")
+    port = str(free_port())
+
+    # given a durable broker with 20 records, of which a group consumed and committed some
+    first = BrokerProcess("--port", port, "--data-dir", data_dir, log_path=tmp_path / "1.log")
+    try:
+        children = first.child_pids()
+        settings = _settings(first.bootstrap_servers)
+        provision_queue(settings, "durable", partitions=1)
+        producer = Producer(settings.producer_config())
+        for i in range(20):
+            producer.produce("durable", key=str(i), value=f"v{i}", headers={"n": str(i)})
+        assert producer.flush(30) == 0
+        consumer = Consumer(settings.consumer_config("keeper"))
+        consumer.assign([TopicPartition("durable", 0, 0)])
+        consumed = 0
+        deadline = time.monotonic() + 30
+        while consumed < 8 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            consumed += message is not None and message.error() is None
+        consumer.commit(offsets=[TopicPartition("durable", 0, 8)], asynchronous=False)
+        consumer.close()
+    except BaseException:
+        first.kill()
+        raise
+    # when the broker is stopped with SIGTERM and started again on the same data dir
+    assert first.terminate() == 0
+    assert not [pid for pid in children if pid_alive(pid)]
+    second = BrokerProcess("--port", port, "--data-dir", data_dir, log_path=tmp_path / "2.log")
+    try:
+        settings = _settings(second.bootstrap_servers)
+        # then the topic, every record and the committed offset are still there
+        assert provision_queue(settings, "durable").changed is False
+        assert _read_all(settings, "durable", "fresh") == [f"v{i}".encode() for i in range(20)]
+        assert _read_all(settings, "durable", "keeper") == [f"v{i}".encode() for i in range(8, 20)]
+    finally:
+        assert second.terminate() == 0

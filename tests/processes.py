@@ -1,0 +1,112 @@
+"""Helpers for tests that run ``kmq`` as a real process and must stop it by PID."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+_BOOTSTRAP_LINE = re.compile(r"export KMQ_BOOTSTRAP_SERVERS=(\S+)")
+
+
+def kmq_argv(*args: str) -> list[str]:
+    """argv running the ``kmq`` command with this interpreter."""
+    return [sys.executable, "-m", "kmq_dagster.cli", *args]
+
+
+def run_kmq(
+    *args: str, env: Mapping[str, str] | None = None, timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run ``kmq`` to completion and capture its output."""
+    return subprocess.run(
+        kmq_argv(*args),
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+class BrokerProcess:
+    """``kmq broker`` running as a child process, with the address it printed."""
+
+    def __init__(self, *args: str, log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = log_path.open("w")
+        self.popen = subprocess.Popen(
+            kmq_argv("broker", *args),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.bootstrap_servers = self._wait_for_address(timeout_s=90)
+
+    def _wait_for_address(self, timeout_s: float) -> str:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            match = _BOOTSTRAP_LINE.search(self.log_path.read_text())
+            if match:
+                return match.group(1)
+            if self.popen.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.kill()
+        raise AssertionError(f"kmq broker did not start:\n{self.log_path.read_text()}")
+
+    def child_pids(self) -> set[int]:
+        """PIDs of every descendant of the ``kmq broker`` process."""
+        return descendants(self.popen.pid)
+
+    def terminate(self, timeout_s: float = 60) -> int:
+        """SIGTERM, wait for exit, return the exit code."""
+        self.popen.send_signal(signal.SIGTERM)
+        code = self.popen.wait(timeout=timeout_s)
+        self._log.close()
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL the process and every descendant (cleanup after a failed test)."""
+        for pid in [*descendants(self.popen.pid), self.popen.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.popen.wait(timeout=30)
+        self._log.close()
+
+
+def descendants(pid: int) -> set[int]:
+    """All live descendants of ``pid``, read from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name may contain spaces; fields after the closing paren are fixed.
+        fields = stat.rsplit(")", 1)[1].split()
+        parents[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = {child for child, ppid in parents.items() if ppid == parent}
+        frontier.extend(children - found)
+        found |= children
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` is a live process (zombies count as dead)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
