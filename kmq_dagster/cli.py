@@ -1,0 +1,181 @@
+"""The ``kmq`` command. Its subcommands and their output are a public interface."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from kmq_dagster.errors import BrokerError, KmqError
+from kmq_dagster.settings import (
+    DEFAULT_BROKER_PORT,
+    KmqSettings,
+    parse_client_options,
+    parse_delay_list,
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--bootstrap-servers",
+    "-b",
+    metavar="HOST:PORT",
+    help="Kafka to use [env KMQ_BOOTSTRAP_SERVERS; default: the embedded broker, 127.0.0.1:9092]",
+)
+@click.option(
+    "-X",
+    "client_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="confluent-kafka setting, e.g. -X security.protocol=SASL_SSL [env KMQ_KAFKA_*]",
+)
+@click.option("--verbose", "-v", is_flag=True, help="Show debug logs and the Kafka client's.")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    bootstrap_servers: str | None,
+    client_options: tuple[str, ...],
+    verbose: bool,
+) -> None:
+    """A reliable work queue on Kafka: per-message ack, redelivery, retries, DLQ."""
+    _configure_logging(verbose)
+    ctx.obj = KmqSettings.from_env(
+        bootstrap_servers=bootstrap_servers,
+        client_config=parse_client_options(client_options),
+    )
+
+
+@cli.command()
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_BROKER_PORT,
+    show_default=True,
+    help="Loopback port to serve Kafka on; 0 picks a free one.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep topics, messages and offsets here across restarts (default: in memory).",
+)
+def broker(port: int, data_dir: Path | None) -> None:
+    """Run the embedded Kafka-compatible broker in the foreground until Ctrl-C or SIGTERM."""
+    from kmq_dagster.broker import EmbeddedBroker
+
+    stop_requested = threading.Event()
+
+    def request_stop(_signum: int, _frame: FrameType | None) -> None:
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    embedded = EmbeddedBroker(port=port, data_dir=data_dir)
+    try:
+        embedded.start()
+        click.echo(
+            f"kmq broker: serving Kafka on {embedded.bootstrap_servers}, "
+            f"storage {embedded.storage_description}; Ctrl-C stops it"
+        )
+        click.echo(f"export KMQ_BOOTSTRAP_SERVERS={embedded.bootstrap_servers}")
+        sys.stdout.flush()
+        while not stop_requested.wait(0.5):
+            failure = embedded.failed_child()
+            if failure:
+                raise BrokerError(f"the broker stopped unexpectedly: {failure}")
+    finally:
+        embedded.stop()
+    click.echo("kmq broker: stopped")
+
+
+@cli.command()
+@click.option("--topic", "-t", required=True, help="The queue topic.")
+@click.option(
+    "--partitions",
+    "-p",
+    type=click.IntRange(min=1),
+    help="Partitions for new topics (default: the existing queue topic's).",
+)
+@click.option(
+    "--group", "-g", help="Consumer group: also create its markers, retry and DLQ topics."
+)
+@click.option(
+    "--retry-delays",
+    metavar="LIST",
+    help="Retry delays, one retry topic each, e.g. 10s,1m,10m [env KMQ_RETRY_DELAYS].",
+)
+@click.option(
+    "--replication-factor",
+    type=int,
+    default=-1,
+    show_default=True,
+    help="Replicas per partition; -1 lets the cluster decide.",
+)
+@click.pass_obj
+def provision(
+    settings: KmqSettings,
+    topic: str,
+    partitions: int | None,
+    group: str | None,
+    retry_delays: str | None,
+    replication_factor: int,
+) -> None:
+    """Create the queue topic and the group's topics, idempotently."""
+    from kmq_dagster.kafka.provision import provision_queue
+
+    report = provision_queue(
+        settings,
+        topic,
+        partitions=partitions,
+        group=group,
+        retry_delays_ms=parse_delay_list(retry_delays) if retry_delays else None,
+        replication_factor=replication_factor,
+    )
+    total = len(report.created) + len(report.unchanged)
+    if not report.changed:
+        click.echo(
+            f"nothing to change: all {total} topics already exist "
+            f"with {report.partitions} partitions"
+        )
+        return
+    for name in report.created:
+        click.echo(f"created  {name} ({report.partitions} partitions)")
+    for name in report.unchanged:
+        click.echo(f"exists   {name}")
+    click.echo(f"provisioned {total} topics: {len(report.created)} created")
+
+
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # librdkafka reports connection failures itself; without -v kmq reports them as one line.
+    client_level = logging.DEBUG if verbose else logging.CRITICAL + 1
+    logging.getLogger("kmq.kafka.client").setLevel(client_level)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kmq`` console script; errors print as one line, not a traceback."""
+    try:
+        result = cli.main(args=argv, prog_name="kmq", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        click.echo("kmq: aborted", err=True)
+        return 130
+    except KmqError as exc:
+        click.echo(f"kmq: error: {exc}", err=True)
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Dagster definitions: resources, jobs, and later assets, sensors and schedules."""

@@ -1,0 +1,1 @@
+"""Kafka adapters: the only package that imports confluent_kafka."""

@@ -1,0 +1,39 @@
+"""confluent-kafka clients built from :class:`KmqSettings`, with Kafka errors translated."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._metadata import ClusterMetadata
+
+from kmq_dagster.errors import KafkaUnavailableError
+from kmq_dagster.settings import KmqSettings
+
+#: librdkafka's own log lines go here instead of straight to stderr.
+CLIENT_LOGGER = logging.getLogger("kmq.kafka.client")
+
+
+def admin_client(settings: KmqSettings) -> AdminClient:
+    """An ``AdminClient`` for the configured cluster."""
+    config: dict[str, Any] = {**settings.admin_config(), "logger": CLIENT_LOGGER}
+    return AdminClient(config)
+
+
+def cluster_metadata(admin: AdminClient, settings: KmqSettings) -> ClusterMetadata:
+    """Topic metadata of the whole cluster.
+
+    Raises:
+        KafkaUnavailableError: no broker answered within the request timeout.
+    """
+    timeout_s = settings.request_timeout_ms / 1000
+    try:
+        return admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaUnavailableError(
+            f"cannot reach Kafka at {settings.bootstrap_servers} within {timeout_s:g} s "
+            f"({exc.args[0].str() if exc.args else exc}); is the broker running? "
+            "Start one with `kmq broker` or set KMQ_BOOTSTRAP_SERVERS"
+        ) from exc
