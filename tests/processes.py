@@ -64,9 +64,9 @@ class BrokerProcess:
         """PIDs of every descendant of the ``kmq broker`` process."""
         return descendants(self.popen.pid)
 
-    def terminate(self, timeout_s: float = 60) -> int:
-        """SIGTERM, wait for exit, return the exit code."""
-        self.popen.send_signal(signal.SIGTERM)
+    def terminate(self, timeout_s: float = 60, sig: signal.Signals = signal.SIGTERM) -> int:
+        """Send ``sig`` (SIGTERM; SIGINT is Ctrl-C), wait for exit, return the exit code."""
+        self.popen.send_signal(sig)
         code = self.popen.wait(timeout=timeout_s)
         self._log.close()
         return code

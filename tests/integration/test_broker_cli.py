@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from pathlib import Path
@@ -96,14 +97,17 @@ def test_unwritable_data_dir_is_a_one_line_error(tmp_path: Path) -> None:
     assert result.stderr.count("\n") == 1
 
 
-def test_a_data_dir_serves_one_broker_at_a_time(tmp_path: Path) -> None:
+def test_a_data_dir_serves_one_broker_at_a_time_and_ctrl_c_stops_it(tmp_path: Path) -> None:
     first = BrokerProcess("--port", "0", "--data-dir", str(tmp_path / "d"), log_path=tmp_path / "1")
+    children = first.child_pids()
     try:
         second = run_kmq("broker", "--port", "0", "--data-dir", str(tmp_path / "d"))
     finally:
-        assert first.terminate() == 0
+        assert first.terminate(sig=signal.SIGINT) == 0
     assert second.returncode == 1
     assert "is in use by another kmq broker" in second.stderr
+    assert len(children) >= 2  # the broker and its storage
+    assert not [pid for pid in children if pid_alive(pid)]
 
 
 @pytest.mark.slow
