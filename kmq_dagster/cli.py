@@ -6,12 +6,14 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
 import click
 
+from kmq_dagster.core.durations import parse_duration_ms
 from kmq_dagster.errors import BrokerError, KmqError
 from kmq_dagster.settings import (
     DEFAULT_BROKER_PORT,
@@ -68,13 +70,7 @@ def broker(port: int, data_dir: Path | None) -> None:
     """Run the embedded Kafka-compatible broker in the foreground until Ctrl-C or SIGTERM."""
     from kmq_dagster.broker import EmbeddedBroker
 
-    stop_requested = threading.Event()
-
-    def request_stop(_signum: int, _frame: FrameType | None) -> None:
-        stop_requested.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop_requested = _stop_on_signals()
     embedded = EmbeddedBroker(port=port, data_dir=data_dir)
     try:
         embedded.start()
@@ -148,6 +144,97 @@ def provision(
     for name in report.unchanged:
         click.echo(f"exists   {name}")
     click.echo(f"provisioned {total} topics: {len(report.created)} created")
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or Ctrl-C, so loops finish their step and clean up."""
+    stop_requested = threading.Event()
+
+    def request_stop(_signum: int, _frame: FrameType | None) -> None:
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    return stop_requested
+
+
+def _queue_options(command: Callable[..., None]) -> Callable[..., None]:
+    command = click.option("--group", "-g", required=True, help="Consumer group.")(command)
+    return click.option("--topic", "-t", required=True, help="The queue topic.")(command)
+
+
+@cli.command()
+@_queue_options
+@click.option("--handler", required=True, metavar="MODULE:FUNCTION", help="Called per message.")
+@click.option(
+    "--visibility-timeout",
+    metavar="DURATION",
+    help="Redeliver a message not acknowledged within this time [default 30s].",
+)
+@click.option("--max-redeliveries", type=click.IntRange(min=0), help="[default 3]")
+@click.option("--batch-size", type=click.IntRange(min=1), help="Messages per fetch [default 500].")
+@click.pass_obj
+def worker(
+    settings: KmqSettings,
+    topic: str,
+    group: str,
+    handler: str,
+    visibility_timeout: str | None,
+    max_redeliveries: int | None,
+    batch_size: int | None,
+) -> None:
+    """Consume TOPIC in GROUP, acknowledging each message its handler returns from."""
+    from kmq_dagster.kafka.consumer import KmqConsumer
+    from kmq_dagster.kafka.worker import WorkerStats, load_handler, run_worker
+
+    settings = settings.with_overrides(
+        visibility_timeout_ms=parse_duration_ms(visibility_timeout) if visibility_timeout else None,
+        max_redeliveries=max_redeliveries,
+        batch_size=batch_size,
+    )
+    function = load_handler(handler)
+    stop_requested = _stop_on_signals()
+    consumer = KmqConsumer(settings, topic, group)
+    log = logging.getLogger("kmq.worker")
+    log.info("worker for %s / group %s started", topic, group)
+    last_report = [time.monotonic()]
+
+    def report(stats: WorkerStats) -> None:
+        if time.monotonic() - last_report[0] >= 5:
+            last_report[0] = time.monotonic()
+            log.info("handled %d, failed %d", stats.handled, stats.failed)
+
+    stats = run_worker(consumer, function, stop_requested, on_batch=report)
+    click.echo(f"kmq worker: stopped after {stats.handled} handled, {stats.failed} failed")
+
+
+@cli.command()
+@_queue_options
+@click.option("--max-redeliveries", type=click.IntRange(min=0), help="[default 3]")
+@click.pass_obj
+def tracker(settings: KmqSettings, topic: str, group: str, max_redeliveries: int | None) -> None:
+    """Redeliver GROUP's messages of TOPIC that were not acknowledged in time."""
+    from kmq_dagster.kafka.tracker import Tracker
+
+    stop_requested = _stop_on_signals()
+    service = Tracker(settings, topic, group, max_redeliveries=max_redeliveries)
+    log = logging.getLogger("kmq.tracker")
+    log.info("tracker for %s / group %s started", topic, group)
+
+    def report_periodically() -> None:
+        while not stop_requested.wait(5):
+            stats = service.stats
+            log.info(
+                "in flight %d, redelivered %d, dead-lettered %d, bad markers %d",
+                service.inflight_count(),
+                stats.redelivered,
+                stats.dead_lettered,
+                stats.bad_markers,
+            )
+
+    threading.Thread(target=report_periodically, daemon=True).start()
+    service.run(stop_requested)
+    click.echo(f"kmq tracker: stopped after {service.stats.redelivered} redeliveries")
 
 
 def _configure_logging(verbose: bool) -> None:

@@ -1,0 +1,82 @@
+"""Read records at exact offsets (the tracker's view of the message it must redeliver)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from kmq_dagster.kafka.clients import CLIENT_LOGGER
+from kmq_dagster.settings import KmqSettings
+
+
+@dataclass
+class ReadResult:
+    """What a read found: records by offset, offsets known not to exist, and undecided ones."""
+
+    found: dict[int, Message] = field(default_factory=dict)
+    #: Offsets the log does not hold: past its end, or removed by retention or compaction.
+    gone: list[int] = field(default_factory=list)
+    #: Offsets neither found nor ruled out before the timeout; ask again later.
+    undecided: list[int] = field(default_factory=list)
+
+
+class RecordReader:
+    """Reads records by offset with a consumer that belongs to no group and never commits."""
+
+    def __init__(self, settings: KmqSettings, client_group: str) -> None:
+        # librdkafka wants a group.id even for assign(); nothing is ever committed under it.
+        self._consumer = Consumer(
+            settings.consumer_config(
+                client_group,
+                **{"enable.partition.eof": True, "logger": CLIENT_LOGGER},
+            )
+        )
+
+    def read(
+        self, topic: str, partition: int, offsets: list[int], timeout_s: float = 10.0
+    ) -> ReadResult:
+        """Read the records at ``offsets`` of one partition (one forward scan)."""
+        wanted = sorted(set(offsets))
+        result = ReadResult()
+        if not wanted:
+            return result
+        self._consumer.assign([TopicPartition(topic, partition, wanted[0])])
+        deadline = time.monotonic() + timeout_s
+        last_wanted = wanted[-1]
+        highest_read = -1
+        try:
+            while time.monotonic() < deadline:
+                message = self._consumer.poll(0.2)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        # Every wanted offset at or past the end of the log does not exist.
+                        end = message.offset() or 0
+                        result.gone += [o for o in wanted if o >= end and o not in result.found]
+                        break
+                    continue
+                offset = message.offset() or 0
+                highest_read = max(highest_read, offset)
+                if offset in wanted:
+                    result.found[offset] = message
+                if offset >= last_wanted:
+                    break
+        finally:
+            self._consumer.unassign()
+        settled = set(result.found) | set(result.gone)
+        for offset in wanted:
+            if offset in settled:
+                continue
+            # Skipped over while scanning forward: removed from the log.
+            if offset < highest_read:
+                result.gone.append(offset)
+            else:
+                result.undecided.append(offset)
+        return result
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -1,0 +1,316 @@
+"""The redelivery tracker: reads a group's markers and redelivers what was not acknowledged.
+
+Protocol, per markers partition it owns:
+  1. on assignment, resume from the committed markers offset (the smallest marker that still
+     had an unacknowledged message when it was committed) and rebuild in-flight state;
+  2. redeliver nothing until the partition has been read to its end (a partition-EOF event),
+     so a restarted tracker never redelivers what was acknowledged after its commit;
+  3. for each overdue message: read the original record at its exact offset, produce a copy to
+     the group's redelivery topic (or, past ``max_redeliveries``, to the group's DLQ with the
+     reason), wait for the broker's acknowledgement, then write the old message's end marker;
+  4. commit the smallest open marker offset, so recovery re-reads only what may still be open.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from kmq_dagster.core.headers import (
+    DLQ_REASON,
+    GROUP,
+    ORIGINAL_OFFSET,
+    ORIGINAL_PARTITION,
+    ORIGINAL_TIMESTAMP_MS,
+    ORIGINAL_TOPIC,
+    REDELIVERY_COUNT,
+    header_value,
+    int_header,
+    normalize_headers,
+    replace_headers,
+)
+from kmq_dagster.core.inflight import MessageRef, PartitionInflight
+from kmq_dagster.core.markers import EndMarker, StartMarker, decode_marker, encode_marker
+from kmq_dagster.core.naming import dlq_topic, markers_topic, redelivery_topic
+from kmq_dagster.errors import MarkerDecodeError
+from kmq_dagster.kafka.clients import CLIENT_LOGGER
+from kmq_dagster.kafka.consumer import wall_clock_ms
+from kmq_dagster.kafka.record_reader import RecordReader
+from kmq_dagster.settings import KmqSettings
+
+log = logging.getLogger(__name__)
+
+#: How often overdue messages are looked for.
+CHECK_INTERVAL_S = 0.1
+#: How often the smallest open marker offset is committed.
+COMMIT_INTERVAL_S = 1.0
+#: Reads of a record that neither find it nor rule it out before it counts as gone.
+MAX_UNDECIDED_READS = 3
+
+
+@dataclass
+class TrackerStats:
+    """Counters an operator or a test reads; never reset."""
+
+    markers: int = 0
+    bad_markers: int = 0
+    redelivered: int = 0
+    dead_lettered: int = 0
+    records_gone: int = 0
+    produce_failures: int = 0
+    client_errors: int = 0
+    by_error: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+@dataclass
+class _PartitionState:
+    inflight: PartitionInflight = field(default_factory=PartitionInflight)
+    caught_up: bool = False
+    next_offset: int | None = None
+    undecided_reads: dict[MessageRef, int] = field(default_factory=lambda: defaultdict(int))
+
+
+class Tracker:
+    """Redelivery tracker for ``group`` consuming ``topic``; several may run side by side."""
+
+    def __init__(
+        self,
+        settings: KmqSettings,
+        topic: str,
+        group: str,
+        *,
+        max_redeliveries: int | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.topic = topic
+        self.group = group
+        self.max_redeliveries = (
+            settings.max_redeliveries if max_redeliveries is None else max_redeliveries
+        )
+        self.markers_topic = markers_topic(topic, group)
+        self.redelivery_topic = redelivery_topic(topic, group)
+        self.dlq_topic = dlq_topic(topic, group)
+        self.stats = TrackerStats()
+        self._clock_ms = clock_ms
+        self._partitions: dict[int, _PartitionState] = {}
+        self._consumer = Consumer(
+            settings.consumer_config(
+                f"kmq-tracker.{topic}.{group}",
+                **{
+                    "enable.partition.eof": True,
+                    "logger": CLIENT_LOGGER,
+                    "error_cb": self._on_client_error,
+                },
+            )
+        )
+        self._producer = Producer(settings.producer_config(logger=CLIENT_LOGGER))
+        self._reader = RecordReader(settings, f"kmq-tracker-reader.{topic}.{group}")
+
+    def run(self, stop: threading.Event) -> None:
+        """Track until ``stop`` is set; then commit and leave the group."""
+        self._consumer.subscribe(
+            [self.markers_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+        last_check = last_commit = 0.0
+        try:
+            while not stop.is_set():
+                for message in self._consumer.consume(1000, CHECK_INTERVAL_S):
+                    self._handle(message)
+                now = time.monotonic()
+                if now - last_check >= CHECK_INTERVAL_S:
+                    self.redeliver_overdue()
+                    last_check = now
+                if now - last_commit >= COMMIT_INTERVAL_S:
+                    self._commit(list(self._partitions))
+                    last_commit = now
+        finally:
+            self._commit(list(self._partitions))
+            self._consumer.close()
+            self._reader.close()
+            self._producer.flush(30)
+
+    def inflight_count(self) -> int:
+        """Unacknowledged messages this tracker knows of."""
+        return sum(state.inflight.inflight_count() for state in self._partitions.values())
+
+    # -- 1. and 2.: markers in -------------------------------------------------------------
+
+    def _handle(self, message: Message) -> None:
+        partition = message.partition() or 0
+        state = self._partitions.get(partition)
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                if state is not None and not state.caught_up:
+                    state.caught_up = True
+                    log.info("markers partition %d caught up at %s", partition, message.offset())
+            else:
+                self._count_error(error)
+            return
+        if state is None:  # a message for a partition revoked meanwhile
+            return
+        offset = message.offset() or 0
+        state.next_offset = offset + 1
+        self.stats.markers += 1
+        try:
+            marker = decode_marker(message.value() or b"")
+        except MarkerDecodeError as exc:
+            self.stats.bad_markers += 1
+            log.warning(
+                "skipping marker at %s[%d]@%d: %s", self.markers_topic, partition, offset, exc
+            )
+            return
+        if not self._owns(marker.topic):
+            # A forged or misrouted marker must not make the tracker copy another topic's data.
+            self.stats.bad_markers += 1
+            log.warning("skipping marker for foreign topic %r at offset %d", marker.topic, offset)
+            return
+        if isinstance(marker, StartMarker):
+            state.inflight.record_start(offset, marker)
+        else:
+            state.inflight.record_end(marker)
+
+    def _owns(self, source_topic: str) -> bool:
+        return source_topic == self.topic or source_topic.startswith(f"{self.topic}.{self.group}.")
+
+    # -- 3.: redelivery --------------------------------------------------------------------
+
+    def redeliver_overdue(self) -> int:
+        """Redeliver every overdue message of caught-up partitions; returns how many moved."""
+        now_ms = self._clock_ms()
+        moved = 0
+        for markers_partition, state in list(self._partitions.items()):
+            if not state.caught_up:
+                continue
+            overdue = state.inflight.overdue(now_ms)
+            if overdue:
+                moved += self._redeliver(markers_partition, state, overdue)
+        return moved
+
+    def _redeliver(
+        self, markers_partition: int, state: _PartitionState, refs: list[MessageRef]
+    ) -> int:
+        by_source: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for ref in refs:
+            by_source[(ref.topic, ref.partition)].append(ref.offset)
+        done: list[MessageRef] = []
+        failures: list[KafkaError] = []
+
+        def on_delivery(error: KafkaError | None, _message: Message) -> None:
+            if error is not None:
+                failures.append(error)
+
+        for (topic, partition), offsets in by_source.items():
+            read = self._reader.read(topic, partition, offsets)
+            for offset, record in sorted(read.found.items()):
+                self._produce_copy(record, on_delivery)
+                done.append(MessageRef(topic, partition, offset))
+            for offset in read.gone:
+                self._record_gone(MessageRef(topic, partition, offset))
+                done.append(MessageRef(topic, partition, offset))
+            for offset in read.undecided:
+                ref = MessageRef(topic, partition, offset)
+                state.undecided_reads[ref] += 1
+                if state.undecided_reads[ref] >= MAX_UNDECIDED_READS:
+                    del state.undecided_reads[ref]
+                    self._record_gone(ref)
+                    done.append(ref)
+        if self._producer.flush(30) or failures:
+            # Nothing is ended: every message stays in flight and is tried again next check.
+            self.stats.produce_failures += 1
+            log.warning("redelivery not acknowledged by the broker; will retry: %s", failures[:1])
+            return 0
+        for ref in done:
+            end = EndMarker(ref.topic, ref.partition, ref.offset, 1)
+            self._producer.produce(
+                self.markers_topic, value=encode_marker(end), partition=markers_partition
+            )
+            state.inflight.record_end(end)
+        self._producer.poll(0)
+        return len(done)
+
+    def _produce_copy(
+        self, record: Message, on_delivery: Callable[[KafkaError | None, Message], None]
+    ) -> None:
+        headers = normalize_headers(record.headers())
+        updates = {GROUP: self.group}
+        if header_value(headers, ORIGINAL_TOPIC) is None:
+            updates |= {
+                ORIGINAL_TOPIC: record.topic() or "",
+                ORIGINAL_PARTITION: str(record.partition()),
+                ORIGINAL_OFFSET: str(record.offset()),
+                ORIGINAL_TIMESTAMP_MS: str(record.timestamp()[1]),
+            }
+        try:
+            count = (int_header(headers, REDELIVERY_COUNT) or 0) + 1
+        except ValueError as exc:
+            target, updates[DLQ_REASON] = self.dlq_topic, f"corrupt redelivery metadata: {exc}"
+            count = 0
+        else:
+            updates[REDELIVERY_COUNT] = str(count)
+            target = self.redelivery_topic
+            if count > self.max_redeliveries:
+                target = self.dlq_topic
+                updates[DLQ_REASON] = (
+                    f"not acknowledged within its visibility timeout after "
+                    f"{self.max_redeliveries} redeliveries"
+                )
+        self._producer.produce(
+            target,
+            key=record.key(),
+            value=record.value(),
+            headers=[*replace_headers(headers, updates)],
+            partition=record.partition() or 0,
+            on_delivery=on_delivery,
+        )
+        if target == self.dlq_topic:
+            self.stats.dead_lettered += 1
+        else:
+            self.stats.redelivered += 1
+
+    def _record_gone(self, ref: MessageRef) -> None:
+        self.stats.records_gone += 1
+        log.warning("cannot redeliver %s: the record is not in the log; ending it", ref)
+
+    # -- 4.: commits and rebalances --------------------------------------------------------
+
+    def _commit(self, partitions: list[int]) -> None:
+        offsets = []
+        for partition in partitions:
+            state = self._partitions.get(partition)
+            if state is None or state.next_offset is None:
+                continue
+            smallest_open = state.inflight.smallest_open_marker_offset()
+            position = state.next_offset if smallest_open is None else smallest_open
+            offsets.append(TopicPartition(self.markers_topic, partition, position))
+        if not offsets:
+            return
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except Exception as exc:  # a lost commit only means a longer re-read on restart
+            log.warning("markers commit failed: %s", exc)
+
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._partitions[tp.partition] = _PartitionState()
+        log.info("tracking markers partitions %s", sorted(tp.partition for tp in partitions))
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        revoked = [tp.partition for tp in partitions]
+        self._commit(revoked)
+        for partition in revoked:
+            self._partitions.pop(partition, None)
+
+    def _on_client_error(self, error: KafkaError) -> None:
+        self._count_error(error)
+        log.warning("Kafka client error: %s", error.str())
+
+    def _count_error(self, error: KafkaError) -> None:
+        self.stats.client_errors += 1
+        self.stats.by_error[error.name()] += 1

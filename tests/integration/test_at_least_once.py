@@ -1,0 +1,158 @@
+"""At-least-once under SIGKILL: real `kmq worker` and `kmq tracker` processes, killed mid-batch.
+
+10,000 messages with unique ids; two workers whose handler fails ~10% of calls; one worker is
+SIGKILLed mid-batch twice (and replaced), the tracker is SIGKILLed and restarted once. At the end
+every id was processed at least once or sits in the DLQ with a reason; duplicates are printed.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kmq_dagster.core.headers import DLQ_REASON, header_value, normalize_headers
+from kmq_dagster.core.naming import dlq_topic
+from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.settings import KmqSettings
+from tests.kafka_helpers import produce, read_topic
+from tests.processes import kmq_argv
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+MESSAGES = 10_000
+PARTITIONS = 2
+GROUP = "proof"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class Fleet:
+    """The worker and tracker processes of one test; every one is stopped by PID at the end."""
+
+    def __init__(self, settings: KmqSettings, topic: str, out_dir: Path) -> None:
+        self.topic = topic
+        self.out_dir = out_dir
+        self.env = {
+            **os.environ,
+            "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+            "KMQ_SESSION_TIMEOUT_MS": "6000",
+            "KMQ_TEST_OUTPUT_DIR": str(out_dir),
+        }
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self, command: str, *extra: str) -> subprocess.Popen[bytes]:
+        log = (self.out_dir / f"{command}-{len(self.processes)}.log").open("wb")
+        process = subprocess.Popen(
+            kmq_argv(command, "--topic", self.topic, "--group", GROUP, *extra),
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.processes.append(process)
+        return process
+
+    def worker(self) -> subprocess.Popen[bytes]:
+        return self.start(
+            "worker",
+            "--handler",
+            "tests.support.flaky_handler:handle",
+            "--visibility-timeout",
+            "5s",
+            "--batch-size",
+            "200",
+        )
+
+    def tracker(self) -> subprocess.Popen[bytes]:
+        return self.start("tracker")
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def processed_counts(out_dir: Path) -> collections.Counter[bytes]:
+    counts: collections.Counter[bytes] = collections.Counter()
+    for path in out_dir.glob("processed-*.log"):
+        counts.update(line for line in path.read_bytes().split(b"\n") if line)
+    return counts
+
+
+def processed_by(out_dir: Path, pid: int) -> int:
+    path = out_dir / f"processed-{pid}.log"
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def has_processed(out_dir: Path, pid: int, count: int) -> bool:
+    return processed_by(out_dir, pid) >= count
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
+    settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    provision_queue(settings, topic_name, partitions=PARTITIONS, group=GROUP)
+    ids = [f"id-{i:05d}".encode() for i in range(MESSAGES)]
+    fleet = Fleet(settings, topic_name, tmp_path)
+    try:
+        tracker = fleet.tracker()
+        victim = fleet.worker()
+        fleet.worker()
+        produce(settings, topic_name, ids, partitions=PARTITIONS)
+
+        # SIGKILL one worker mid-batch, twice, replacing it each time
+        for _ in range(2):
+            target = processed_by(tmp_path, victim.pid) + 300
+            wait_until(functools.partial(has_processed, tmp_path, victim.pid, target), 120)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            victim = fleet.worker()
+        # SIGKILL the tracker and start another
+        tracker.send_signal(signal.SIGKILL)
+        tracker.wait()
+        fleet.tracker()
+
+        dlq = dlq_topic(topic_name, GROUP)
+
+        def all_accounted() -> bool:
+            dead = {m.value() for m in read_topic(settings, dlq, PARTITIONS, timeout_s=5)}
+            return set(ids) <= set(processed_counts(tmp_path)) | dead
+
+        wait_until(all_accounted, 240)
+    finally:
+        fleet.stop_all()
+
+    processed = processed_counts(tmp_path)
+    dead_letters = read_topic(settings, dlq_topic(topic_name, GROUP), PARTITIONS, timeout_s=5)
+    dead = {
+        m.value(): header_value(normalize_headers(m.headers()), DLQ_REASON) for m in dead_letters
+    }
+    missing = set(ids) - set(processed) - set(dead)
+    duplicates = sum(count - 1 for count in processed.values() if count > 1)
+    print(
+        f"\nat-least-once: {len(ids)} ids, {len(processed)} processed, {len(dead)} dead-lettered, "
+        f"{len(missing)} missing, {duplicates} duplicate deliveries"
+    )
+    assert not missing
+    assert all(reason for reason in dead.values()), "every dead letter carries a reason"
+    assert set(processed) <= set(ids)

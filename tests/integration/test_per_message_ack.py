@@ -1,0 +1,260 @@
+"""Per-message acknowledgement against the real broker: acks, redelivery, DLQ, nack, extend."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from kmq_dagster.core.headers import (
+    DLQ_REASON,
+    ORIGINAL_OFFSET,
+    ORIGINAL_TOPIC,
+    REDELIVERY_COUNT,
+    header_value,
+    normalize_headers,
+)
+from kmq_dagster.core.markers import StartMarker, encode_marker
+from kmq_dagster.core.naming import dlq_topic, markers_topic, redelivery_topic
+from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
+from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.tracker import Tracker
+from kmq_dagster.settings import KmqSettings
+from tests.kafka_helpers import produce, read_topic, running_tracker, wait_for
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 2
+GROUP = "workers"
+
+
+@pytest.fixture
+def queue(settings: KmqSettings, topic_name: str) -> str:
+    provision_queue(settings, topic_name, partitions=PARTITIONS, group=GROUP)
+    return topic_name
+
+
+@pytest.fixture
+def consumer_factory(settings: KmqSettings, queue: str) -> Iterator[Callable[..., KmqConsumer]]:
+    made: list[KmqConsumer] = []
+
+    def make(**options: Any) -> KmqConsumer:
+        consumer = KmqConsumer(settings, queue, GROUP, **options)
+        made.append(consumer)
+        return consumer
+
+    yield make
+    for consumer in made:
+        consumer.close()
+
+
+def poll_until(consumer: KmqConsumer, count: int, timeout_s: float = 30) -> list[KmqMessage]:
+    received: list[KmqMessage] = []
+    deadline = time.monotonic() + timeout_s
+    while len(received) < count and time.monotonic() < deadline:
+        received += consumer.poll(timeout_s=0.5)
+    return received
+
+
+def test_acks_from_many_threads_in_any_order_are_never_redelivered(
+    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+) -> None:
+    # given 300 messages fetched in batches of 50 with a 1.5 s visibility timeout
+    produce(settings, queue, [f"m{i}".encode() for i in range(300)], partitions=PARTITIONS)
+    consumer = consumer_factory(visibility_timeout_ms=1_500, batch_size=50)
+    tracker = Tracker(settings, queue, GROUP)
+    with running_tracker(tracker):
+        messages = poll_until(consumer, 300)
+        # when they are acknowledged in random order from four threads
+        random.Random(7).shuffle(messages)
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(consumer.ack, messages))
+        consumer.flush()
+        # then, once the tracker has seen every marker and every deadline has passed,
+        assert wait_for(lambda: tracker.stats.markers >= consumer.stats.start_markers + 1)
+        assert wait_for(lambda: tracker.inflight_count() == 0)
+        time.sleep(2)
+        # nothing was redelivered
+        assert tracker.stats.redelivered == 0
+    assert len(messages) == 300
+    assert {m.value for m in messages} == {f"m{i}".encode() for i in range(300)}
+    assert read_topic(settings, redelivery_topic(queue, GROUP), PARTITIONS) == []
+
+
+def test_unacknowledged_message_is_redelivered_after_its_timeout_not_before(
+    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+) -> None:
+    # given 10 messages with user headers, of which one is never acknowledged
+    produce(
+        settings,
+        queue,
+        [f"v{i}".encode() for i in range(10)],
+        headers=[("trace", b"\xff\x00"), ("tenant", b"acme")],
+    )
+    consumer = consumer_factory(visibility_timeout_ms=2_000)
+    tracker = Tracker(settings, queue, GROUP)
+    with running_tracker(tracker):
+        first = poll_until(consumer, 10)
+        fetched_at = time.monotonic()
+        dropped = next(m for m in first if m.value == b"v3")
+        for message in first:
+            if message is not dropped:
+                consumer.ack(message)
+        # when the visibility timeout passes
+        again = poll_until(consumer, 1, timeout_s=30)
+        redelivered_after_s = time.monotonic() - fetched_at
+        consumer.ack(again[0])
+        consumer.flush()
+
+    # then exactly that message comes back, once, not early, with its key, value and headers
+    assert [m.value for m in again] == [b"v3"]
+    copy = again[0]
+    assert redelivered_after_s >= 2.0
+    assert copy.topic == redelivery_topic(queue, GROUP)
+    assert copy.key == dropped.key
+    assert copy.redelivery_count == 1
+    assert header_value(copy.headers, "trace") == b"\xff\x00"
+    assert header_value(copy.headers, "tenant") == b"acme"
+    assert header_value(copy.headers, ORIGINAL_TOPIC) == queue.encode()
+    assert header_value(copy.headers, ORIGINAL_OFFSET) == str(dropped.offset).encode()
+    assert tracker.stats.redelivered == 1
+
+
+def test_after_max_redeliveries_a_message_goes_to_the_dlq_with_its_reason(
+    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+) -> None:
+    produce(settings, queue, [b"poison"])
+    consumer = consumer_factory(visibility_timeout_ms=1_000)
+    tracker = Tracker(settings, queue, GROUP, max_redeliveries=1)
+    with running_tracker(tracker):
+        # delivered, never acknowledged; redelivered once, never acknowledged
+        deliveries = poll_until(consumer, 2, timeout_s=30)
+        dead = read_topic(settings, dlq_topic(queue, GROUP), PARTITIONS, at_least=1)
+
+    assert [m.redelivery_count for m in deliveries] == [0, 1]
+    assert [m.value() for m in dead] == [b"poison"]
+    reason = header_value(normalize_headers(dead[0].headers()), DLQ_REASON) or b""
+    assert b"after 1 redeliveries" in reason
+    assert header_value(normalize_headers(dead[0].headers()), REDELIVERY_COUNT) == b"2"
+    assert tracker.stats.dead_lettered == 1
+
+
+def test_nack_redelivers_at_once_instead_of_after_the_timeout(
+    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+) -> None:
+    produce(settings, queue, [b"retry-me"])
+    consumer = consumer_factory(visibility_timeout_ms=120_000)
+    with running_tracker(Tracker(settings, queue, GROUP)):
+        [message] = poll_until(consumer, 1)
+        consumer.nack(message)
+        started = time.monotonic()
+        again = poll_until(consumer, 1, timeout_s=60)
+        consumer.ack(again[0])
+    assert [m.value for m in again] == [b"retry-me"]
+    assert time.monotonic() - started < 60  # far sooner than the 120 s timeout
+
+
+def test_extend_keeps_a_long_running_message_from_being_redelivered(
+    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+) -> None:
+    produce(settings, queue, [b"slow"])
+    consumer = consumer_factory(visibility_timeout_ms=1_500)
+    tracker = Tracker(settings, queue, GROUP)
+    with running_tracker(tracker):
+        [message] = poll_until(consumer, 1)
+        consumer.extend(message, seconds=8)
+        assert poll_until(consumer, 1, timeout_s=4) == []  # past the first deadline
+        consumer.ack(message)
+        consumer.flush()
+        assert wait_for(lambda: tracker.inflight_count() == 0)
+        assert poll_until(consumer, 1, timeout_s=7) == []  # past the extended deadline
+    assert tracker.stats.redelivered == 0
+
+
+def test_tracker_survives_garbage_markers_and_still_redelivers(
+    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+) -> None:
+    # given garbage on partition 0 of the markers topic
+    markers = markers_topic(queue, GROUP)
+    rng = random.Random(3)
+    garbage = [
+        b"",
+        b"\x01",
+        b"\xff" * 40,
+        bytes(rng.randrange(256) for _ in range(64)),
+        encode_marker(StartMarker("someone-elses-topic", 0, 0, 5, 0)),
+        encode_marker(StartMarker(queue, 0, 10_000, 2, 0)),  # offsets that do not exist
+    ]
+    producer = Producer(settings.producer_config())
+    for value in garbage:
+        producer.produce(markers, value=value, partition=0)
+    assert producer.flush(30) == 0
+    produce(settings, queue, [b"real"])
+    consumer = consumer_factory(visibility_timeout_ms=1_000)
+    tracker = Tracker(settings, queue, GROUP)
+
+    # when a real message is left unacknowledged behind the garbage
+    with running_tracker(tracker):
+        [message] = poll_until(consumer, 1)
+        again = poll_until(consumer, 1, timeout_s=90)
+        consumer.ack(again[0])
+
+    # then the garbage is counted and skipped, and the real message is still redelivered
+    assert [m.value for m in again] == [message.value]
+    assert tracker.stats.bad_markers == 5
+    assert tracker.stats.records_gone == 2
+    assert tracker.stats.redelivered == 1
+    assert tracker.stats.dead_lettered == 0
+
+
+def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknowledged(
+    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+) -> None:
+    produce(settings, queue, [f"m{i}".encode() for i in range(100)], partitions=PARTITIONS)
+    consumer = consumer_factory(visibility_timeout_ms=1_000, batch_size=20)
+    first = Tracker(settings, queue, GROUP)
+    with running_tracker(first):
+        for message in poll_until(consumer, 100):
+            consumer.ack(message)
+        consumer.flush()
+        assert wait_for(lambda: first.stats.markers >= consumer.stats.start_markers + 1)
+        assert wait_for(lambda: first.inflight_count() == 0)
+    markers_read_first = first.stats.markers
+
+    # when a new tracker starts after every deadline has passed
+    time.sleep(1.5)
+    second = Tracker(settings, queue, GROUP)
+    with running_tracker(second):
+        time.sleep(4)
+
+    # then it re-read none of the closed markers and redelivered nothing
+    assert markers_read_first > 0
+    assert second.stats.markers == 0
+    assert second.stats.redelivered == 0
+    assert read_topic(settings, redelivery_topic(queue, GROUP), PARTITIONS) == []
+
+
+def test_null_keys_and_values_big_values_and_binary_headers_pass_through(
+    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+) -> None:
+    producer = Producer(settings.producer_config())
+    big = b"x" * 900_000
+    producer.produce(queue, key=None, value=None, partition=0)
+    producer.produce(queue, key=b"k", value=big, partition=0, headers=[("h", b"\xc3\x28")])
+    producer.produce(queue, key=b"k", value=b"v", partition=0, headers=[(REDELIVERY_COUNT, b"x")])
+    assert producer.flush(30) == 0
+    consumer = consumer_factory()
+
+    messages = poll_until(consumer, 3)
+    for message in messages:
+        consumer.ack(message)
+
+    assert [(m.key, m.value) for m in messages[:2]] == [(None, None), (b"k", big)]
+    assert messages[1].headers == [("h", b"\xc3\x28")]
+    assert messages[2].redelivery_count == 0  # garbage count header: delivered, counted
+    assert consumer.stats.bad_headers == 1

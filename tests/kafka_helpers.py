@@ -1,0 +1,87 @@
+"""Test helpers that talk to the real broker: produce, read whole topics, run a tracker."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from kmq_dagster.kafka.tracker import Tracker
+from kmq_dagster.settings import KmqSettings
+
+
+def produce(
+    settings: KmqSettings,
+    topic: str,
+    values: list[bytes],
+    *,
+    partitions: int = 1,
+    headers: list[tuple[str, str | bytes | None]] | None = None,
+) -> None:
+    """Produce ``values`` round-robin over ``partitions``, keyed by index, and wait for acks."""
+    producer = Producer(settings.producer_config())
+    for i, value in enumerate(values):
+        producer.produce(
+            topic, key=str(i).encode(), value=value, partition=i % partitions, headers=headers
+        )
+    assert producer.flush(30) == 0
+
+
+def read_topic(
+    settings: KmqSettings, topic: str, partitions: int, *, at_least: int = 0, timeout_s: float = 30
+) -> list[Message]:
+    """Every record of ``topic`` from the start, without a group; waits for ``at_least``."""
+    consumer = Consumer(
+        settings.consumer_config(f"reader-{uuid.uuid4().hex}", **{"enable.partition.eof": True})
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    records: list[Message] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            error = message.error()
+            if error is None:
+                records.append(message)
+                at_end.discard(message.partition() or 0)
+            elif error.code() == KafkaError._PARTITION_EOF:
+                at_end.add(message.partition() or 0)
+            if len(at_end) == partitions and len(records) >= at_least:
+                break
+        return records
+    finally:
+        consumer.close()
+
+
+@contextmanager
+def running_tracker(tracker: Tracker) -> Iterator[Tracker]:
+    """Run ``tracker`` on a thread for the duration of the block; stop it and wait."""
+    stop = threading.Event()
+    thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield tracker
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+        assert not thread.is_alive(), "tracker did not stop"
+
+
+def wait_for(
+    condition: Callable[[], object], timeout_s: float = 30, interval_s: float = 0.1
+) -> bool:
+    """Poll ``condition()`` until true or timeout; returns its last value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if condition():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval_s)

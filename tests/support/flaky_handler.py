@@ -1,0 +1,38 @@
+"""A handler for process-level tests: records each message it processed, fails ~10% of calls.
+
+Every successful call appends the message value as one line to
+``$KMQ_TEST_OUTPUT_DIR/processed-<pid>.log`` *before* returning, so the record exists before the
+acknowledgement (ack after effect) and survives a SIGKILL of the worker.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+from kmq_dagster.kafka.consumer import KmqMessage
+
+_rng = random.Random()
+#: The output file, opened on first use (keyed by pid: a forked worker opens its own).
+_outputs: dict[int, int] = {}
+
+#: Share of calls that raise.
+FAILURE_RATE = float(os.environ.get("KMQ_TEST_FAILURE_RATE", "0.1"))
+#: Seconds each call takes, so that a SIGKILL lands mid-batch.
+WORK_S = float(os.environ.get("KMQ_TEST_WORK_S", "0.0005"))
+
+
+class FlakyDependencyError(RuntimeError):
+    """The simulated downstream failure."""
+
+
+def handle(message: KmqMessage) -> None:
+    time.sleep(WORK_S)
+    if _rng.random() < FAILURE_RATE:
+        raise FlakyDependencyError("simulated failure")
+    pid = os.getpid()
+    if pid not in _outputs:
+        path = os.path.join(os.environ["KMQ_TEST_OUTPUT_DIR"], f"processed-{pid}.log")
+        _outputs[pid] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.write(_outputs[pid], (message.value or b"<null>") + b"\n")
