@@ -237,6 +237,40 @@ def tracker(settings: KmqSettings, topic: str, group: str, max_redeliveries: int
     click.echo(f"kmq tracker: stopped after {service.stats.redelivered} redeliveries")
 
 
+@cli.group()
+def bench() -> None:
+    """Benchmarks; the last line printed is one JSON object of figures."""
+
+
+@bench.command("ack")
+@click.option("--messages", type=click.IntRange(min=1000), default=200_000, show_default=True)
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option(
+    "--external",
+    is_flag=True,
+    help="Use the configured Kafka instead of starting a fresh embedded broker.",
+)
+@click.pass_obj
+def bench_ack(settings: KmqSettings, messages: int, rounds: int, external: bool) -> None:
+    """Per-message ack against a plain at-least-once consumer, latency, lateness, memory."""
+    from kmq_dagster.bench.ack import run_ack_benchmark
+    from kmq_dagster.broker import EmbeddedBroker
+
+    def report(line: str) -> None:
+        click.echo(line, err=True)
+
+    if external:
+        figures = run_ack_benchmark(settings, messages, report, rounds=rounds)
+    else:
+        with EmbeddedBroker(port=0) as embedded:
+            report(f"embedded broker on {embedded.bootstrap_servers}, in memory")
+            local = settings.with_overrides(
+                bootstrap_servers=embedded.bootstrap_servers, session_timeout_ms=6_000
+            )
+            figures = run_ack_benchmark(local, messages, report, rounds=rounds)
+    click.echo(figures.as_json())
+
+
 def _configure_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,

@@ -3,10 +3,12 @@
 Protocol, per fetched batch:
   1. fetch a batch from the queue topic and the group's redelivery topic;
   2. write one start marker per contiguous run of offsets (deadline = now + visibility timeout)
-     and wait until the broker has acknowledged every one of them;
-  3. only then commit the batch's offsets (invariant 2: start before commit);
-  4. hand the messages out; ``ack`` writes end markers, coalesced into runs, from any thread.
+     and hand the messages out at once;
+  3. commit the batch's offsets only once the broker has acknowledged every one of its start
+     markers (invariant 2: start before commit); if a marker fails, fetch the batch again;
+  4. ``ack`` writes end markers, coalesced into runs, from any thread and in any order.
 A message that is never acknowledged is redelivered by the tracker once its deadline passes.
+Steps 2 and 3 overlap with the next fetch, so markers cost no round trip per batch.
 """
 
 from __future__ import annotations
@@ -14,45 +16,33 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from kmq_dagster.core.headers import REDELIVERY_COUNT, Headers, int_header, normalize_headers
+from kmq_dagster.core.commits import CommitQueue
 from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
 from kmq_dagster.core.naming import markers_topic, redelivery_topic
 from kmq_dagster.core.ranges import offset_runs
 from kmq_dagster.errors import KmqError
 from kmq_dagster.kafka.clients import CLIENT_LOGGER, admin_client, cluster_metadata
+from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
 
 #: How often acknowledgements are turned into end markers when nobody polls.
 ACK_FLUSH_INTERVAL_S = 0.02
-#: How long to wait for the broker to acknowledge a batch's start markers.
-MARKER_WRITE_TIMEOUT_S = 30.0
+#: How long close() and a revocation wait for outstanding markers.
+FLUSH_TIMEOUT_S = 30.0
+
+__all__ = ["ConsumerStats", "KmqConsumer", "KmqMessage", "wall_clock_ms"]
 
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class KmqMessage:
-    """One message handed out by :class:`KmqConsumer`; acknowledge it with ``consumer.ack``."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
-    timestamp_ms: int
-    #: How often the tracker has redelivered this message (0 on first delivery).
-    redelivery_count: int
 
 
 @dataclass
@@ -67,7 +57,6 @@ class ConsumerStats:
     marker_write_failures: int = 0
     commit_failures: int = 0
     client_errors: int = 0
-    bad_headers: int = 0
     by_error: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
@@ -110,14 +99,18 @@ class KmqConsumer:
                     "partition.assignment.strategy": "cooperative-sticky",
                     "logger": CLIENT_LOGGER,
                     "error_cb": self._on_client_error,
+                    "on_commit": self._on_commit,
                 },
             )
         )
         self._consumer.subscribe(
             [topic, self.redelivery_topic], on_revoke=self._on_revoke, on_lost=self._on_revoke
         )
-        self._ack_lock = threading.Lock()
-        self._pending_acks: list[tuple[str, int, int]] = []
+        # deque.append and popleft are atomic: acks from any thread need no lock.
+        self._acks: deque[KmqMessage] = deque()
+        self._commits = CommitQueue()
+        self._commits_lock = threading.Lock()
+        self._last_ack_flush = time.monotonic()
         self._stop = threading.Event()
         self._flusher = threading.Thread(
             target=self._flush_acks_periodically, name=f"kmq-acks-{topic}", daemon=True
@@ -127,46 +120,40 @@ class KmqConsumer:
     # -- the protocol ---------------------------------------------------------------------
 
     def poll(self, timeout_s: float = 1.0) -> list[KmqMessage]:
-        """Fetch up to ``batch_size`` messages, mark them in flight, commit, hand them out.
+        """Return up to ``batch_size`` messages, as soon as at least one is there.
 
-        Raises:
-            KmqError: the markers could not be written; the batch is rewound and fetched again.
+        Each returned message is in flight: acknowledge it with :meth:`ack`, or it is
+        redelivered after the visibility timeout.
         """
-        fetched = [m for m in self._consumer.consume(self.batch_size, timeout_s) if self._ok(m)]
+        self._flush_acks()
+        self._settle_commits()
+        # consume(n) waits for n messages or the timeout; wait for one, then take what is here.
+        fetched = self._consumer.consume(1, timeout_s)
         if not fetched:
             return []
-        self.stats.fetched += len(fetched)
+        if self.batch_size > 1:
+            fetched += self._consumer.consume(self.batch_size - 1, 0)
         deadline_ms = self._clock_ms() + self.visibility_timeout_ms
-        by_partition: dict[tuple[str, int], list[int]] = defaultdict(list)
-        for message in fetched:
-            by_partition[(message.topic() or "", message.partition() or 0)].append(
-                message.offset() or 0
-            )
-        # 2. start markers, broker-acknowledged, before 3. the commit.
-        starts = [
-            StartMarker(topic, partition, first, count, deadline_ms)
-            for (topic, partition), offsets in by_partition.items()
-            for first, count in offset_runs(offsets)
-        ]
-        try:
-            self._write_markers_durably(starts)
-        except KmqError:
-            self._rewind(by_partition)
-            raise
-        self.stats.start_markers += len(starts)
-        self._commit(
-            [
-                TopicPartition(topic, partition, max(offsets) + 1)
-                for (topic, partition), offsets in by_partition.items()
-            ]
-        )
-        return [self._to_kmq_message(m) for m in fetched]
+        offsets: dict[tuple[str, int], list[int]] = {}
+        messages: list[KmqMessage] = []
+        for record in fetched:
+            if record.error() is not None:
+                self._handle_fetch_error(record)
+                continue
+            key = (record.topic() or "", record.partition() or 0)
+            offset = record.offset() or 0
+            messages.append(KmqMessage(record, key, offset))
+            if key in offsets:
+                offsets[key].append(offset)
+            else:
+                offsets[key] = [offset]
+        if messages:
+            self._start(offsets, deadline_ms)
+        return messages
 
     def ack(self, message: KmqMessage) -> None:
         """Acknowledge ``message``: it will not be redelivered. Any thread, any order."""
-        with self._ack_lock:
-            self._pending_acks.append((message.topic, message.partition, message.offset))
-        self.stats.acked += 1
+        self._acks.append(message)
 
     def nack(self, message: KmqMessage) -> None:
         """Ask for ``message`` to be redelivered now (counts as one redelivery)."""
@@ -186,10 +173,11 @@ class KmqConsumer:
         """True once the group has assigned this consumer at least one partition."""
         return bool(self._consumer.assignment())
 
-    def flush(self, timeout_s: float = 30.0) -> None:
-        """Write every pending acknowledgement and wait for the broker to take it."""
+    def flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        """Write pending acknowledgements and markers, wait for the broker, commit what may be."""
         self._flush_acks()
         self._producer.flush(timeout_s)
+        self._settle_commits(asynchronous=False)
 
     def close(self) -> None:
         """Flush acknowledgements and leave the group."""
@@ -213,66 +201,61 @@ class KmqConsumer:
         if len(set(counts.values())) != 1:
             raise KmqError(f"partition counts differ: {counts}; every queue topic needs the same")
 
-    def _ok(self, message: Message) -> bool:
-        error = message.error()
-        if error is None:
-            return True
-        if error.code() != KafkaError._PARTITION_EOF:
-            self._count_error(error)
-            if error.fatal():
-                raise KafkaException(error)
-        return False
+    def _handle_fetch_error(self, record: Message) -> None:
+        error = record.error()
+        if error is None or error.code() == KafkaError._PARTITION_EOF:
+            return
+        self._count_error(error)
+        if error.fatal():
+            raise KafkaException(error)
 
-    def _to_kmq_message(self, message: Message) -> KmqMessage:
-        headers = normalize_headers(message.headers())
-        try:
-            redelivery_count = int_header(headers, REDELIVERY_COUNT) or 0
-        except ValueError:
-            # Still delivered: the handler decides; the tracker treats it as corrupt metadata.
-            self.stats.bad_headers += 1
-            redelivery_count = 0
-        return KmqMessage(
-            topic=message.topic() or "",
-            partition=message.partition() or 0,
-            offset=message.offset() or 0,
-            key=message.key(),
-            value=message.value(),
-            headers=headers,
-            timestamp_ms=message.timestamp()[1],
-            redelivery_count=redelivery_count,
-        )
+    def _start(self, offsets: dict[tuple[str, int], list[int]], deadline_ms: int) -> None:
+        """2. Send the start markers of a fetched batch; 3. happens in _settle_commits."""
+        starts = [
+            StartMarker(topic, partition, first, count, deadline_ms)
+            for (topic, partition), batch_offsets in offsets.items()
+            for first, count in offset_runs(batch_offsets)
+        ]
+        positions = {key: (min(values), max(values) + 1) for key, values in offsets.items()}
+        with self._commits_lock:
+            batch_id = self._commits.add(positions, markers=len(starts))
 
-    def _write_markers_durably(self, markers: list[StartMarker]) -> None:
-        failures: list[KafkaError] = []
-
-        def on_delivery(error: KafkaError | None, _message: Message) -> None:
+        def on_delivery(error: KafkaError | None, _record: Message) -> None:
             if error is not None:
-                failures.append(error)
+                self.stats.marker_write_failures += 1
+                log.warning("start marker not written (%s); batch will be fetched again", error)
+            with self._commits_lock:
+                self._commits.marker_delivered(batch_id, ok=error is None)
 
-        for marker in markers:
+        for marker in starts:
             self._producer.produce(
                 self.markers_topic,
                 value=encode_marker(marker),
                 partition=marker.partition,
                 on_delivery=on_delivery,
             )
-        remaining = self._producer.flush(MARKER_WRITE_TIMEOUT_S)
-        if failures or remaining:
-            self.stats.marker_write_failures += 1
-            reason = failures[0].str() if failures else f"{remaining} still queued"
-            raise KmqError(f"start markers not written ({reason}); batch will be fetched again")
+        self.stats.fetched += sum(len(values) for values in offsets.values())
+        self.stats.start_markers += len(starts)
 
-    def _rewind(self, by_partition: dict[tuple[str, int], list[int]]) -> None:
-        for (topic, partition), offsets in by_partition.items():
+    def _settle_commits(self, asynchronous: bool = True) -> None:
+        """3. Commit batches whose start markers are durable; re-fetch those that failed."""
+        self._producer.poll(0)  # serves marker delivery reports
+        with self._commits_lock:
+            ready = self._commits.take_ready()
+        for (topic, partition), offset in ready.rewind.items():
             try:
-                self._consumer.seek(TopicPartition(topic, partition, min(offsets)))
+                self._consumer.seek(TopicPartition(topic, partition, offset))
             except KafkaException as exc:
                 # Not assigned any more: its new owner starts from the committed offset.
                 log.warning("could not rewind %s[%d]: %s", topic, partition, exc)
-
-    def _commit(self, offsets: list[TopicPartition]) -> None:
+        if not ready.commit:
+            return
+        offsets = [TopicPartition(t, p, offset) for (t, p), offset in ready.commit.items()]
         try:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
+            if asynchronous:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+            else:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             # Start markers are written: if the partition moved, its new owner re-reads these
             # messages (duplicates, never losses), and the tracker covers them meanwhile.
@@ -286,21 +269,29 @@ class KmqConsumer:
         self._producer.poll(0)
 
     def _flush_acks(self) -> None:
-        with self._ack_lock:
-            pending, self._pending_acks = self._pending_acks, []
-        if not pending:
-            self._producer.poll(0)
-            return
-        by_partition: dict[tuple[str, int], list[int]] = defaultdict(list)
-        for topic, partition, offset in pending:
-            by_partition[(topic, partition)].append(offset)
-        for (topic, partition), offsets in by_partition.items():
+        """Turn acknowledgements into end markers, one per contiguous run."""
+        self._last_ack_flush = time.monotonic()
+        acked: dict[tuple[str, int], list[int]] = {}
+        acks = self._acks
+        while acks:
+            message = acks.popleft()
+            if message.source in acked:
+                acked[message.source].append(message.offset)
+            else:
+                acked[message.source] = [message.offset]
+        for (topic, partition), offsets in acked.items():
+            self.stats.acked += len(offsets)
             for first, count in offset_runs(offsets):
                 self._produce_marker(EndMarker(topic, partition, first, count))
                 self.stats.end_markers += 1
+        self._producer.poll(0)
 
     def _flush_acks_periodically(self) -> None:
+        # poll() flushes acks itself; this thread covers handlers that run long between polls
+        # (acks from other threads must not wait for the next poll and miss their deadline).
         while not self._stop.wait(ACK_FLUSH_INTERVAL_S):
+            if time.monotonic() - self._last_ack_flush < ACK_FLUSH_INTERVAL_S:
+                continue
             try:
                 self._flush_acks()
             except Exception:  # the flusher must survive: a lost end marker only redelivers
@@ -311,6 +302,13 @@ class KmqConsumer:
         # write them before the new owner's tracker view moves on.
         log.info("partitions revoked: %s", [(p.topic, p.partition) for p in partitions])
         self.flush()
+        with self._commits_lock:
+            self._commits.forget({(p.topic, p.partition) for p in partitions})
+
+    def _on_commit(self, error: KafkaError | None, _partitions: list[TopicPartition]) -> None:
+        if error is not None:
+            self.stats.commit_failures += 1
+            log.warning("offset commit failed, messages may be delivered twice: %s", error)
 
     def _on_client_error(self, error: KafkaError) -> None:
         self._count_error(error)

@@ -256,5 +256,21 @@ def test_null_keys_and_values_big_values_and_binary_headers_pass_through(
 
     assert [(m.key, m.value) for m in messages[:2]] == [(None, None), (b"k", big)]
     assert messages[1].headers == [("h", b"\xc3\x28")]
-    assert messages[2].redelivery_count == 0  # garbage count header: delivered, counted
-    assert consumer.stats.bad_headers == 1
+    assert messages[2].redelivery_count == 0  # a garbage count header still delivers
+
+
+def test_garbage_redelivery_count_goes_to_the_dlq_with_its_reason(
+    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+) -> None:
+    producer = Producer(settings.producer_config())
+    producer.produce(queue, value=b"odd", partition=0, headers=[(REDELIVERY_COUNT, b"\xff")])
+    assert producer.flush(30) == 0
+    consumer = consumer_factory(visibility_timeout_ms=1_000)
+    tracker = Tracker(settings, queue, GROUP)
+    with running_tracker(tracker):
+        assert len(poll_until(consumer, 1)) == 1  # and never acknowledged
+        dead = read_topic(settings, dlq_topic(queue, GROUP), PARTITIONS, at_least=1)
+    assert [m.value() for m in dead] == [b"odd"]
+    reason = header_value(normalize_headers(dead[0].headers()), DLQ_REASON) or b""
+    assert reason.startswith(b"corrupt redelivery metadata")
+    assert tracker.stats.redelivered == 0

@@ -1,0 +1,275 @@
+"""``kmq bench ack``: per-message acknowledgement against a plain at-least-once consumer.
+
+All phases run in one process against one broker, so their ratio is comparable on a noisy
+machine. The last line printed is one JSON object of the figures.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+import tracemalloc
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, Producer
+
+from kmq_dagster.core.inflight import PartitionInflight
+from kmq_dagster.core.markers import StartMarker
+from kmq_dagster.kafka.consumer import KmqConsumer
+from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.tracker import Tracker
+from kmq_dagster.settings import KmqSettings
+
+Report = Callable[[str], None]
+
+#: Payload of every benchmark message (the mqperf benchmark used 100 bytes too).
+VALUE = b"x" * 100
+GROUP = "bench"
+
+
+@dataclass
+class AckFigures:
+    plain_msgs_per_s: float
+    ack_msgs_per_s: float
+    p50_latency_ms: float
+    p95_latency_ms: float
+    p99_latency_ms: float
+    redelivery_lateness_p50_ms: float
+    redelivery_lateness_p99_ms: float
+    tracker_bytes_per_inflight: float
+
+    def as_json(self) -> str:
+        figures = {
+            "plain_msgs_per_s": round(self.plain_msgs_per_s),
+            "ack_msgs_per_s": round(self.ack_msgs_per_s),
+            "ratio": round(self.ack_msgs_per_s / self.plain_msgs_per_s, 3),
+            "p95_latency_ms": round(self.p95_latency_ms, 1),
+            "redelivery_lateness_p99_ms": round(self.redelivery_lateness_p99_ms, 1),
+            "tracker_bytes_per_inflight": round(self.tracker_bytes_per_inflight, 2),
+        }
+        return json.dumps(figures)
+
+
+def no_op_handler(_message: object) -> None:
+    """The handler both consumers call per message: the benchmark measures the queue."""
+
+
+def _new_queue(settings: KmqSettings, partitions: int) -> str:
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    provision_queue(settings, topic, partitions=partitions, group=GROUP)
+    return topic
+
+
+def _fill(settings: KmqSettings, topic: str, count: int, partitions: int) -> None:
+    producer = Producer(settings.producer_config(**{"linger.ms": 20}))
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=VALUE, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(120)
+
+
+def plain_throughput(settings: KmqSettings, messages: int, partitions: int) -> float:
+    """A plain at-least-once consumer: same batch size and handler, a commit after every batch."""
+    topic = _new_queue(settings, partitions)
+    _fill(settings, topic, messages, partitions)
+    consumer = Consumer(settings.consumer_config(f"plain-{topic}"))
+    consumer.subscribe([topic])
+    received = 0
+    started = 0.0
+    try:
+        while received < messages:
+            batch = [m for m in consumer.consume(settings.batch_size, 1.0) if m.error() is None]
+            if batch and not started:
+                started = time.perf_counter()  # the group join is not part of throughput
+            for message in batch:
+                no_op_handler(message)
+            received += len(batch)
+            if batch:
+                consumer.commit(asynchronous=False)
+        return messages / (time.perf_counter() - started)
+    finally:
+        consumer.close()
+
+
+def ack_throughput(settings: KmqSettings, messages: int, partitions: int) -> float:
+    """Per-message ack: start markers before commit, one ack per message, tracker running."""
+    topic = _new_queue(settings, partitions)
+    _fill(settings, topic, messages, partitions)
+    stop = threading.Event()
+    tracker = Tracker(settings, topic, GROUP)
+    tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
+    tracker_thread.start()
+    consumer = KmqConsumer(settings, topic, GROUP)
+    acked = 0
+    started = 0.0
+    try:
+        while acked < messages:
+            batch = consumer.poll(timeout_s=1.0)
+            if batch and not started:
+                started = time.perf_counter()
+            for message in batch:
+                no_op_handler(message)
+                consumer.ack(message)
+            acked += len(batch)
+        consumer.flush()
+        return messages / (time.perf_counter() - started)
+    finally:
+        consumer.close()
+        stop.set()
+        tracker_thread.join(30)
+
+
+def ack_latency_ms(
+    settings: KmqSettings, rate_per_s: int, seconds: float, partitions: int
+) -> list[float]:
+    """Produce-to-ack latency at an offered load: produce call to ``ack()`` of that message."""
+    topic = _new_queue(settings, partitions)
+    consumer = KmqConsumer(settings, topic, GROUP)
+    # Join the group before the clock starts: a join is not part of per-message latency.
+    while not consumer.assignment_ready():
+        consumer.poll(timeout_s=0.2)
+    total = int(rate_per_s * seconds)
+    sent_at: dict[int, float] = {}
+
+    def offer() -> None:
+        producer = Producer(settings.producer_config(**{"linger.ms": 1}))
+        begin = time.perf_counter()
+        for i in range(total):
+            due = begin + i / rate_per_s
+            pause = due - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            sent_at[i] = time.perf_counter()
+            producer.produce(topic, value=str(i).encode(), partition=i % partitions)
+            producer.poll(0)
+        producer.flush(60)
+
+    producer_thread = threading.Thread(target=offer, daemon=True)
+    producer_thread.start()
+    latencies: list[float] = []
+    try:
+        while len(latencies) < total:
+            for message in consumer.poll(timeout_s=0.05):
+                consumer.ack(message)
+                latencies.append((time.perf_counter() - sent_at[int(message.value or 0)]) * 1000)
+        producer_thread.join()
+    finally:
+        consumer.close()
+    return latencies
+
+
+def redelivery_lateness_ms(
+    settings: KmqSettings, messages: int, visibility_timeout_ms: int, partitions: int
+) -> list[float]:
+    """How long after its deadline each never-acknowledged message comes back."""
+    topic = _new_queue(settings, partitions)
+    _fill(settings, topic, messages, partitions)
+    stop = threading.Event()
+    tracker = Tracker(settings, topic, GROUP, max_redeliveries=10)
+    tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
+    tracker_thread.start()
+    consumer = KmqConsumer(settings, topic, GROUP, visibility_timeout_ms=visibility_timeout_ms)
+    deadline_at: dict[tuple[int, int], float] = {}
+    lateness: list[float] = []
+    try:
+        while len(lateness) < messages:
+            batch = consumer.poll(timeout_s=0.05)
+            # The consumer sets deadlines from the time just before poll() returns.
+            fetched = time.time() * 1000
+            for message in batch:
+                if message.redelivery_count == 0:
+                    deadline_at[(message.partition, message.offset)] = (
+                        fetched + visibility_timeout_ms
+                    )
+                    continue
+                original = _original_coordinates(message.headers)
+                lateness.append(fetched - deadline_at[original])
+                consumer.ack(message)
+    finally:
+        consumer.close()
+        stop.set()
+        tracker_thread.join(30)
+    return lateness
+
+
+def _original_coordinates(headers: object) -> tuple[int, int]:
+    from kmq_dagster.core.headers import ORIGINAL_OFFSET, ORIGINAL_PARTITION, int_header
+
+    partition = int_header(headers, ORIGINAL_PARTITION)  # type: ignore[arg-type]
+    offset = int_header(headers, ORIGINAL_OFFSET)  # type: ignore[arg-type]
+    assert partition is not None and offset is not None
+    return partition, offset
+
+
+def tracker_bytes_per_inflight(inflight: int, batch_size: int) -> float:
+    """Memory of the tracker's in-flight state holding ``inflight`` unacknowledged messages.
+
+    Fed the start markers consumers write for batches of ``batch_size`` (one per run).
+    """
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    state = PartitionInflight()
+    for marker_offset, first in enumerate(range(0, inflight, batch_size)):
+        count = min(batch_size, inflight - first)
+        state.record_start(marker_offset, StartMarker("orders", 0, first, count, 1_000_000))
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    assert state.inflight_count() == inflight
+    used = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    return used / inflight
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def run_ack_benchmark(
+    settings: KmqSettings,
+    messages: int,
+    report: Report,
+    partitions: int = 2,
+    rounds: int = 3,
+) -> AckFigures:
+    """Every figure of ``kmq bench ack``; throughputs are medians of ``rounds`` runs."""
+    plain_runs, ack_runs = [], []
+    for round_number in range(1, rounds + 1):
+        plain_runs.append(plain_throughput(settings, messages, partitions))
+        ack_runs.append(ack_throughput(settings, messages, partitions))
+        report(
+            f"round {round_number}/{rounds}: plain {plain_runs[-1]:,.0f} msg/s, "
+            f"per-message ack {ack_runs[-1]:,.0f} msg/s"
+        )
+    report("latency at an offered load of 10,000 msg/s for 10 s ...")
+    latencies = ack_latency_ms(settings, 10_000, 10, partitions)
+    report(
+        f"produce-to-ack latency p50 {percentile(latencies, 0.5):.1f} ms, "
+        f"p95 {percentile(latencies, 0.95):.1f} ms, p99 {percentile(latencies, 0.99):.1f} ms"
+    )
+    report("redelivery lateness over 2,000 unacknowledged messages (2 s timeout) ...")
+    lateness = redelivery_lateness_ms(settings, 2_000, 2_000, partitions)
+    report(
+        f"redelivered {len(lateness)} after their deadline by p50 "
+        f"{percentile(lateness, 0.5):.0f} ms, p99 {percentile(lateness, 0.99):.0f} ms, "
+        f"max {max(lateness):.0f} ms; earliest {min(lateness):.0f} ms"
+    )
+    per_inflight = tracker_bytes_per_inflight(1_000_000, settings.batch_size)
+    report(f"tracker memory: {per_inflight:.2f} bytes per in-flight message (1,000,000 in flight)")
+    return AckFigures(
+        plain_msgs_per_s=statistics.median(plain_runs),
+        ack_msgs_per_s=statistics.median(ack_runs),
+        p50_latency_ms=percentile(latencies, 0.5),
+        p95_latency_ms=percentile(latencies, 0.95),
+        p99_latency_ms=percentile(latencies, 0.99),
+        redelivery_lateness_p50_ms=percentile(lateness, 0.5),
+        redelivery_lateness_p99_ms=percentile(lateness, 0.99),
+        tracker_bytes_per_inflight=per_inflight,
+    )

@@ -1,0 +1,69 @@
+"""The message a handler gets: a thin view of the Kafka record, decoded only when read."""
+
+from __future__ import annotations
+
+from confluent_kafka import Message
+
+from kmq_dagster.core.headers import REDELIVERY_COUNT, int_header, normalize_headers
+
+
+class KmqMessage:
+    """One message handed out by a :class:`~kmq_dagster.kafka.consumer.KmqConsumer`.
+
+    Acknowledge it with ``consumer.ack(message)``; it is redelivered if that never happens.
+    """
+
+    __slots__ = ("_headers", "_record", "offset", "source")
+
+    def __init__(self, record: Message, source: tuple[str, int], offset: int) -> None:
+        self._record = record
+        self._headers: list[tuple[str, bytes | None]] | None = None
+        #: (topic, partition) the message was read from.
+        self.source = source
+        self.offset = offset
+
+    @classmethod
+    def from_record(cls, record: Message) -> KmqMessage:
+        return cls(record, (record.topic() or "", record.partition() or 0), record.offset() or 0)
+
+    @property
+    def topic(self) -> str:
+        return self.source[0]
+
+    @property
+    def partition(self) -> int:
+        return self.source[1]
+
+    @property
+    def key(self) -> bytes | None:
+        return self._record.key()
+
+    @property
+    def value(self) -> bytes | None:
+        return self._record.value()
+
+    @property
+    def timestamp_ms(self) -> int:
+        return self._record.timestamp()[1]
+
+    @property
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        """Headers in order, values as bytes (``None`` for a null header value)."""
+        if self._headers is None:
+            self._headers = normalize_headers(self._record.headers())
+        return self._headers
+
+    @property
+    def redelivery_count(self) -> int:
+        """How often the tracker redelivered this message; 0 on first delivery.
+
+        A malformed count reads as 0 here; the tracker dead-letters such a message if it
+        ever has to redeliver it.
+        """
+        try:
+            return int_header(self.headers, REDELIVERY_COUNT) or 0
+        except ValueError:
+            return 0
+
+    def __repr__(self) -> str:
+        return f"KmqMessage({self.topic}[{self.partition}]@{self.offset})"
