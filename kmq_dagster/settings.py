@@ -33,6 +33,10 @@ DEFAULT_REQUEST_TIMEOUT_MS = 15_000
 DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
 #: Redeliveries of one message before it goes to the dead-letter topic.
 DEFAULT_MAX_REDELIVERIES = 3
+#: Longest a fetch waits for data. Apache Kafka answers as soon as data arrives, so this only
+#: trims idle traffic there; brokers that hold a fetch for the full wait (the embedded one)
+#: add up to this much latency.
+DEFAULT_FETCH_WAIT_MAX_MS = 50
 #: Messages fetched per batch; one start marker covers a contiguous run of a batch.
 DEFAULT_BATCH_SIZE = 500
 #: Delay of each retry after a handler failure (one retry topic per distinct delay).
@@ -51,6 +55,7 @@ class KmqSettings:
     client_config: Mapping[str, str] = field(default_factory=dict)
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
+    fetch_wait_max_ms: int = DEFAULT_FETCH_WAIT_MAX_MS
     visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS
     max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
     batch_size: int = DEFAULT_BATCH_SIZE
@@ -59,7 +64,12 @@ class KmqSettings:
     def __post_init__(self) -> None:
         if not self.bootstrap_servers.strip():
             raise ConfigError("bootstrap servers must not be empty")
-        for name in ("session_timeout_ms", "request_timeout_ms", "visibility_timeout_ms"):
+        for name in (
+            "session_timeout_ms",
+            "request_timeout_ms",
+            "visibility_timeout_ms",
+            "fetch_wait_max_ms",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.max_redeliveries < 0:
@@ -84,7 +94,7 @@ class KmqSettings:
             values["bootstrap_servers"] = env["KMQ_BOOTSTRAP_SERVERS"]
         if "KMQ_CLIENT_ID" in env:
             values["client_id"] = env["KMQ_CLIENT_ID"]
-        for name in ("session_timeout_ms", "request_timeout_ms"):
+        for name in ("session_timeout_ms", "request_timeout_ms", "fetch_wait_max_ms"):
             if (raw := env.get(f"KMQ_{name.upper()}")) is not None:
                 values[name] = _parse_int(f"KMQ_{name.upper()}", raw)
         if (raw := env.get("KMQ_VISIBILITY_TIMEOUT")) is not None:
@@ -138,6 +148,7 @@ class KmqSettings:
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "session.timeout.ms": self.session_timeout_ms,
+            "fetch.wait.max.ms": self.fetch_wait_max_ms,
             **extra,
         }
 

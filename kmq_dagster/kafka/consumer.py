@@ -26,19 +26,33 @@ from kmq_dagster.core.commits import CommitQueue
 from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
 from kmq_dagster.core.naming import markers_topic, redelivery_topic
 from kmq_dagster.core.ranges import offset_runs
-from kmq_dagster.errors import KmqError
-from kmq_dagster.kafka.clients import CLIENT_LOGGER, admin_client, cluster_metadata
+from kmq_dagster.kafka.clients import CLIENT_LOGGER
 from kmq_dagster.kafka.message import KmqMessage
+from kmq_dagster.kafka.provision import require_queue_topics
 from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
 
 #: How often acknowledgements are turned into end markers when nobody polls.
 ACK_FLUSH_INTERVAL_S = 0.02
+#: How long markers wait to share a produce request. Nothing waits on them: a batch is handed
+#: out before its start markers are acknowledged, and only its commit waits.
+MARKER_LINGER_MS = 10
 #: How long close() and a revocation wait for outstanding markers.
 FLUSH_TIMEOUT_S = 30.0
 
 __all__ = ["ConsumerStats", "KmqConsumer", "KmqMessage", "wall_clock_ms"]
+
+
+def offsets_by_source(messages: list[KmqMessage]) -> dict[tuple[str, int], list[int]]:
+    """Offsets of ``messages`` grouped by (topic, partition), in the order given."""
+    sources = {message.source for message in messages}
+    if len(sources) == 1:
+        return {sources.pop(): [message.offset for message in messages]}
+    return {
+        source: [message.offset for message in messages if message.source == source]
+        for source in sources
+    }
 
 
 def wall_clock_ms() -> int:
@@ -88,9 +102,9 @@ class KmqConsumer:
         self.batch_size = batch_size or settings.batch_size
         self.stats = ConsumerStats()
         self._clock_ms = clock_ms
-        self._check_topics(settings)
+        require_queue_topics(settings, topic, group)
         self._producer = Producer(
-            settings.producer_config(**{"linger.ms": 2, "logger": CLIENT_LOGGER})
+            settings.producer_config(**{"linger.ms": MARKER_LINGER_MS, "logger": CLIENT_LOGGER})
         )
         self._consumer = Consumer(
             settings.consumer_config(
@@ -111,6 +125,7 @@ class KmqConsumer:
         self._commits = CommitQueue()
         self._commits_lock = threading.Lock()
         self._last_ack_flush = time.monotonic()
+        self._drain_lock = threading.Lock()
         self._stop = threading.Event()
         self._flusher = threading.Thread(
             target=self._flush_acks_periodically, name=f"kmq-acks-{topic}", daemon=True
@@ -134,21 +149,18 @@ class KmqConsumer:
         if self.batch_size > 1:
             fetched += self._consumer.consume(self.batch_size - 1, 0)
         deadline_ms = self._clock_ms() + self.visibility_timeout_ms
-        offsets: dict[tuple[str, int], list[int]] = {}
-        messages: list[KmqMessage] = []
         for record in fetched:
             if record.error() is not None:
                 self._handle_fetch_error(record)
-                continue
-            key = (record.topic() or "", record.partition() or 0)
-            offset = record.offset() or 0
-            messages.append(KmqMessage(record, key, offset))
-            if key in offsets:
-                offsets[key].append(offset)
-            else:
-                offsets[key] = [offset]
+        messages = [
+            KmqMessage(
+                record, (record.topic() or "", record.partition() or 0), record.offset() or 0
+            )
+            for record in fetched
+            if record.error() is None
+        ]
         if messages:
-            self._start(offsets, deadline_ms)
+            self._start(offsets_by_source(messages), deadline_ms)
         return messages
 
     def ack(self, message: KmqMessage) -> None:
@@ -187,19 +199,6 @@ class KmqConsumer:
         self._consumer.close()
 
     # -- internals --------------------------------------------------------------------------
-
-    def _check_topics(self, settings: KmqSettings) -> None:
-        topics = cluster_metadata(admin_client(settings), settings).topics
-        needed = [self.topic, self.markers_topic, self.redelivery_topic]
-        missing = [name for name in needed if name not in topics]
-        if missing:
-            raise KmqError(
-                f"topics missing: {', '.join(missing)}; run "
-                f"`kmq provision --topic {self.topic} --group {self.group}` first"
-            )
-        counts = {name: len(topics[name].partitions) for name in needed}
-        if len(set(counts.values())) != 1:
-            raise KmqError(f"partition counts differ: {counts}; every queue topic needs the same")
 
     def _handle_fetch_error(self, record: Message) -> None:
         error = record.error()
@@ -271,14 +270,11 @@ class KmqConsumer:
     def _flush_acks(self) -> None:
         """Turn acknowledgements into end markers, one per contiguous run."""
         self._last_ack_flush = time.monotonic()
-        acked: dict[tuple[str, int], list[int]] = {}
-        acks = self._acks
-        while acks:
-            message = acks.popleft()
-            if message.source in acked:
-                acked[message.source].append(message.offset)
-            else:
-                acked[message.source] = [message.offset]
+        popleft = self._acks.popleft
+        # poll() and the background thread both flush: one drains at a time. Acks appended
+        # meanwhile wait for the next flush.
+        with self._drain_lock:
+            acked = offsets_by_source([popleft() for _ in range(len(self._acks))])
         for (topic, partition), offsets in acked.items():
             self.stats.acked += len(offsets)
             for first, count in offset_runs(offsets):

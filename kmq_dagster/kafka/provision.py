@@ -13,7 +13,12 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from kmq_dagster.core.naming import group_topics, validate_topic_name
+from kmq_dagster.core.naming import (
+    group_topics,
+    markers_topic,
+    redelivery_topic,
+    validate_topic_name,
+)
 from kmq_dagster.errors import ProvisionError
 from kmq_dagster.kafka.clients import admin_client, cluster_metadata
 from kmq_dagster.settings import KmqSettings
@@ -75,6 +80,25 @@ def provision_queue(
         report.unchanged += raced
         _wait_until_visible(admin, settings, topic, missing, partitions)
     return report
+
+
+def require_queue_topics(settings: KmqSettings, topic: str, group: str) -> int:
+    """Check the queue's topics exist with one partition count; returns that count.
+
+    Raises:
+        ProvisionError: a topic is missing or the counts differ (with the command that fixes it).
+        KafkaUnavailableError: the cluster did not answer.
+    """
+    needed = [topic, markers_topic(topic, group), redelivery_topic(topic, group)]
+    existing = _partition_counts(admin_client(settings), settings)
+    missing = [name for name in needed if name not in existing]
+    if missing:
+        raise ProvisionError(
+            f"topics missing: {', '.join(missing)}; "
+            f"run `kmq provision --topic {topic} --group {group}` first"
+        )
+    _check_partition_counts(topic, needed, existing[topic], existing)
+    return existing[topic]
 
 
 def _partition_counts(admin: AdminClient, settings: KmqSettings) -> dict[str, int]:

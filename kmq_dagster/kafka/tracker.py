@@ -41,6 +41,7 @@ from kmq_dagster.core.naming import dlq_topic, markers_topic, redelivery_topic
 from kmq_dagster.errors import MarkerDecodeError
 from kmq_dagster.kafka.clients import CLIENT_LOGGER
 from kmq_dagster.kafka.consumer import wall_clock_ms
+from kmq_dagster.kafka.provision import require_queue_topics
 from kmq_dagster.kafka.record_reader import RecordReader
 from kmq_dagster.settings import KmqSettings
 
@@ -98,6 +99,7 @@ class Tracker:
         self.dlq_topic = dlq_topic(topic, group)
         self.stats = TrackerStats()
         self._clock_ms = clock_ms
+        require_queue_topics(settings, topic, group)
         self._partitions: dict[int, _PartitionState] = {}
         self._consumer = Consumer(
             settings.consumer_config(

@@ -24,6 +24,7 @@ def test_environment_is_read_and_flags_override_it() -> None:
     env = {
         "KMQ_BOOTSTRAP_SERVERS": "kafka-1:9092,kafka-2:9092",
         "KMQ_SESSION_TIMEOUT_MS": "45000",
+        "KMQ_FETCH_WAIT_MAX_MS": "200",
         "KMQ_VISIBILITY_TIMEOUT": "2m",
         "KMQ_RETRY_DELAYS": "5m,5m,30m",
         "KMQ_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
@@ -43,6 +44,7 @@ def test_environment_is_read_and_flags_override_it() -> None:
     assert consumer["sasl.username"] == "u"
     assert consumer["enable.auto.commit"] is False
     assert consumer["session.timeout.ms"] == 45_000
+    assert consumer["fetch.wait.max.ms"] == 200
 
 
 @pytest.mark.parametrize(
@@ -51,6 +53,7 @@ def test_environment_is_read_and_flags_override_it() -> None:
         ({"KMQ_SESSION_TIMEOUT_MS": "ten"}, "KMQ_SESSION_TIMEOUT_MS must be an integer"),
         ({"KMQ_VISIBILITY_TIMEOUT": "soon"}, "not a duration"),
         ({"KMQ_BATCH_SIZE": "0"}, "batch_size must be >= 1"),
+        ({"KMQ_FETCH_WAIT_MAX_MS": "0"}, "fetch_wait_max_ms must be positive"),
         ({"KMQ_RETRY_DELAYS": ","}, "retry delays"),
         ({"KMQ_BOOTSTRAP_SERVERS": " "}, "bootstrap servers must not be empty"),
     ],
