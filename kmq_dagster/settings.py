@@ -37,6 +37,9 @@ DEFAULT_MAX_REDELIVERIES = 3
 #: trims idle traffic there; brokers that hold a fetch for the full wait (the embedded one)
 #: add up to this much latency.
 DEFAULT_FETCH_WAIT_MAX_MS = 50
+#: Client-side size limit of kmq's producers: the broker's own limit is the one that counts,
+#: and kmq must never refuse to move (redeliver, retry, dead-letter) a record it was able to read.
+PRODUCER_MESSAGE_MAX_BYTES = 16 * 1024 * 1024
 #: Messages fetched per batch; one start marker covers a contiguous run of a batch.
 DEFAULT_BATCH_SIZE = 500
 #: Delay of each retry after a handler failure (one retry topic per distinct delay).
@@ -137,6 +140,7 @@ class KmqSettings:
             **self.common_client_config(),
             "acks": "all",
             "enable.idempotence": True,
+            "message.max.bytes": PRODUCER_MESSAGE_MAX_BYTES,
             **extra,
         }
 

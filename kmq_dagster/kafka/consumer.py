@@ -181,6 +181,10 @@ class KmqConsumer:
             StartMarker(message.topic, message.partition, message.offset, 1, deadline_ms)
         )
 
+    def assigned_partitions(self) -> list[tuple[str, int]]:
+        """(topic, partition) pairs the group assigned this consumer now."""
+        return sorted((tp.topic, tp.partition) for tp in self._consumer.assignment())
+
     def assignment_ready(self) -> bool:
         """True once the group has assigned this consumer at least one partition."""
         return bool(self._consumer.assignment())

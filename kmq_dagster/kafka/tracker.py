@@ -137,6 +137,10 @@ class Tracker:
             self._reader.close()
             self._producer.flush(30)
 
+    def owned_partitions(self) -> list[int]:
+        """Markers partitions this tracker is assigned now."""
+        return sorted(self._partitions)
+
     def inflight_count(self) -> int:
         """Unacknowledged messages this tracker knows of."""
         return sum(state.inflight.inflight_count() for state in self._partitions.values())

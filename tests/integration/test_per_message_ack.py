@@ -239,24 +239,33 @@ def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknow
     assert read_topic(settings, redelivery_topic(queue, GROUP), PARTITIONS) == []
 
 
-def test_null_keys_and_values_big_values_and_binary_headers_pass_through(
+def test_null_keys_and_values_1mib_values_and_binary_headers_survive_redelivery(
     settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
     producer = Producer(settings.producer_config())
-    big = b"x" * 900_000
+    big = bytes(range(256)) * 4096  # 1 MiB
     producer.produce(queue, key=None, value=None, partition=0)
     producer.produce(queue, key=b"k", value=big, partition=0, headers=[("h", b"\xc3\x28")])
     producer.produce(queue, key=b"k", value=b"v", partition=0, headers=[(REDELIVERY_COUNT, b"x")])
     assert producer.flush(30) == 0
-    consumer = consumer_factory()
+    consumer = consumer_factory(visibility_timeout_ms=1_000)
 
-    messages = poll_until(consumer, 3)
-    for message in messages:
-        consumer.ack(message)
+    # delivered; the null and the 1 MiB message are left for the tracker to redeliver
+    with running_tracker(Tracker(settings, queue, GROUP)):
+        messages = poll_until(consumer, 3)
+        consumer.ack(messages[2])
+        copies = poll_until(consumer, 2)
+        for copy in copies:
+            consumer.ack(copy)
 
     assert [(m.key, m.value) for m in messages[:2]] == [(None, None), (b"k", big)]
     assert messages[1].headers == [("h", b"\xc3\x28")]
     assert messages[2].redelivery_count == 0  # a garbage count header still delivers
+    assert [(m.key, m.value, m.redelivery_count) for m in copies] == [
+        (None, None, 1),
+        (b"k", big, 1),
+    ]
+    assert header_value(copies[1].headers, "h") == b"\xc3\x28"
 
 
 def test_garbage_redelivery_count_goes_to_the_dlq_with_its_reason(
@@ -274,3 +283,54 @@ def test_garbage_redelivery_count_goes_to_the_dlq_with_its_reason(
     reason = header_value(normalize_headers(dead[0].headers()), DLQ_REASON) or b""
     assert reason.startswith(b"corrupt redelivery metadata")
     assert tracker.stats.redelivered == 0
+
+
+def test_acks_of_revoked_partitions_still_count(
+    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+) -> None:
+    # given consumer A holding messages of both partitions, all in flight at the tracker
+    produce(settings, queue, [f"m{i}".encode() for i in range(20)], partitions=PARTITIONS)
+    first = consumer_factory(visibility_timeout_ms=60_000)
+    tracker = Tracker(settings, queue, GROUP)
+    with running_tracker(tracker):
+        held = poll_until(first, 20)
+        assert wait_for(lambda: tracker.inflight_count() == 20)
+        # when consumer B joins and takes a partition away from A
+        second = consumer_factory(visibility_timeout_ms=60_000)
+        deadline = time.monotonic() + 30
+        extra: list[KmqMessage] = []
+        while time.monotonic() < deadline and not second.assignment_ready():
+            extra += second.poll(timeout_s=0.2) + first.poll(timeout_s=0.2)
+        assert second.assignment_ready(), "B never got a partition"
+        assert len(first.assigned_partitions()) < 2 * PARTITIONS  # A lost some
+        # then A's acks after the revocation are honoured: nothing is left to redeliver
+        for message in held:
+            first.ack(message)
+        first.flush()
+        assert wait_for(lambda: tracker.inflight_count() == 0)
+    assert len(held) == 20
+    assert extra == []
+    assert tracker.stats.redelivered == 0
+
+
+def test_trackers_share_partitions_and_one_takes_over_when_another_stops(
+    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+) -> None:
+    produce(settings, queue, [b"a", b"b"], partitions=PARTITIONS)  # one per partition
+    consumer = consumer_factory(visibility_timeout_ms=4_000)
+    first, second = Tracker(settings, queue, GROUP), Tracker(settings, queue, GROUP)
+    with running_tracker(first):
+        with running_tracker(second):
+            # both trackers own one markers partition each
+            assert wait_for(
+                lambda: first.owned_partitions() + second.owned_partitions() in ([0, 1], [1, 0])
+            )
+            held = poll_until(consumer, 2)
+        # the second tracker stopped before any deadline; the first takes over its partition
+        again = poll_until(consumer, 2, timeout_s=40)
+        for message in again:
+            consumer.ack(message)
+    assert sorted(m.value or b"" for m in held) == [b"a", b"b"]
+    assert sorted(m.value or b"" for m in again) == [b"a", b"b"]
+    assert first.stats.redelivered == 2
+    assert second.stats.redelivered == 0
