@@ -1,0 +1,108 @@
+"""Retry policy: after a failed attempt, retry later (on which retry topic, due when) or give up.
+
+Two shapes:
+
+* an explicit delay sequence, e.g. ``5m, 5m, 30m, 30m, 30m, 1h``: six retries, one retry topic
+  per distinct delay;
+* exponential backoff: ``initial * multiplier**n`` capped at ``max_delay``, with jitter, up to
+  ``max_attempts`` attempts in all.
+
+A retry topic is chosen by the *nominal* delay (without jitter), so the number of retry topics
+stays small; the message's due time carries the jitter. Nothing is ever due before
+``failed_at + nominal delay * (1 - jitter)``; the retry consumer never processes a message early.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+#: Error types that never go to a retry topic: retrying cannot fix what cannot be decoded.
+ALWAYS_FATAL: frozenset[str] = frozenset(
+    {"UnicodeDecodeError", "JSONDecodeError", "DeserializationError"}
+)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Try again: send the message to the retry topic of ``topic_delay_ms``, due at ``due_ms``."""
+
+    attempt: int
+    topic_delay_ms: int
+    due_ms: int
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """Give up: send the message to the dead-letter topic with ``reason``."""
+
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how often a failed message is retried.
+
+    Args:
+        delays_ms: explicit delays, one per retry; when set, ``max_attempts`` is
+            ``len(delays_ms) + 1`` and the backoff fields are ignored.
+        initial_delay_ms, multiplier, max_delay_ms: exponential backoff.
+        jitter: fraction in [0, 1); a due time is spread by up to this share of its delay.
+        max_attempts: attempts in all, the first delivery included (backoff only).
+        non_retryable: exception type names that go straight to the DLQ.
+    """
+
+    delays_ms: tuple[int, ...] = ()
+    initial_delay_ms: int = 1_000
+    multiplier: float = 2.0
+    max_delay_ms: int = 600_000
+    jitter: float = 0.0
+    max_attempts: int = 4
+    non_retryable: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if any(delay_ms <= 0 for delay_ms in self.delays_ms):
+            raise ValueError("retry delays must be positive")
+        if self.initial_delay_ms <= 0 or self.max_delay_ms < self.initial_delay_ms:
+            raise ValueError("need 0 < initial_delay_ms <= max_delay_ms")
+        if self.multiplier < 1:
+            raise ValueError(f"multiplier must be >= 1, got {self.multiplier}")
+        if not 0 <= self.jitter < 1:
+            raise ValueError(f"jitter must be in [0, 1), got {self.jitter}")
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+
+    @classmethod
+    def fixed(cls, delays_ms: Iterable[int], non_retryable: Iterable[str] = ()) -> RetryPolicy:
+        """A policy with one retry per given delay."""
+        return cls(delays_ms=tuple(delays_ms), non_retryable=frozenset(non_retryable))
+
+    @property
+    def attempts(self) -> int:
+        """Attempts in all, the first delivery included."""
+        return len(self.delays_ms) + 1 if self.delays_ms else self.max_attempts
+
+    def nominal_delay_ms(self, retry_number: int) -> int:
+        """Delay before retry ``retry_number`` (1-based), before jitter."""
+        if self.delays_ms:
+            return self.delays_ms[retry_number - 1]
+        delay = self.initial_delay_ms * self.multiplier ** (retry_number - 1)
+        return int(min(delay, self.max_delay_ms))
+
+    def topic_delays_ms(self) -> list[int]:
+        """Every distinct nominal delay, ascending: one retry topic each."""
+        return sorted({self.nominal_delay_ms(n) for n in range(1, self.attempts)})
+
+    def after_failure(
+        self, attempt: int, error_type: str, failed_at_ms: int, rng: random.Random
+    ) -> Retry | DeadLetter:
+        """Decide what follows failed attempt number ``attempt`` (1 = the first delivery)."""
+        if error_type in self.non_retryable or error_type in ALWAYS_FATAL:
+            return DeadLetter(attempt, f"non-retryable error {error_type}")
+        if attempt >= self.attempts:
+            return DeadLetter(attempt, f"failed {attempt} attempts, the last with {error_type}")
+        delay_ms = self.nominal_delay_ms(attempt)
+        spread_ms = int(delay_ms * self.jitter * (2 * rng.random() - 1))
+        return Retry(attempt + 1, delay_ms, failed_at_ms + delay_ms + spread_ms)
