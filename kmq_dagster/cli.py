@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -259,15 +260,19 @@ def bench_ack(settings: KmqSettings, messages: int, rounds: int, external: bool)
     def report(line: str) -> None:
         click.echo(line, err=True)
 
-    if external:
-        figures = run_ack_benchmark(settings, messages, report, rounds=rounds)
-    else:
-        with EmbeddedBroker(port=0) as embedded:
-            report(f"embedded broker on {embedded.bootstrap_servers}, in memory")
-            local = settings.with_overrides(
+    @contextlib.contextmanager
+    def cluster() -> Iterator[KmqSettings]:
+        if external:
+            yield settings
+            return
+        with EmbeddedBroker(port=0) as embedded:  # a fresh broker per measurement
+            yield settings.with_overrides(
                 bootstrap_servers=embedded.bootstrap_servers, session_timeout_ms=6_000
             )
-            figures = run_ack_benchmark(local, messages, report, rounds=rounds)
+
+    where = settings.bootstrap_servers if external else "a fresh embedded broker each time"
+    report(f"measuring on {where}; {messages:,} messages of 100 bytes per run")
+    figures = run_ack_benchmark(cluster, messages, report, rounds=rounds)
     click.echo(figures.as_json())
 
 

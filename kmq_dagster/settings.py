@@ -37,6 +37,8 @@ DEFAULT_MAX_REDELIVERIES = 3
 #: trims idle traffic there; brokers that hold a fetch for the full wait (the embedded one)
 #: add up to this much latency.
 DEFAULT_FETCH_WAIT_MAX_MS = 50
+#: How soon a consumer fetches again after its local queue was full (librdkafka: 1000 ms).
+FETCH_QUEUE_BACKOFF_MS = 10
 #: Client-side size limit of kmq's producers: the broker's own limit is the one that counts,
 #: and kmq must never refuse to move (redeliver, retry, dead-letter) a record it was able to read.
 PRODUCER_MESSAGE_MAX_BYTES = 16 * 1024 * 1024
@@ -145,14 +147,21 @@ class KmqSettings:
         }
 
     def consumer_config(self, group: str, **extra: Any) -> dict[str, Any]:
-        """Configuration for a ``Consumer`` in ``group``: offsets are committed by kmq only."""
+        """Configuration for a ``Consumer`` in ``group``: offsets are committed by kmq only.
+
+        Tuning defaults come first so ``KMQ_KAFKA_*`` / ``-X`` can override them; the settings
+        kmq's guarantees rest on come last and cannot be overridden that way.
+        """
         return {
-            **self.common_client_config(),
-            "group.id": group,
-            "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "session.timeout.ms": self.session_timeout_ms,
             "fetch.wait.max.ms": self.fetch_wait_max_ms,
+            # librdkafka stops fetching a partition whose local queue is full and by default
+            # looks again only after 1 s: a stall for any consumer that drains it quickly.
+            "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+            **self.common_client_config(),
+            "group.id": group,
+            "enable.auto.commit": False,
             **extra,
         }
 

@@ -13,6 +13,7 @@ import time
 import tracemalloc
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Producer
@@ -25,6 +26,8 @@ from kmq_dagster.kafka.tracker import Tracker
 from kmq_dagster.settings import KmqSettings
 
 Report = Callable[[str], None]
+#: Gives the Kafka to measure on, for the length of one measurement.
+Cluster = Callable[[], AbstractContextManager[KmqSettings]]
 
 #: Payload of every benchmark message (the mqperf benchmark used 100 bytes too).
 VALUE = b"x" * 100
@@ -247,39 +250,55 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def run_ack_benchmark(
-    settings: KmqSettings,
+    cluster: Cluster,
     messages: int,
     report: Report,
     partitions: int = 2,
     rounds: int = 3,
 ) -> AckFigures:
-    """Every figure of ``kmq bench ack``; throughputs are medians of ``rounds`` runs."""
-    sync_runs, async_runs, ack_runs = [], [], []
+    """Every figure of ``kmq bench ack``; throughputs are medians of ``rounds`` runs.
+
+    Each measurement gets its own ``cluster()`` (a fresh embedded broker, unless external),
+    and the order of the three consumers rotates from round to round: the embedded broker's
+    fetch rate depends on what it already holds, and no consumer may profit from going first.
+    """
+    phases: dict[str, Callable[[KmqSettings], float]] = {
+        "plain (sync commit)": lambda s: plain_throughput(s, messages, partitions),
+        "plain (async commit)": lambda s: plain_throughput(
+            s, messages, partitions, commit_async=True
+        ),
+        "per-message ack": lambda s: ack_throughput(s, messages, partitions),
+    }
+    runs: dict[str, list[float]] = {name: [] for name in phases}
+    names = list(phases)
     for round_number in range(1, rounds + 1):
-        sync_runs.append(plain_throughput(settings, messages, partitions))
-        async_runs.append(plain_throughput(settings, messages, partitions, commit_async=True))
-        ack_runs.append(ack_throughput(settings, messages, partitions))
+        shift = (round_number - 1) % len(names)
+        for name in names[shift:] + names[:shift]:
+            with cluster() as settings:
+                runs[name].append(phases[name](settings))
         report(
-            f"round {round_number}/{rounds}: plain (sync commit) {sync_runs[-1]:,.0f} msg/s, "
-            f"plain (async commit) {async_runs[-1]:,.0f} msg/s, "
-            f"per-message ack {ack_runs[-1]:,.0f} msg/s"
+            f"round {round_number}/{rounds}: "
+            + ", ".join(f"{name} {runs[name][-1]:,.0f} msg/s" for name in names)
         )
+    sync_runs, async_runs, ack_runs = runs.values()
     # The ratio is taken against the faster plain consumer, whichever it was.
     plain_runs = max(sync_runs, async_runs, key=statistics.median)
     report("latency at an offered load of 10,000 msg/s for 10 s ...")
-    latencies = ack_latency_ms(settings, 10_000, 10, partitions)
+    with cluster() as settings:
+        latencies = ack_latency_ms(settings, 10_000, 10, partitions)
     report(
         f"produce-to-ack latency p50 {percentile(latencies, 0.5):.1f} ms, "
         f"p95 {percentile(latencies, 0.95):.1f} ms, p99 {percentile(latencies, 0.99):.1f} ms"
     )
     report("redelivery lateness over 2,000 unacknowledged messages (2 s timeout) ...")
-    lateness = redelivery_lateness_ms(settings, 2_000, 2_000, partitions)
+    with cluster() as settings:
+        lateness = redelivery_lateness_ms(settings, 2_000, 2_000, partitions)
     report(
         f"redelivered {len(lateness)} after their deadline by p50 "
         f"{percentile(lateness, 0.5):.0f} ms, p99 {percentile(lateness, 0.99):.0f} ms, "
         f"max {max(lateness):.0f} ms; earliest {min(lateness):.0f} ms"
     )
-    per_inflight = tracker_bytes_per_inflight(1_000_000, settings.batch_size)
+    per_inflight = tracker_bytes_per_inflight(1_000_000, batch_size=500)
     report(f"tracker memory: {per_inflight:.2f} bytes per in-flight message (1,000,000 in flight)")
     return AckFigures(
         plain_msgs_per_s=statistics.median(plain_runs),

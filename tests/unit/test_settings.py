@@ -47,6 +47,13 @@ def test_environment_is_read_and_flags_override_it() -> None:
     assert consumer["fetch.wait.max.ms"] == 200
 
 
+def test_client_passthrough_tunes_defaults_but_cannot_turn_on_auto_commit() -> None:
+    env = {"KMQ_KAFKA_FETCH_QUEUE_BACKOFF_MS": "100", "KMQ_KAFKA_ENABLE_AUTO_COMMIT": "true"}
+    consumer = KmqSettings.from_env(env).consumer_config("g")
+    assert consumer["fetch.queue.backoff.ms"] == "100"
+    assert consumer["enable.auto.commit"] is False
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
