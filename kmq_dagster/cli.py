@@ -174,6 +174,17 @@ def _queue_options(command: Callable[..., None]) -> Callable[..., None]:
 )
 @click.option("--max-redeliveries", type=click.IntRange(min=0), help="[default 3]")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Messages per fetch [default 500].")
+@click.option(
+    "--retry-delays",
+    metavar="LIST",
+    help="Delay before each retry of a failed message, e.g. 10s,1m,10m [env KMQ_RETRY_DELAYS].",
+)
+@click.option(
+    "--non-retryable",
+    metavar="NAMES",
+    default="",
+    help="Exception type names that go straight to the DLQ, e.g. ValueError,KeyError.",
+)
 @click.pass_obj
 def worker(
     settings: KmqSettings,
@@ -183,19 +194,29 @@ def worker(
     visibility_timeout: str | None,
     max_redeliveries: int | None,
     batch_size: int | None,
+    retry_delays: str | None,
+    non_retryable: str,
 ) -> None:
-    """Consume TOPIC in GROUP, acknowledging each message its handler returns from."""
-    from kmq_dagster.kafka.consumer import KmqConsumer
+    """Consume TOPIC in GROUP: returning acknowledges a message, raising retries it later."""
+    from kmq_dagster.core.retry import RetryPolicy
+    from kmq_dagster.kafka.consumer import KmqConsumer, wall_clock_ms
+    from kmq_dagster.kafka.retry_router import RetryRouter
     from kmq_dagster.kafka.worker import WorkerStats, load_handler, run_worker
 
     settings = settings.with_overrides(
         visibility_timeout_ms=parse_duration_ms(visibility_timeout) if visibility_timeout else None,
         max_redeliveries=max_redeliveries,
         batch_size=batch_size,
+        retry_delays_ms=parse_delay_list(retry_delays) if retry_delays else None,
     )
     function = load_handler(handler)
+    policy = RetryPolicy.fixed(
+        settings.retry_delays_ms,
+        non_retryable=[name.strip() for name in non_retryable.split(",") if name.strip()],
+    )
     stop_requested = _stop_on_signals()
-    consumer = KmqConsumer(settings, topic, group)
+    router = RetryRouter(settings, topic, group, policy, clock_ms=wall_clock_ms)
+    consumer = KmqConsumer(settings, topic, group, retry_topics=list(router.retry_topics.values()))
     log = logging.getLogger("kmq.worker")
     log.info("worker for %s / group %s started", topic, group)
     last_report = [time.monotonic()]
@@ -205,7 +226,7 @@ def worker(
             last_report[0] = time.monotonic()
             log.info("handled %d, failed %d", stats.handled, stats.failed)
 
-    stats = run_worker(consumer, function, stop_requested, on_batch=report)
+    stats = run_worker(consumer, function, stop_requested, on_batch=report, router=router)
     click.echo(f"kmq worker: stopped after {stats.handled} handled, {stats.failed} failed")
 
 

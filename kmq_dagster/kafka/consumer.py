@@ -17,15 +17,17 @@ import logging
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from kmq_dagster.core.commits import CommitQueue
+from kmq_dagster.core.due import split_due
 from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
 from kmq_dagster.core.naming import markers_topic, redelivery_topic
 from kmq_dagster.core.ranges import offset_runs
+from kmq_dagster.core.retry_headers import read_due_ms
 from kmq_dagster.kafka.clients import CLIENT_LOGGER
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.provision import require_queue_topics
@@ -53,6 +55,18 @@ def offsets_by_source(messages: list[KmqMessage]) -> dict[tuple[str, int], list[
         source: [message.offset for message in messages if message.source == source]
         for source in sources
     }
+
+
+def _due_ms_or_now(message: KmqMessage) -> int | None:
+    # An unreadable due time is due now: the worker dead-letters it as corrupt metadata.
+    try:
+        return read_due_ms(message.headers)
+    except ValueError:
+        return None
+
+
+def _offset_of(message: KmqMessage) -> int:
+    return message.offset
 
 
 def wall_clock_ms() -> int:
@@ -92,9 +106,11 @@ class KmqConsumer:
         *,
         visibility_timeout_ms: int | None = None,
         batch_size: int | None = None,
+        retry_topics: Sequence[str] = (),
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.topic = topic
+        self.retry_topics = list(retry_topics)
         self.group = group
         self.markers_topic = markers_topic(topic, group)
         self.redelivery_topic = redelivery_topic(topic, group)
@@ -102,7 +118,7 @@ class KmqConsumer:
         self.batch_size = batch_size or settings.batch_size
         self.stats = ConsumerStats()
         self._clock_ms = clock_ms
-        require_queue_topics(settings, topic, group)
+        require_queue_topics(settings, topic, group, extra=self.retry_topics)
         self._producer = Producer(
             settings.producer_config(**{"linger.ms": MARKER_LINGER_MS, "logger": CLIENT_LOGGER})
         )
@@ -118,8 +134,12 @@ class KmqConsumer:
             )
         )
         self._consumer.subscribe(
-            [topic, self.redelivery_topic], on_revoke=self._on_revoke, on_lost=self._on_revoke
+            [topic, self.redelivery_topic, *self.retry_topics],
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
         )
+        #: Partitions paused until their next message is due: (topic, partition) -> due ms.
+        self._paused: dict[tuple[str, int], int] = {}
         # deque.append and popleft are atomic: acks from any thread need no lock.
         self._acks: deque[KmqMessage] = deque()
         self._commits = CommitQueue()
@@ -142,6 +162,7 @@ class KmqConsumer:
         """
         self._flush_acks()
         self._settle_commits()
+        self._resume_due_partitions()
         # consume(n) waits for n messages or the timeout; wait for one, then take what is here.
         fetched = self._consumer.consume(1, timeout_s)
         if not fetched:
@@ -159,6 +180,8 @@ class KmqConsumer:
             for record in fetched
             if record.error() is None
         ]
+        if self.retry_topics:
+            messages = self._hold_back_not_due(messages)
         if messages:
             self._start(offsets_by_source(messages), deadline_ms)
         return messages
@@ -203,6 +226,37 @@ class KmqConsumer:
         self._consumer.close()
 
     # -- internals --------------------------------------------------------------------------
+
+    def _hold_back_not_due(self, messages: list[KmqMessage]) -> list[KmqMessage]:
+        """Never early: cut each partition at its first message not yet due, rewind the
+        partition to it and pause it until then. Queue-topic messages are always due."""
+        now_ms = self._clock_ms()
+        by_source: dict[tuple[str, int], list[KmqMessage]] = {}
+        for message in messages:
+            by_source.setdefault(message.source, []).append(message)
+        ready: list[KmqMessage] = []
+        for source, batch in by_source.items():
+            if source[0] == self.topic:
+                ready += batch
+                continue
+            split = split_due(batch, now_ms, _due_ms_or_now, _offset_of)
+            ready += split.ready
+            if split.resume_offset is not None and split.resume_at_ms is not None:
+                partition = TopicPartition(source[0], source[1], split.resume_offset)
+                self._consumer.pause([partition])
+                self._consumer.seek(partition)
+                self._paused[source] = split.resume_at_ms
+        return ready
+
+    def _resume_due_partitions(self) -> None:
+        if not self._paused:
+            return
+        now_ms = self._clock_ms()
+        due = [source for source, due_ms in self._paused.items() if due_ms <= now_ms]
+        if due:
+            self._consumer.resume([TopicPartition(topic, partition) for topic, partition in due])
+            for source in due:
+                del self._paused[source]
 
     def _handle_fetch_error(self, record: Message) -> None:
         error = record.error()
@@ -304,6 +358,8 @@ class KmqConsumer:
         self.flush()
         with self._commits_lock:
             self._commits.forget({(p.topic, p.partition) for p in partitions})
+        for p in partitions:
+            self._paused.pop((p.topic, p.partition), None)
 
     def _on_commit(self, error: KafkaError | None, _partitions: list[TopicPartition]) -> None:
         if error is not None:

@@ -7,6 +7,7 @@ them has its markers in markers partition ``p``, so one tracker owns it end to e
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException
@@ -82,20 +83,23 @@ def provision_queue(
     return report
 
 
-def require_queue_topics(settings: KmqSettings, topic: str, group: str) -> int:
+def require_queue_topics(
+    settings: KmqSettings, topic: str, group: str, extra: Sequence[str] = ()
+) -> int:
     """Check the queue's topics exist with one partition count; returns that count.
 
     Raises:
         ProvisionError: a topic is missing or the counts differ (with the command that fixes it).
         KafkaUnavailableError: the cluster did not answer.
     """
-    needed = [topic, markers_topic(topic, group), redelivery_topic(topic, group)]
+    needed = [topic, markers_topic(topic, group), redelivery_topic(topic, group), *extra]
     existing = _partition_counts(admin_client(settings), settings)
     missing = [name for name in needed if name not in existing]
     if missing:
         raise ProvisionError(
             f"topics missing: {', '.join(missing)}; "
             f"run `kmq provision --topic {topic} --group {group}` first"
+            + (" (with the same --retry-delays)" if extra else "")
         )
     _check_partition_counts(topic, needed, existing[topic], existing)
     return existing[topic]

@@ -68,6 +68,8 @@ class Fleet:
             "5s",
             "--batch-size",
             "200",
+            "--retry-delays",
+            "1s,2s",
         )
 
     def tracker(self) -> subprocess.Popen[bytes]:
@@ -111,7 +113,9 @@ def wait_until(condition: Callable[[], bool], timeout_s: float) -> None:
 def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
-    provision_queue(settings, topic_name, partitions=PARTITIONS, group=GROUP)
+    provision_queue(
+        settings, topic_name, partitions=PARTITIONS, group=GROUP, retry_delays_ms=(1_000, 2_000)
+    )
     ids = [f"id-{i:05d}".encode() for i in range(MESSAGES)]
     fleet = Fleet(settings, topic_name, tmp_path)
     try:

@@ -1,0 +1,155 @@
+"""Moves failed messages to their retry topic, or to the DLQ, before they are acknowledged.
+
+A failed message is copied (key, value and user headers kept, ``kmq-*`` headers set) to the
+group's retry topic for its next delay, or to the group's DLQ once the policy gives up. Only
+after the broker has acknowledged the copy is the original acknowledged; a copy that could not
+be written leaves the original unacknowledged, so the tracker redelivers it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from kmq_dagster.core.headers import REDELIVERY_COUNT, replace_headers
+from kmq_dagster.core.naming import dlq_topic, retry_topic
+from kmq_dagster.core.retry import DeadLetter, RetryPolicy
+from kmq_dagster.core.retry_headers import (
+    ATTEMPT,
+    CORRUPT_RETRY_METADATA,
+    DUE_MS,
+    Failure,
+    Origin,
+    copy_headers,
+    origin_of,
+    read_attempt,
+    read_due_ms,
+)
+from kmq_dagster.kafka.clients import CLIENT_LOGGER
+from kmq_dagster.kafka.message import KmqMessage
+from kmq_dagster.settings import KmqSettings
+
+log = logging.getLogger(__name__)
+
+
+def failure_of(exc: BaseException) -> Failure:
+    """What an exception says, for the headers of a copy."""
+    return Failure(type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)).rstrip())
+
+
+@dataclass
+class RouterStats:
+    retried: int = 0
+    dead_lettered: int = 0
+    corrupt: int = 0
+    write_failures: int = 0
+
+
+class RetryRouter:
+    """Retry and dead-letter routing for ``group`` consuming ``topic`` under ``policy``."""
+
+    def __init__(
+        self,
+        settings: KmqSettings,
+        topic: str,
+        group: str,
+        policy: RetryPolicy,
+        *,
+        clock_ms: Callable[[], int],
+        rng: random.Random | None = None,
+    ) -> None:
+        self.topic = topic
+        self.group = group
+        self.policy = policy
+        self.retry_topics = {
+            delay_ms: retry_topic(topic, group, delay_ms) for delay_ms in policy.topic_delays_ms()
+        }
+        self.dlq_topic = dlq_topic(topic, group)
+        self.stats = RouterStats()
+        self._clock_ms = clock_ms
+        self._rng = rng or random.Random()
+        self._producer = Producer(settings.producer_config(logger=CLIENT_LOGGER))
+
+    def metadata_problem(self, message: KmqMessage) -> str | None:
+        """Why a retried message's ``kmq-*`` headers cannot be trusted, or ``None``.
+
+        Messages from a retry topic must carry a readable attempt and due time.
+        """
+        headers = message.headers
+        try:
+            attempt = read_attempt(headers)
+            due_ms = read_due_ms(headers)
+            origin_of(headers, message.topic, message.partition, message.offset, 0)
+        except ValueError as exc:
+            return f"{CORRUPT_RETRY_METADATA}: {exc}"
+        from_retry_topic = message.topic in self.retry_topics.values()
+        if from_retry_topic and (due_ms is None or attempt < 2):
+            return f"{CORRUPT_RETRY_METADATA}: {ATTEMPT} or {DUE_MS} missing"
+        return None
+
+    def route(self, failed: list[tuple[KmqMessage, Failure | str]]) -> list[KmqMessage]:
+        """Copy each failed message to its retry topic or the DLQ (a ``str`` is a DLQ reason).
+
+        Returns:
+            The messages whose copy the broker acknowledged: only these may be acked.
+        """
+        outcome: dict[int, bool] = {}
+
+        def delivered(index: int) -> Callable[[KafkaError | None, Message], None]:
+            def report(error: KafkaError | None, _record: Message) -> None:
+                outcome[index] = error is None
+                if error is not None:
+                    log.warning("retry copy not written: %s", error)
+
+            return report
+
+        for index, (message, failure) in enumerate(failed):
+            target, updates = self._plan(message, failure)
+            self._producer.produce(
+                target,
+                key=message.key,
+                value=message.value,
+                headers=[*replace_headers(message.headers, updates)],
+                partition=message.partition,
+                on_delivery=delivered(index),
+            )
+        self._producer.flush(30)
+        routed = [message for index, (message, _) in enumerate(failed) if outcome.get(index)]
+        self.stats.write_failures += len(failed) - len(routed)
+        return routed
+
+    def _plan(self, message: KmqMessage, failure: Failure | str) -> tuple[str, dict[str, str]]:
+        headers = message.headers
+        try:
+            origin = origin_of(headers, message.topic, message.partition, message.offset, 0)
+        except ValueError:  # unreadable origin headers: the copy names where it was read
+            origin = Origin(message.topic, message.partition, message.offset, 0)
+        if isinstance(failure, str):  # corrupt metadata: straight to the DLQ
+            self.stats.corrupt += 1
+            self.stats.dead_lettered += 1
+            bare = Failure("CorruptRetryMetadata", failure)
+            return self.dlq_topic, {**copy_headers(origin, self.group, bare, dlq_reason=failure)}
+        attempt = read_attempt(headers)
+        decision = self.policy.after_failure(
+            attempt, failure.error_type, self._clock_ms(), self._rng
+        )
+        if isinstance(decision, DeadLetter):
+            self.stats.dead_lettered += 1
+            updates = copy_headers(
+                origin, self.group, failure, attempt=attempt, dlq_reason=decision.reason
+            )
+            return self.dlq_topic, {**updates}
+        self.stats.retried += 1
+        updates = copy_headers(
+            origin, self.group, failure, attempt=decision.attempt, due_ms=decision.due_ms
+        )
+        # A new hop: redeliveries of the copy count from zero again.
+        return self.retry_topics[decision.topic_delay_ms], {**updates, REDELIVERY_COUNT: "0"}
+
+    def close(self) -> None:
+        self._producer.flush(30)
