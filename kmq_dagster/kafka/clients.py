@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._metadata import ClusterMetadata
 
@@ -14,6 +16,24 @@ from kmq_dagster.settings import KmqSettings
 
 #: librdkafka's own log lines go here instead of straight to stderr.
 CLIENT_LOGGER = logging.getLogger("kmq.kafka.client")
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ClientErrors:
+    """Kafka client errors counted by name: never swallowed, always logged and counted."""
+
+    total: int = 0
+    by_name: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def record(self, error: KafkaError) -> None:
+        self.total += 1
+        self.by_name[error.name()] += 1
+
+    def on_error(self, error: KafkaError) -> None:
+        """An ``error_cb`` for confluent-kafka clients."""
+        self.record(error)
+        log.warning("Kafka client error: %s", error.str())
 
 
 def admin_client(settings: KmqSettings) -> AdminClient:

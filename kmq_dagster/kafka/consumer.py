@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -28,7 +28,7 @@ from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
 from kmq_dagster.core.naming import markers_topic, redelivery_topic
 from kmq_dagster.core.ranges import offset_runs
 from kmq_dagster.core.retry_headers import read_due_ms
-from kmq_dagster.kafka.clients import CLIENT_LOGGER
+from kmq_dagster.kafka.clients import CLIENT_LOGGER, ClientErrors
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.provision import require_queue_topics
 from kmq_dagster.settings import KmqSettings
@@ -84,8 +84,7 @@ class ConsumerStats:
     end_markers: int = 0
     marker_write_failures: int = 0
     commit_failures: int = 0
-    client_errors: int = 0
-    by_error: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    client_errors: ClientErrors = field(default_factory=ClientErrors)
 
 
 class KmqConsumer:
@@ -128,7 +127,7 @@ class KmqConsumer:
                 **{
                     "partition.assignment.strategy": "cooperative-sticky",
                     "logger": CLIENT_LOGGER,
-                    "error_cb": self._on_client_error,
+                    "error_cb": self.stats.client_errors.on_error,
                     "on_commit": self._on_commit,
                 },
             )
@@ -262,7 +261,7 @@ class KmqConsumer:
         error = record.error()
         if error is None or error.code() == KafkaError._PARTITION_EOF:
             return
-        self._count_error(error)
+        self.stats.client_errors.record(error)
         if error.fatal():
             raise KafkaException(error)
 
@@ -365,11 +364,3 @@ class KmqConsumer:
         if error is not None:
             self.stats.commit_failures += 1
             log.warning("offset commit failed, messages may be delivered twice: %s", error)
-
-    def _on_client_error(self, error: KafkaError) -> None:
-        self._count_error(error)
-        log.warning("Kafka client error: %s", error.str())
-
-    def _count_error(self, error: KafkaError) -> None:
-        self.stats.client_errors += 1
-        self.stats.by_error[error.name()] += 1

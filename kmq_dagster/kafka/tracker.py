@@ -39,7 +39,7 @@ from kmq_dagster.core.inflight import MessageRef, PartitionInflight
 from kmq_dagster.core.markers import EndMarker, StartMarker, decode_marker, encode_marker
 from kmq_dagster.core.naming import dlq_topic, markers_topic, redelivery_topic
 from kmq_dagster.errors import MarkerDecodeError
-from kmq_dagster.kafka.clients import CLIENT_LOGGER
+from kmq_dagster.kafka.clients import CLIENT_LOGGER, ClientErrors
 from kmq_dagster.kafka.consumer import wall_clock_ms
 from kmq_dagster.kafka.provision import require_queue_topics
 from kmq_dagster.kafka.record_reader import RecordReader
@@ -65,8 +65,7 @@ class TrackerStats:
     dead_lettered: int = 0
     records_gone: int = 0
     produce_failures: int = 0
-    client_errors: int = 0
-    by_error: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    client_errors: ClientErrors = field(default_factory=ClientErrors)
 
 
 @dataclass
@@ -107,7 +106,7 @@ class Tracker:
                 **{
                     "enable.partition.eof": True,
                     "logger": CLIENT_LOGGER,
-                    "error_cb": self._on_client_error,
+                    "error_cb": self.stats.client_errors.on_error,
                 },
             )
         )
@@ -157,7 +156,7 @@ class Tracker:
                     state.caught_up = True
                     log.info("markers partition %d caught up at %s", partition, message.offset())
             else:
-                self._count_error(error)
+                self.stats.client_errors.record(error)
             return
         if state is None:  # a message for a partition revoked meanwhile
             return
@@ -312,11 +311,3 @@ class Tracker:
         self._commit(revoked)
         for partition in revoked:
             self._partitions.pop(partition, None)
-
-    def _on_client_error(self, error: KafkaError) -> None:
-        self._count_error(error)
-        log.warning("Kafka client error: %s", error.str())
-
-    def _count_error(self, error: KafkaError) -> None:
-        self.stats.client_errors += 1
-        self.stats.by_error[error.name()] += 1
