@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, Producer
 
 from kmq_dagster.core.inflight import PartitionInflight
 from kmq_dagster.core.markers import StartMarker
+from kmq_dagster.core.retry_headers import origin_of
 from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.tracker import Tracker
@@ -207,23 +208,14 @@ def redelivery_lateness_ms(
                         fetched + visibility_timeout_ms
                     )
                     continue
-                original = _original_coordinates(message.headers)
-                lateness.append(fetched - deadline_at[original])
+                origin = origin_of(message.headers, message.topic, message.partition, 0, 0)
+                lateness.append(fetched - deadline_at[(origin.partition, origin.offset)])
                 consumer.ack(message)
     finally:
         consumer.close()
         stop.set()
         tracker_thread.join(30)
     return lateness
-
-
-def _original_coordinates(headers: object) -> tuple[int, int]:
-    from kmq_dagster.core.headers import ORIGINAL_OFFSET, ORIGINAL_PARTITION, int_header
-
-    partition = int_header(headers, ORIGINAL_PARTITION)  # type: ignore[arg-type]
-    offset = int_header(headers, ORIGINAL_OFFSET)  # type: ignore[arg-type]
-    assert partition is not None and offset is not None
-    return partition, offset
 
 
 def tracker_bytes_per_inflight(inflight: int, batch_size: int) -> float:

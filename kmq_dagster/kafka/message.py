@@ -22,10 +22,6 @@ class KmqMessage:
         self.source = source
         self.offset = offset
 
-    @classmethod
-    def from_record(cls, record: Message) -> KmqMessage:
-        return cls(record, (record.topic() or "", record.partition() or 0), record.offset() or 0)
-
     @property
     def topic(self) -> str:
         return self.source[0]

@@ -12,8 +12,6 @@ import functools
 import os
 import signal
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ from kmq_dagster.core.headers import DLQ_REASON, header_value, normalize_headers
 from kmq_dagster.core.naming import dlq_topic
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import produce, read_topic
+from tests.kafka_helpers import produce, read_topic, wait_for
 from tests.processes import kmq_argv
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -103,13 +101,6 @@ def has_processed(out_dir: Path, pid: int, count: int) -> bool:
     return processed_by(out_dir, pid) >= count
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
@@ -127,7 +118,7 @@ def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
         # SIGKILL one worker mid-batch, twice, replacing it each time
         for _ in range(2):
             target = processed_by(tmp_path, victim.pid) + 300
-            wait_until(functools.partial(has_processed, tmp_path, victim.pid, target), 120)
+            assert wait_for(functools.partial(has_processed, tmp_path, victim.pid, target), 120)
             victim.send_signal(signal.SIGKILL)
             victim.wait()
             victim = fleet.worker()
@@ -142,7 +133,7 @@ def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
             dead = {m.value() for m in read_topic(settings, dlq, PARTITIONS, timeout_s=5)}
             return set(ids) <= set(processed_counts(tmp_path)) | dead
 
-        wait_until(all_accounted, 240)
+        assert wait_for(all_accounted, 240)
     finally:
         fleet.stop_all()
 
