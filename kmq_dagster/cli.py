@@ -113,6 +113,12 @@ def broker(port: int, data_dir: Path | None) -> None:
     show_default=True,
     help="Replicas per partition; -1 lets the cluster decide.",
 )
+@click.option(
+    "--delay-queue/--no-delay-queue",
+    default=True,
+    show_default=True,
+    help="Create the delay-level topics that `kmq send --delay` uses.",
+)
 @click.pass_obj
 def provision(
     settings: KmqSettings,
@@ -121,6 +127,7 @@ def provision(
     group: str | None,
     retry_delays: str | None,
     replication_factor: int,
+    delay_queue: bool,
 ) -> None:
     """Create the queue topic and the group's topics, idempotently."""
     from kmq_dagster.kafka.provision import provision_queue
@@ -132,6 +139,7 @@ def provision(
         group=group,
         retry_delays_ms=parse_delay_list(retry_delays) if retry_delays else None,
         replication_factor=replication_factor,
+        delay_queue=delay_queue,
     )
     total = len(report.created) + len(report.unchanged)
     if not report.changed:
@@ -145,6 +153,82 @@ def provision(
     for name in report.unchanged:
         click.echo(f"exists   {name}")
     click.echo(f"provisioned {total} topics: {len(report.created)} created")
+
+
+@cli.command()
+@click.option("--topic", "-t", required=True, help="The queue topic.")
+@click.option(
+    "--value",
+    "values",
+    multiple=True,
+    help="A message; repeat for more [default: stdin, one per line].",
+)
+@click.option("--key", "-k", help="Key of every message sent.")
+@click.option(
+    "--header", "headers", multiple=True, metavar="NAME=VALUE", help="Header; repeatable."
+)
+@click.option(
+    "--delay",
+    metavar="DURATION",
+    help="Deliver after this long (1s to 7d, e.g. 90s, 2h); needs `kmq delayer` running.",
+)
+@click.pass_obj
+def send(
+    settings: KmqSettings,
+    topic: str,
+    values: tuple[str, ...],
+    key: str | None,
+    headers: tuple[str, ...],
+    delay: str | None,
+) -> None:
+    """Send messages to TOPIC, now or after --delay."""
+    from kmq_dagster.kafka.producer import KmqProducer
+
+    pairs = [_split_header(header) for header in headers]
+    delay_s = parse_duration_ms(delay) / 1000 if delay else None
+    producer = KmqProducer(settings)
+    lines = values or tuple(line.rstrip("\n") for line in sys.stdin)
+    for line in lines:
+        producer.send(topic, line, key=key, headers=pairs, delay=delay_s)
+    pending = producer.flush()
+    if pending:
+        raise BrokerError(f"{pending} of {len(lines)} messages were not acknowledged by Kafka")
+    when = f", due in {delay}; `kmq delayer --topic {topic}` delivers them" if delay else ""
+    click.echo(f"sent {len(lines)} messages to {topic}{when}")
+
+
+def _split_header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise click.BadParameter(f"expected NAME=VALUE, got {text!r}", param_hint="--header")
+    return name, value
+
+
+@cli.command()
+@click.option("--topic", "-t", required=True, help="The queue topic.")
+@click.pass_obj
+def delayer(settings: KmqSettings, topic: str) -> None:
+    """Deliver TOPIC's delayed messages when due (several may run; partitions are shared)."""
+    from kmq_dagster.kafka.delayer import DelayForwarder
+
+    stop_requested = _stop_on_signals()
+    forwarder = DelayForwarder(settings, topic)
+    log = logging.getLogger("kmq.delayer")
+    log.info("delay forwarder for %s started", topic)
+
+    def report_periodically() -> None:
+        while not stop_requested.wait(5):
+            stats = forwarder.stats
+            log.info(
+                "delivered %d, moved between levels %d, corrupt %d",
+                stats.delivered,
+                stats.hopped,
+                stats.corrupt,
+            )
+
+    threading.Thread(target=report_periodically, daemon=True).start()
+    forwarder.run(stop_requested)
+    click.echo(f"kmq delayer: stopped after {forwarder.stats.delivered} deliveries")
 
 
 def _stop_on_signals() -> threading.Event:

@@ -7,10 +7,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from kmq_dagster.kafka.tracker import Tracker
 from kmq_dagster.settings import KmqSettings
 
 
@@ -60,18 +60,26 @@ def read_topic(
         consumer.close()
 
 
+class Service(Protocol):
+    def run(self, stop: threading.Event) -> None: ...
+
+
+S = TypeVar("S", bound=Service)
+
+
 @contextmanager
-def running_tracker(tracker: Tracker) -> Iterator[Tracker]:
-    """Run ``tracker`` on a thread for the duration of the block; stop it and wait."""
+def running_service(service: S) -> Iterator[S]:
+    """Run ``service`` (a tracker, a delay forwarder) on a thread for the duration of the
+    block; stop it and wait."""
     stop = threading.Event()
-    thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
+    thread = threading.Thread(target=service.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        yield tracker
+        yield service
     finally:
         stop.set()
         thread.join(timeout=60)
-        assert not thread.is_alive(), "tracker did not stop"
+        assert not thread.is_alive(), f"{type(service).__name__} did not stop"
 
 
 def wait_for(

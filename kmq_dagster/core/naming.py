@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from kmq_dagster.core.durations import format_duration_ms
 from kmq_dagster.errors import ConfigError
@@ -51,6 +52,21 @@ def retry_topic(topic: str, group: str, delay_ms: int) -> str:
 def dlq_topic(topic: str, group: str) -> str:
     """The dead-letter topic of ``group`` consuming ``topic``: ``<topic>.<group>.dlq``."""
     return validate_topic_name(f"{topic}.{group}.dlq")
+
+
+def delay_topic(topic: str, level_ms: int) -> str:
+    """The delay-level topic of ``topic`` for one level, e.g. ``orders.delay.30s``."""
+    return validate_topic_name(f"{topic}.delay.{format_duration_ms(level_ms)}")
+
+
+def delay_dlq_topic(topic: str) -> str:
+    """Where delayed messages with unreadable delay headers go: ``<topic>.delay.dlq``."""
+    return validate_topic_name(f"{topic}.delay.dlq")
+
+
+def delay_topics(topic: str, levels_ms: Sequence[int]) -> list[str]:
+    """The delay queue's topics of ``topic``: one per level, then its DLQ."""
+    return [*(delay_topic(topic, level_ms) for level_ms in levels_ms), delay_dlq_topic(topic)]
 
 
 def group_topics(topic: str, group: str, retry_delays_ms: list[int]) -> list[str]:

@@ -33,6 +33,9 @@ def provision_queue_topics(
     return report.created
 
 
-@job(description="Create a queue topic and a group's markers, redelivery, retry and DLQ topics.")
+@job(
+    description="Create a queue topic, its delay queue, and a group's markers, redelivery, retry "
+    "and DLQ topics."
+)
 def provision_job() -> None:
     provision_queue_topics()

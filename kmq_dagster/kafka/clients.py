@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._metadata import ClusterMetadata
 
@@ -17,6 +18,11 @@ from kmq_dagster.settings import KmqSettings
 #: librdkafka's own log lines go here instead of straight to stderr.
 CLIENT_LOGGER = logging.getLogger("kmq.kafka.client")
 log = logging.getLogger(__name__)
+
+
+def wall_clock_ms() -> int:
+    """Now, in milliseconds since the epoch: the clock every kmq process stamps times with."""
+    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -57,3 +63,15 @@ def cluster_metadata(admin: AdminClient, settings: KmqSettings) -> ClusterMetada
             f"({exc.args[0].str() if exc.args else exc}); is the broker running? "
             "Start one with `kmq broker` or set KMQ_BOOTSTRAP_SERVERS"
         ) from exc
+
+
+def commit_offsets(consumer: Consumer, offsets: list[TopicPartition], *, wait: bool) -> None:
+    """Commit ``offsets``; with ``wait``, return once the broker has answered.
+
+    Raises:
+        KafkaException: the commit failed (only reported here when waiting).
+    """
+    if wait:
+        consumer.commit(offsets=offsets, asynchronous=False)
+    else:
+        consumer.commit(offsets=offsets, asynchronous=True)

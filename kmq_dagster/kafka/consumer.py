@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from kmq_dagster.core.commits import CommitQueue
-from kmq_dagster.core.due import split_due
 from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
 from kmq_dagster.core.naming import markers_topic, redelivery_topic
 from kmq_dagster.core.ranges import offset_runs
 from kmq_dagster.core.retry_headers import read_due_ms
-from kmq_dagster.kafka.clients import CLIENT_LOGGER, ClientErrors
+from kmq_dagster.kafka.clients import CLIENT_LOGGER, ClientErrors, commit_offsets, wall_clock_ms
+from kmq_dagster.kafka.due_gate import DueGate, group_by_source
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.provision import require_queue_topics
 from kmq_dagster.settings import KmqSettings
@@ -69,8 +69,8 @@ def _offset_of(message: KmqMessage) -> int:
     return message.offset
 
 
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
+def _source_of(message: KmqMessage) -> tuple[str, int]:
+    return message.source
 
 
 @dataclass
@@ -137,8 +137,9 @@ class KmqConsumer:
             on_revoke=self._on_revoke,
             on_lost=self._on_revoke,
         )
-        #: Partitions paused until their next message is due: (topic, partition) -> due ms.
-        self._paused: dict[tuple[str, int], int] = {}
+        self._retry_set = frozenset(self.retry_topics)
+        #: Retry-topic partitions paused until their next message is due.
+        self._gate = DueGate(self._consumer)
         # deque.append and popleft are atomic: acks from any thread need no lock.
         self._acks: deque[KmqMessage] = deque()
         self._commits = CommitQueue()
@@ -161,7 +162,8 @@ class KmqConsumer:
         """
         self._flush_acks()
         self._settle_commits()
-        self._resume_due_partitions()
+        if self.retry_topics:
+            self._gate.resume_due(self._clock_ms())
         # consume(n) waits for n messages or the timeout; wait for one, then take what is here.
         fetched = self._consumer.consume(1, timeout_s)
         if not fetched:
@@ -227,35 +229,12 @@ class KmqConsumer:
     # -- internals --------------------------------------------------------------------------
 
     def _hold_back_not_due(self, messages: list[KmqMessage]) -> list[KmqMessage]:
-        """Never early: cut each partition at its first message not yet due, rewind the
-        partition to it and pause it until then. Queue-topic messages are always due."""
-        now_ms = self._clock_ms()
-        by_source: dict[tuple[str, int], list[KmqMessage]] = {}
-        for message in messages:
-            by_source.setdefault(message.source, []).append(message)
-        ready: list[KmqMessage] = []
-        for source, batch in by_source.items():
-            if source[0] == self.topic:
-                ready += batch
-                continue
-            split = split_due(batch, now_ms, _due_ms_or_now, _offset_of)
-            ready += split.ready
-            if split.resume_offset is not None and split.resume_at_ms is not None:
-                partition = TopicPartition(source[0], source[1], split.resume_offset)
-                self._consumer.pause([partition])
-                self._consumer.seek(partition)
-                self._paused[source] = split.resume_at_ms
-        return ready
-
-    def _resume_due_partitions(self) -> None:
-        if not self._paused:
-            return
-        now_ms = self._clock_ms()
-        due = [source for source, due_ms in self._paused.items() if due_ms <= now_ms]
-        if due:
-            self._consumer.resume([TopicPartition(topic, partition) for topic, partition in due])
-            for source in due:
-                del self._paused[source]
+        """Never early: retry-topic partitions stop at their first message not yet due.
+        Queue-topic and redelivery messages are always due."""
+        batches = group_by_source(messages, _source_of)
+        gated = {source: batch for source, batch in batches.items() if source[0] in self._retry_set}
+        ready = [m for source, batch in batches.items() if source not in gated for m in batch]
+        return ready + self._gate.hold_back(gated, self._clock_ms(), _due_ms_or_now, _offset_of)
 
     def _handle_fetch_error(self, record: Message) -> None:
         error = record.error()
@@ -308,10 +287,7 @@ class KmqConsumer:
             return
         offsets = [TopicPartition(t, p, offset) for (t, p), offset in ready.commit.items()]
         try:
-            if asynchronous:
-                self._consumer.commit(offsets=offsets, asynchronous=True)
-            else:
-                self._consumer.commit(offsets=offsets, asynchronous=False)
+            commit_offsets(self._consumer, offsets, wait=not asynchronous)
         except KafkaException as exc:
             # Start markers are written: if the partition moved, its new owner re-reads these
             # messages (duplicates, never losses), and the tracker covers them meanwhile.
@@ -357,8 +333,7 @@ class KmqConsumer:
         self.flush()
         with self._commits_lock:
             self._commits.forget({(p.topic, p.partition) for p in partitions})
-        for p in partitions:
-            self._paused.pop((p.topic, p.partition), None)
+        self._gate.forget((p.topic, p.partition) for p in partitions)
 
     def _on_commit(self, error: KafkaError | None, _partitions: list[TopicPartition]) -> None:
         if error is not None:

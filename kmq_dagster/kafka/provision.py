@@ -1,4 +1,5 @@
-"""Create a queue's topics idempotently: the queue, and per group markers, redelivery, retry, DLQ.
+"""Create a queue's topics idempotently: the queue and its delay levels, and per group markers,
+redelivery, retry and DLQ topics.
 
 Every topic of a queue has the queue's partition count: a message at partition ``p`` of any of
 them has its markers in markers partition ``p``, so one tracker owns it end to end.
@@ -14,7 +15,9 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from kmq_dagster.core.delay import DELAY_LEVELS_MS
 from kmq_dagster.core.naming import (
+    delay_topics,
     group_topics,
     markers_topic,
     redelivery_topic,
@@ -49,12 +52,14 @@ def provision_queue(
     group: str | None = None,
     retry_delays_ms: tuple[int, ...] | None = None,
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
+    delay_queue: bool = True,
 ) -> ProvisionReport:
     """Create the queue topic and, with ``group``, the group's topics; existing ones are kept.
 
     Args:
         partitions: partition count for new topics; ``None`` adopts the existing queue's.
         retry_delays_ms: one retry topic per distinct delay; default ``settings.retry_delays_ms``.
+        delay_queue: also create the delay-level topics that ``send(..., delay=...)`` uses.
 
     Raises:
         ConfigError: a topic name would be illegal.
@@ -65,7 +70,11 @@ def provision_queue(
     if partitions is not None and partitions < 1:
         raise ProvisionError(f"--partitions must be at least 1, got {partitions}")
     delays_ms = settings.retry_delays_ms if retry_delays_ms is None else retry_delays_ms
-    wanted = [topic, *(group_topics(topic, group, list(delays_ms)) if group else [])]
+    wanted = [
+        topic,
+        *(delay_topics(topic, DELAY_LEVELS_MS) if delay_queue else []),
+        *(group_topics(topic, group, list(delays_ms)) if group else []),
+    ]
 
     admin = admin_client(settings)
     existing = _partition_counts(admin, settings)
@@ -86,22 +95,35 @@ def provision_queue(
 def require_queue_topics(
     settings: KmqSettings, topic: str, group: str, extra: Sequence[str] = ()
 ) -> int:
-    """Check the queue's topics exist with one partition count; returns that count.
+    """Check a group's topics of the queue exist with one partition count; returns that count.
 
     Raises:
         ProvisionError: a topic is missing or the counts differ (with the command that fixes it).
         KafkaUnavailableError: the cluster did not answer.
     """
-    needed = [topic, markers_topic(topic, group), redelivery_topic(topic, group), *extra]
+    needed = [markers_topic(topic, group), redelivery_topic(topic, group), *extra]
+    note = " (with the same --retry-delays)" if extra else ""
+    return require_topics(settings, topic, needed, options=f" --group {group}", note=note)
+
+
+def require_topics(
+    settings: KmqSettings, topic: str, needed: Sequence[str], *, options: str = "", note: str = ""
+) -> int:
+    """Check ``topic`` and ``needed`` exist with one partition count; returns that count.
+
+    Raises:
+        ProvisionError: a topic is missing or the counts differ (with the command that fixes it).
+        KafkaUnavailableError: the cluster did not answer.
+    """
+    wanted = [topic, *needed]
     existing = _partition_counts(admin_client(settings), settings)
-    missing = [name for name in needed if name not in existing]
+    missing = [name for name in wanted if name not in existing]
     if missing:
         raise ProvisionError(
             f"topics missing: {', '.join(missing)}; "
-            f"run `kmq provision --topic {topic} --group {group}` first"
-            + (" (with the same --retry-delays)" if extra else "")
+            f"run `kmq provision --topic {topic}{options}` first{note}"
         )
-    _check_partition_counts(topic, needed, existing[topic], existing)
+    _check_partition_counts(topic, wanted, existing[topic], existing)
     return existing[topic]
 
 

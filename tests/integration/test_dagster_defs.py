@@ -33,7 +33,7 @@ def test_provision_job_creates_the_group_topics(settings: KmqSettings, topic_nam
     again = job.execute_in_process(run_config=run_config, resources=resources)
 
     assert result.success
-    assert len(result.output_for_node("provision_queue_topics")) == 7
+    assert len(result.output_for_node("provision_queue_topics")) == 16  # with the delay queue
     assert again.output_for_node("provision_queue_topics") == []
     topics = AdminClient(settings.admin_config()).list_topics(timeout=10).topics
     assert f"{topic_name}.dg.markers" in topics

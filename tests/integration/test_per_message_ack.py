@@ -25,7 +25,7 @@ from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.tracker import Tracker
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import produce, read_topic, running_tracker, wait_for
+from tests.kafka_helpers import produce, read_topic, running_service, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -68,7 +68,7 @@ def test_acks_from_many_threads_in_any_order_are_never_redelivered(
     produce(settings, queue, [f"m{i}".encode() for i in range(300)], partitions=PARTITIONS)
     consumer = consumer_factory(visibility_timeout_ms=1_500, batch_size=50)
     tracker = Tracker(settings, queue, GROUP)
-    with running_tracker(tracker):
+    with running_service(tracker):
         messages = poll_until(consumer, 300)
         # when they are acknowledged in random order from four threads
         random.Random(7).shuffle(messages)
@@ -98,7 +98,7 @@ def test_unacknowledged_message_is_redelivered_after_its_timeout_not_before(
     )
     consumer = consumer_factory(visibility_timeout_ms=2_000)
     tracker = Tracker(settings, queue, GROUP)
-    with running_tracker(tracker):
+    with running_service(tracker):
         first = poll_until(consumer, 10)
         fetched_at = time.monotonic()
         dropped = next(m for m in first if m.value == b"v3")
@@ -131,7 +131,7 @@ def test_after_max_redeliveries_a_message_goes_to_the_dlq_with_its_reason(
     produce(settings, queue, [b"poison"])
     consumer = consumer_factory(visibility_timeout_ms=1_000)
     tracker = Tracker(settings, queue, GROUP, max_redeliveries=1)
-    with running_tracker(tracker):
+    with running_service(tracker):
         # delivered, never acknowledged; redelivered once, never acknowledged
         deliveries = poll_until(consumer, 2, timeout_s=30)
         dead = read_topic(settings, dlq_topic(queue, GROUP), PARTITIONS, at_least=1)
@@ -149,7 +149,7 @@ def test_nack_redelivers_at_once_instead_of_after_the_timeout(
 ) -> None:
     produce(settings, queue, [b"retry-me"])
     consumer = consumer_factory(visibility_timeout_ms=120_000)
-    with running_tracker(Tracker(settings, queue, GROUP)):
+    with running_service(Tracker(settings, queue, GROUP)):
         [message] = poll_until(consumer, 1)
         consumer.nack(message)
         started = time.monotonic()
@@ -165,7 +165,7 @@ def test_extend_keeps_a_long_running_message_from_being_redelivered(
     produce(settings, queue, [b"slow"])
     consumer = consumer_factory(visibility_timeout_ms=1_500)
     tracker = Tracker(settings, queue, GROUP)
-    with running_tracker(tracker):
+    with running_service(tracker):
         [message] = poll_until(consumer, 1)
         consumer.extend(message, seconds=8)
         assert poll_until(consumer, 1, timeout_s=4) == []  # past the first deadline
@@ -199,7 +199,7 @@ def test_tracker_survives_garbage_markers_and_still_redelivers(
     tracker = Tracker(settings, queue, GROUP)
 
     # when a real message is left unacknowledged behind the garbage
-    with running_tracker(tracker):
+    with running_service(tracker):
         [message] = poll_until(consumer, 1)
         again = poll_until(consumer, 1, timeout_s=90)
         consumer.ack(again[0])
@@ -218,7 +218,7 @@ def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknow
     produce(settings, queue, [f"m{i}".encode() for i in range(100)], partitions=PARTITIONS)
     consumer = consumer_factory(visibility_timeout_ms=1_000, batch_size=20)
     first = Tracker(settings, queue, GROUP)
-    with running_tracker(first):
+    with running_service(first):
         for message in poll_until(consumer, 100):
             consumer.ack(message)
         consumer.flush()
@@ -229,7 +229,7 @@ def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknow
     # when a new tracker starts after every deadline has passed
     time.sleep(1.5)
     second = Tracker(settings, queue, GROUP)
-    with running_tracker(second):
+    with running_service(second):
         time.sleep(4)
 
     # then it re-read none of the closed markers and redelivered nothing
@@ -251,7 +251,7 @@ def test_null_keys_and_values_1mib_values_and_binary_headers_survive_redelivery(
     consumer = consumer_factory(visibility_timeout_ms=1_000)
 
     # delivered; the null and the 1 MiB message are left for the tracker to redeliver
-    with running_tracker(Tracker(settings, queue, GROUP)):
+    with running_service(Tracker(settings, queue, GROUP)):
         messages = poll_until(consumer, 3)
         consumer.ack(messages[2])
         copies = poll_until(consumer, 2)
@@ -276,7 +276,7 @@ def test_garbage_redelivery_count_goes_to_the_dlq_with_its_reason(
     assert producer.flush(30) == 0
     consumer = consumer_factory(visibility_timeout_ms=1_000)
     tracker = Tracker(settings, queue, GROUP)
-    with running_tracker(tracker):
+    with running_service(tracker):
         assert len(poll_until(consumer, 1)) == 1  # and never acknowledged
         dead = read_topic(settings, dlq_topic(queue, GROUP), PARTITIONS, at_least=1)
     assert [m.value() for m in dead] == [b"odd"]
@@ -292,7 +292,7 @@ def test_acks_of_revoked_partitions_still_count(
     produce(settings, queue, [f"m{i}".encode() for i in range(20)], partitions=PARTITIONS)
     first = consumer_factory(visibility_timeout_ms=60_000)
     tracker = Tracker(settings, queue, GROUP)
-    with running_tracker(tracker):
+    with running_service(tracker):
         held = poll_until(first, 20)
         assert wait_for(lambda: tracker.inflight_count() == 20)
         # when consumer B joins and takes a partition away from A
@@ -319,8 +319,8 @@ def test_trackers_share_partitions_and_one_takes_over_when_another_stops(
     produce(settings, queue, [b"a", b"b"], partitions=PARTITIONS)  # one per partition
     consumer = consumer_factory(visibility_timeout_ms=4_000)
     first, second = Tracker(settings, queue, GROUP), Tracker(settings, queue, GROUP)
-    with running_tracker(first):
-        with running_tracker(second):
+    with running_service(first):
+        with running_service(second):
             # both trackers own one markers partition each
             assert wait_for(
                 lambda: first.owned_partitions() + second.owned_partitions() in ([0, 1], [1, 0])

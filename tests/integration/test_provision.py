@@ -6,7 +6,14 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from kmq_dagster.core.naming import dlq_topic, markers_topic, redelivery_topic, retry_topic
+from kmq_dagster.core.delay import DELAY_LEVELS_MS
+from kmq_dagster.core.naming import (
+    delay_topics,
+    dlq_topic,
+    markers_topic,
+    redelivery_topic,
+    retry_topic,
+)
 from kmq_dagster.errors import ConfigError, KafkaUnavailableError, ProvisionError
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.settings import KmqSettings
@@ -27,6 +34,7 @@ def test_provision_creates_every_topic_of_a_group(settings: KmqSettings, topic_n
 
     expected = [
         topic_name,
+        *delay_topics(topic_name, DELAY_LEVELS_MS),
         markers_topic(topic_name, "billing"),
         redelivery_topic(topic_name, "billing"),
         retry_topic(topic_name, "billing", 5_000),
@@ -50,9 +58,10 @@ def test_cli_provision_twice_changes_nothing_the_second_time(
     second = run_kmq(*args, env=env)
 
     assert first.returncode == 0, first.stderr
-    assert first.stdout.count("created ") == 7  # queue, markers, redelivery, 3 retries, dlq
+    # the queue, 8 delay levels and the delay DLQ, markers, redelivery, 3 retries, the DLQ
+    assert first.stdout.count("created ") == 16
     assert second.returncode == 0, second.stderr
-    assert "nothing to change: all 7 topics already exist with 2 partitions" in second.stdout
+    assert "nothing to change: all 16 topics already exist with 2 partitions" in second.stdout
     assert _partition_counts(settings) == before
 
 
@@ -62,7 +71,7 @@ def test_a_second_group_adds_only_its_own_topics(settings: KmqSettings, topic_na
     report = provision_queue(settings, topic_name, group="b")
 
     assert report.partitions == 2  # adopted from the existing queue topic
-    assert report.unchanged == [topic_name]
+    assert report.unchanged == [topic_name, *delay_topics(topic_name, DELAY_LEVELS_MS)]
     assert all(".b." in name for name in report.created)
 
 

@@ -21,7 +21,7 @@ from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.kafka.tracker import Tracker
 from kmq_dagster.kafka.worker import run_worker
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import produce, read_topic, running_tracker, wait_for
+from tests.kafka_helpers import produce, read_topic, running_service, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -194,7 +194,7 @@ def test_keyboard_interrupt_in_a_handler_stops_the_worker_without_losing_the_mes
     # not acknowledged and not routed: the next worker gets it back
     calls_again, handler_again = recording(lambda m: None)
     with (
-        running_tracker(Tracker(settings, queue, "g")),
+        running_service(Tracker(settings, queue, "g")),
         worker(settings, queue, "g", handler_again, RetryPolicy.fixed([DELAY_MS])),
     ):
         assert wait_for(lambda: calls_again.values() == [b"interrupted"], timeout_s=60)

@@ -1,0 +1,102 @@
+"""Sending to a queue, now or after a delay (``send(topic, value, delay=90)``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from kmq_dagster.core.delay import DELAY_LEVELS_MS, check_delay_ms, delay_headers, enqueue
+from kmq_dagster.core.headers import RawHeaders, normalize_headers, replace_headers
+from kmq_dagster.core.naming import delay_topic, delay_topics
+from kmq_dagster.errors import ProvisionError
+from kmq_dagster.kafka.clients import (
+    CLIENT_LOGGER,
+    admin_client,
+    cluster_metadata,
+    wall_clock_ms,
+)
+from kmq_dagster.settings import KmqSettings
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+
+
+def delay_to_ms(delay: float | timedelta) -> int:
+    """Seconds (or a ``timedelta``) as whole milliseconds, checked against the supported range.
+
+    Raises:
+        ConfigError: shorter than 1 s or longer than 7 days.
+    """
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    return check_delay_ms(round(seconds * 1000))
+
+
+class KmqProducer:
+    """Produce to queue topics; a delayed message is delivered when due, never before.
+
+    Delayed messages travel through the queue's delay-level topics and need a delay forwarder
+    (``kmq delayer --topic T``) running for the topic.
+
+    Examples:
+        >>> producer = KmqProducer(settings)                              # doctest: +SKIP
+        >>> producer.send("orders", b'{"id": 1}', key=b"1", delay=90)    # doctest: +SKIP
+        >>> producer.flush()                                              # doctest: +SKIP
+    """
+
+    def __init__(self, settings: KmqSettings, *, clock_ms: Callable[[], int] = wall_clock_ms):
+        self._settings = settings
+        self._clock_ms = clock_ms
+        self._producer = Producer(settings.producer_config(logger=CLIENT_LOGGER))
+        self._checked_topics: set[str] = set()
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        *,
+        key: bytes | str | None = None,
+        headers: RawHeaders | None = None,
+        delay: float | timedelta | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> None:
+        """Produce one message to ``topic``, or after ``delay`` seconds (1 s to 7 days).
+
+        Asynchronous: call :meth:`flush` to wait for the broker, or pass ``on_delivery``.
+
+        Raises:
+            ConfigError: the delay is out of range.
+            ProvisionError: ``topic`` has no delay-level topics (run ``kmq provision``).
+        """
+        pairs = normalize_headers(headers)
+        target = topic
+        if delay is not None:
+            delay_ms = delay_to_ms(delay)
+            self._require_delay_topics(topic)
+            now_ms = self._clock_ms()
+            due_ms = now_ms + delay_ms
+            first_hop = enqueue(due_ms, now_ms)
+            target = delay_topic(topic, first_hop.level_ms)
+            pairs = replace_headers(pairs, delay_headers(first_hop, due_ms))
+        self._producer.produce(
+            target, value=value, key=key, headers=[*pairs], on_delivery=on_delivery
+        )
+        self._producer.poll(0)
+
+    def flush(self, timeout_s: float = 30.0) -> int:
+        """Wait for every sent message to be acknowledged; returns how many are still pending."""
+        return int(self._producer.flush(timeout_s))
+
+    def _require_delay_topics(self, topic: str) -> None:
+        if topic in self._checked_topics:
+            return
+        metadata = cluster_metadata(admin_client(self._settings), self._settings)
+        missing = [
+            name for name in delay_topics(topic, DELAY_LEVELS_MS) if name not in metadata.topics
+        ]
+        if missing:
+            raise ProvisionError(
+                f"{topic} has no delay queue ({', '.join(missing[:2])}... missing); "
+                f"run `kmq provision --topic {topic}` first"
+            )
+        self._checked_topics.add(topic)
