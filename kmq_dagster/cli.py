@@ -343,6 +343,94 @@ def tracker(settings: KmqSettings, topic: str, group: str, max_redeliveries: int
     click.echo(f"kmq tracker: stopped after {service.stats.redelivered} redeliveries")
 
 
+@cli.command()
+@_queue_options
+@click.option("--offsets", metavar="P:FIRST-LAST,...", help="DLQ offsets, e.g. 0:10-20,1:5,1:40-.")
+@click.option("--key", "-k", help="Only dead letters with this key.")
+@click.option("--error-type", metavar="NAME", help="Only this exception type, e.g. TimeoutError.")
+@click.option("--since", metavar="TIME", help="Dead-lettered at or after: ISO time or e.g. 2h ago.")
+@click.option("--until", metavar="TIME", help="Dead-lettered before: ISO time or a duration ago.")
+@click.option(
+    "--to",
+    "target",
+    type=click.Choice(["retry", "original"]),
+    default="retry",
+    show_default=True,
+    help="retry: the group's first retry topic (only this group sees it); original: the queue "
+    "topic (every group consuming it sees it again).",
+)
+@click.option("--dry-run", is_flag=True, help="Show what would move; move nothing.")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), help="Copies per second.")
+@click.option(
+    "--max-replays",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Skip dead letters already replayed this many times.",
+)
+@click.option("--replay-id", help="Name of this replay; rerunning it resumes [default: derived].")
+@click.option(
+    "--retry-delays", metavar="LIST", help="The group's retry delays [env KMQ_RETRY_DELAYS]."
+)
+@click.pass_obj
+def replay(
+    settings: KmqSettings,
+    topic: str,
+    group: str,
+    offsets: str | None,
+    key: str | None,
+    error_type: str | None,
+    since: str | None,
+    until: str | None,
+    target: str,
+    dry_run: bool,
+    rate: float | None,
+    max_replays: int,
+    replay_id: str | None,
+    retry_delays: str | None,
+) -> None:
+    """Send GROUP's dead letters of TOPIC back; run the same command again to resume."""
+    from kmq_dagster.core.replay import ReplaySelection, parse_offsets, parse_time_ms
+    from kmq_dagster.kafka.clients import wall_clock_ms
+    from kmq_dagster.kafka.replay import ReplayReport, ReplayRequest, replay_dead_letters
+
+    now_ms = wall_clock_ms()
+    selection = ReplaySelection(
+        offsets=parse_offsets(offsets) if offsets else {},
+        key=key.encode() if key is not None else None,
+        error_type=error_type,
+        since_ms=parse_time_ms(since, now_ms) if since else None,
+        until_ms=parse_time_ms(until, now_ms) if until else None,
+    )
+    request = ReplayRequest(
+        topic,
+        group,
+        selection,
+        target=target,
+        dry_run=dry_run,
+        rate_per_s=rate,
+        max_replays=max_replays,
+        replay_id=replay_id,
+        retry_delays_ms=parse_delay_list(retry_delays)
+        if retry_delays
+        else settings.retry_delays_ms,
+    )
+    click.echo(f"replay {request.id}: {selection.describe()} -> {target}", err=True)
+    last_report = [time.monotonic()]
+
+    def progress(report: ReplayReport) -> None:
+        if time.monotonic() - last_report[0] >= 2:
+            last_report[0] = time.monotonic()
+            click.echo(f"scanned {report.scanned}, replayed {report.replayed}", err=True)
+
+    report = replay_dead_letters(settings, request, progress=progress)
+    for line in report.listed:
+        click.echo(f"  {line}")
+    if dry_run and report.selected - report.over_limit > len(report.listed):
+        click.echo(f"  ... and {report.selected - report.over_limit - len(report.listed)} more")
+    click.echo(report.summary())
+
+
 @cli.group()
 def bench() -> None:
     """Benchmarks; the last line printed is one JSON object of figures."""

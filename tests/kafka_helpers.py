@@ -11,6 +11,11 @@ from typing import Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.kafka.clients import wall_clock_ms
+from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
+from kmq_dagster.kafka.retry_router import RetryRouter
+from kmq_dagster.kafka.worker import run_worker
 from kmq_dagster.settings import KmqSettings
 
 
@@ -93,3 +98,25 @@ def wait_for(
         if time.monotonic() > deadline:
             return False
         time.sleep(interval_s)
+
+
+@contextmanager
+def running_worker(
+    settings: KmqSettings,
+    topic: str,
+    group: str,
+    handler: Callable[[KmqMessage], object],
+    policy: RetryPolicy,
+) -> Iterator[RetryRouter]:
+    """Run a worker (consumer, retry router, ``handler``) on a thread for the block."""
+    router = RetryRouter(settings, topic, group, policy, clock_ms=wall_clock_ms)
+    consumer = KmqConsumer(settings, topic, group, retry_topics=list(router.retry_topics.values()))
+    stop = threading.Event()
+    thread = threading.Thread(target=run_worker, args=(consumer, handler, stop, None, router))
+    thread.start()
+    try:
+        yield router
+    finally:
+        stop.set()
+        thread.join(60)
+        assert not thread.is_alive(), "worker did not stop"

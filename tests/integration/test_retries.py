@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -21,7 +20,7 @@ from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.kafka.tracker import Tracker
 from kmq_dagster.kafka.worker import run_worker
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import produce, read_topic, running_service, wait_for
+from tests.kafka_helpers import produce, read_topic, running_service, running_worker, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -61,22 +60,6 @@ def recording(fail_when: Callable[[KmqMessage], BaseException | None]) -> tuple[
     return calls, handler
 
 
-@contextmanager
-def worker(
-    settings: KmqSettings, topic: str, group: str, handler: Handler, policy: RetryPolicy
-) -> Iterator[RetryRouter]:
-    router = RetryRouter(settings, topic, group, policy, clock_ms=wall_clock_ms)
-    consumer = KmqConsumer(settings, topic, group, retry_topics=list(router.retry_topics.values()))
-    stop = threading.Event()
-    thread = threading.Thread(target=run_worker, args=(consumer, handler, stop, None, router))
-    thread.start()
-    try:
-        yield router
-    finally:
-        stop.set()
-        thread.join(60)
-
-
 @pytest.fixture
 def queue(settings: KmqSettings, topic_name: str) -> str:
     provision_queue(settings, topic_name, partitions=1, group="g", retry_delays_ms=(DELAY_MS,))
@@ -88,7 +71,7 @@ def test_a_failed_message_comes_back_from_its_retry_topic_when_due_and_not_befor
 ) -> None:
     produce(settings, queue, [b"flaky"], headers=[("trace", b"\xff")])
     calls, handler = recording(lambda m: FlakyError("once") if len(calls.seen) == 1 else None)
-    with worker(settings, queue, "g", handler, RetryPolicy.fixed([DELAY_MS])):
+    with running_worker(settings, queue, "g", handler, RetryPolicy.fixed([DELAY_MS])):
         assert wait_for(lambda: len(calls.seen) == 2, timeout_s=60)
     (_, failed_at, first_attempt, _), (_, retried_at, attempt, due) = calls.seen
     assert first_attempt is None
@@ -112,7 +95,7 @@ def test_exhausted_and_non_retryable_failures_go_to_the_dlq_with_their_reason(
 
     calls, handler = recording(fail)
     policy = RetryPolicy.fixed([DELAY_MS], non_retryable=["ValueError"])
-    with worker(settings, queue, "g", handler, policy):
+    with running_worker(settings, queue, "g", handler, policy):
         dead = read_topic(settings, dlq_topic(queue, "g"), 1, at_least=2, timeout_s=60)
     reasons = {m.value(): header_value(normalize_headers(m.headers()), DLQ_REASON) for m in dead}
     assert reasons == {
@@ -132,7 +115,7 @@ def test_corrupt_retry_metadata_goes_to_the_dlq_without_calling_the_handler(
     producer.produce(target, value=b"garbage", partition=0, headers=[(ATTEMPT, b"\xff")])
     assert producer.flush(30) == 0
     calls, handler = recording(lambda m: None)
-    with worker(settings, queue, "g", handler, RetryPolicy.fixed([DELAY_MS])):
+    with running_worker(settings, queue, "g", handler, RetryPolicy.fixed([DELAY_MS])):
         dead = read_topic(settings, dlq_topic(queue, "g"), 1, at_least=2, timeout_s=60)
     assert sorted(m.value() or b"" for m in dead) == [b"garbage", b"no-headers"]
     for record in dead:
@@ -145,7 +128,7 @@ def test_a_waiting_retry_does_not_block_new_messages(settings: KmqSettings, queu
     provision_queue(settings, queue, group="g", retry_delays_ms=(10_000,))
     produce(settings, queue, [b"first"])
     calls, handler = recording(lambda m: FlakyError("x") if m.value == b"first" else None)
-    with worker(settings, queue, "g", handler, RetryPolicy.fixed([10_000])) as router:
+    with running_worker(settings, queue, "g", handler, RetryPolicy.fixed([10_000])) as router:
         assert wait_for(lambda: router.stats.retried == 1)
         produce(settings, queue, [b"second"])
         started = time.monotonic()
@@ -168,8 +151,8 @@ def test_groups_are_isolated_only_the_failing_group_retries(
     )
     policy = RetryPolicy.fixed([DELAY_MS])
     with (
-        worker(settings, topic_name, "a", handler_a, policy),
-        worker(settings, topic_name, "b", handler_b, policy),
+        running_worker(settings, topic_name, "a", handler_a, policy),
+        running_worker(settings, topic_name, "b", handler_b, policy),
     ):
         assert wait_for(lambda: len(calls_b.seen) == 4, timeout_s=60)
         time.sleep(1)
@@ -195,7 +178,7 @@ def test_keyboard_interrupt_in_a_handler_stops_the_worker_without_losing_the_mes
     calls_again, handler_again = recording(lambda m: None)
     with (
         running_service(Tracker(settings, queue, "g")),
-        worker(settings, queue, "g", handler_again, RetryPolicy.fixed([DELAY_MS])),
+        running_worker(settings, queue, "g", handler_again, RetryPolicy.fixed([DELAY_MS])),
     ):
         assert wait_for(lambda: calls_again.values() == [b"interrupted"], timeout_s=60)
     assert read_topic(settings, dlq_topic(queue, "g"), 1) == []

@@ -1,0 +1,185 @@
+"""Which dead letters a replay moves, and the headers of a replayed copy (pure).
+
+A selection combines filters with AND: DLQ offsets per partition, key, error type, and the
+time the message was dead-lettered. A replayed copy carries ``kmq-replay-count``; a dead letter
+already replayed ``max_replays`` times is skipped, so a message that keeps failing cannot loop
+between the DLQ and the queue for ever.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from kmq_dagster.core.durations import parse_duration_ms
+from kmq_dagster.core.headers import (
+    DLQ_REASON,
+    ERROR_MESSAGE,
+    ERROR_TYPE,
+    REDELIVERY_COUNT,
+    Headers,
+    header_value,
+    int_header,
+)
+from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS, TRACEBACK
+from kmq_dagster.errors import ConfigError
+
+#: How many times a message was replayed from a dead-letter topic.
+REPLAY_COUNT = "kmq-replay-count"
+#: Replays of one message before a replay skips it.
+DEFAULT_MAX_REPLAYS = 3
+
+#: Where replayed messages go.
+TO_RETRY = "retry"
+TO_ORIGINAL = "original"
+TARGETS = (TO_RETRY, TO_ORIGINAL)
+
+OffsetRanges = Mapping[int, tuple[tuple[int, int], ...]]
+
+
+def parse_offsets(text: str) -> dict[int, tuple[tuple[int, int], ...]]:
+    """Parse ``"0:10-20,0:25,1:5-"`` into inclusive ranges per partition (``5-``: to the end).
+
+    Raises:
+        ConfigError: not of the form ``PARTITION:FIRST[-LAST]``.
+    """
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for part in (p.strip() for p in text.split(",")):
+        partition, sep, span = part.partition(":")
+        first, dash, last = span.partition("-")
+        try:
+            if not sep:
+                raise ValueError
+            bounds = (int(first), int(last) if last else (2**63 - 1 if dash else int(first)))
+            if int(partition) < 0 or bounds[0] < 0 or bounds[1] < bounds[0]:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(
+                f"--offsets takes PARTITION:FIRST[-LAST] items separated by commas, "
+                f"e.g. 0:10-20,1:5; got {part!r}"
+            ) from None
+        ranges.setdefault(int(partition), []).append(bounds)
+    return {partition: tuple(spans) for partition, spans in ranges.items()}
+
+
+def parse_time_ms(text: str, now_ms: int) -> int:
+    """A point in time: ISO 8601 (``2026-11-23T10:00``, UTC unless an offset is given) or a
+    duration before now (``2h``).
+
+    Raises:
+        ConfigError: neither form.
+    """
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        try:
+            return now_ms - parse_duration_ms(text)
+        except ConfigError:
+            raise ConfigError(
+                f"not a time: {text!r} (examples: 2026-11-23T10:00, 2026-11-23T10:00+01:00, 2h)"
+            ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+@dataclass(frozen=True)
+class ReplaySelection:
+    """Dead letters to replay: every filter given must match (no filter: all of them)."""
+
+    offsets: OffsetRanges = field(default_factory=dict)
+    key: bytes | None = None
+    error_type: str | None = None
+    #: Dead-lettered at or after / before these times (ms since the epoch).
+    since_ms: int | None = None
+    until_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        since_ms, until_ms = self.since_ms, self.until_ms
+        if since_ms is not None and until_ms is not None and since_ms >= until_ms:
+            raise ConfigError("--since must be before --until")
+
+    def matches(
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        headers: Headers | None,
+        dead_lettered_ms: int,
+    ) -> bool:
+        """Whether the dead letter at ``partition``/``offset`` is selected."""
+        if self.offsets:
+            spans = self.offsets.get(partition, ())
+            if not any(first <= offset <= last for first, last in spans):
+                return False
+        if self.key is not None and key != self.key:
+            return False
+        wanted_type = self.error_type
+        if wanted_type is not None and header_value(headers, ERROR_TYPE) != wanted_type.encode():
+            return False
+        if self.since_ms is not None and dead_lettered_ms < self.since_ms:
+            return False
+        return self.until_ms is None or dead_lettered_ms < self.until_ms
+
+    def describe(self) -> str:
+        """A stable one-line description (also what the default replay id is made from)."""
+        parts = []
+        if self.offsets:
+            spans = ",".join(
+                f"{p}:{first}-{last}"
+                for p, ranges in sorted(self.offsets.items())
+                for first, last in ranges
+            )
+            parts.append(f"offsets {spans}")
+        if self.key is not None:
+            parts.append(f"key {self.key!r}")
+        if self.error_type is not None:
+            parts.append(f"error type {self.error_type}")
+        if self.since_ms is not None:
+            parts.append(f"since {self.since_ms}")
+        if self.until_ms is not None:
+            parts.append(f"until {self.until_ms}")
+        return "; ".join(parts) or "every dead letter"
+
+
+def default_replay_id(topic: str, group: str, selection: ReplaySelection, target: str) -> str:
+    """The same replay (queue, group, selection, target) always gets the same id, so running
+    the same command again resumes it."""
+    text = "\n".join((topic, group, selection.describe(), target))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def read_replay_count(headers: Headers | None) -> int:
+    """How many times a dead letter was replayed already; an unreadable count reads as the
+    limit's worth, so it is never replayed by accident: callers compare with ``>=``."""
+    try:
+        return int_header(headers, REPLAY_COUNT) or 0
+    except ValueError:
+        return 2**31
+
+
+#: Headers that describe one failed attempt; a replayed copy starts afresh without them.
+_ATTEMPT_HEADERS = (ATTEMPT, DUE_MS, DLQ_REASON, REDELIVERY_COUNT)
+_ERROR_HEADERS = (ERROR_TYPE, ERROR_MESSAGE, TRACEBACK)
+
+
+@dataclass(frozen=True)
+class ReplayHeaders:
+    """What to drop from a dead letter's headers and what to set on its replayed copy."""
+
+    drop: tuple[str, ...]
+    updates: Mapping[str, str]
+
+
+def replay_headers(target: str, replay_count: int, now_ms: int) -> ReplayHeaders:
+    """Headers for a copy going to the first retry topic (due now, attempt 2) or back to the
+    original topic (a first attempt). Origin headers are kept, so a copy that fails again
+    still names where the message was first produced."""
+    count = {REPLAY_COUNT: str(replay_count + 1)}
+    if target == TO_RETRY:
+        return ReplayHeaders(
+            (DLQ_REASON,), {**count, ATTEMPT: "2", DUE_MS: str(now_ms), REDELIVERY_COUNT: "0"}
+        )
+    return ReplayHeaders(_ATTEMPT_HEADERS + _ERROR_HEADERS, count)

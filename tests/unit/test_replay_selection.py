@@ -1,0 +1,100 @@
+"""Replay selection, time parsing and the headers of replayed copies."""
+
+from __future__ import annotations
+
+import pytest
+
+from kmq_dagster.core.headers import DLQ_REASON, ERROR_TYPE, ORIGINAL_TOPIC, REDELIVERY_COUNT
+from kmq_dagster.core.replay import (
+    REPLAY_COUNT,
+    TO_ORIGINAL,
+    TO_RETRY,
+    ReplaySelection,
+    default_replay_id,
+    parse_offsets,
+    parse_time_ms,
+    read_replay_count,
+    replay_headers,
+)
+from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS
+from kmq_dagster.errors import ConfigError
+
+NOW_MS = 1_795_000_000_000
+TIMEOUT = [(ERROR_TYPE, b"TimeoutError")]
+
+
+def test_offsets_parse_into_inclusive_ranges_per_partition() -> None:
+    assert parse_offsets("0:10-20, 0:25,1:5-") == {0: ((10, 20), (25, 25)), 1: ((5, 2**63 - 1),)}
+
+
+@pytest.mark.parametrize("text", ["", "0", "x:1", "0:a-b", "0:5-2", "-1:3", "0:1,,"])
+def test_malformed_offsets_are_a_clear_error(text: str) -> None:
+    with pytest.raises(ConfigError, match="PARTITION:FIRST"):
+        parse_offsets(text)
+
+
+def test_times_are_iso_utc_by_default_or_durations_ago() -> None:
+    assert parse_time_ms("2026-11-23T00:00", NOW_MS) == 1_795_392_000_000
+    assert parse_time_ms("2026-11-23T01:00+01:00", NOW_MS) == 1_795_392_000_000
+    assert parse_time_ms("2h", NOW_MS) == NOW_MS - 7_200_000
+    with pytest.raises(ConfigError, match="not a time"):
+        parse_time_ms("yesterday", NOW_MS)
+
+
+def test_every_filter_must_match() -> None:
+    selection = ReplaySelection(
+        offsets={0: ((10, 20),)}, key=b"k", error_type="TimeoutError", since_ms=100, until_ms=200
+    )
+
+    assert selection.matches(0, 15, b"k", TIMEOUT, 150)
+    assert not selection.matches(1, 15, b"k", TIMEOUT, 150)  # other partition
+    assert not selection.matches(0, 21, b"k", TIMEOUT, 150)  # outside the range
+    assert not selection.matches(0, 15, b"j", TIMEOUT, 150)  # other key
+    assert not selection.matches(0, 15, b"k", [(ERROR_TYPE, b"ValueError")], 150)
+    assert not selection.matches(0, 15, b"k", [], 150)  # no error type at all
+    assert not selection.matches(0, 15, b"k", TIMEOUT, 99)  # before --since
+    assert not selection.matches(0, 15, b"k", TIMEOUT, 200)  # --until is exclusive
+
+
+def test_no_filter_selects_everything_and_injection_strings_are_just_values() -> None:
+    assert ReplaySelection().matches(3, 7, None, None, 0)
+    sly = ReplaySelection(key=b"' OR 1=1 --", error_type="x' OR '1'='1")
+    assert not sly.matches(0, 0, b"k", TIMEOUT, 0)
+
+
+def test_since_must_come_before_until() -> None:
+    with pytest.raises(ConfigError, match="--since must be before --until"):
+        ReplaySelection(since_ms=200, until_ms=100)
+
+
+def test_the_same_replay_gets_the_same_id_and_another_one_another() -> None:
+    one = ReplaySelection(error_type="TimeoutError")
+    assert default_replay_id("t", "g", one, TO_RETRY) == default_replay_id("t", "g", one, TO_RETRY)
+    assert default_replay_id("t", "g", one, TO_RETRY) != default_replay_id(
+        "t", "g", one, TO_ORIGINAL
+    )
+    assert default_replay_id("t", "g", one, TO_RETRY) != default_replay_id(
+        "t", "g", ReplaySelection(), TO_RETRY
+    )
+
+
+def test_replay_count_is_read_and_garbage_never_passes_the_limit() -> None:
+    assert read_replay_count(None) == 0
+    assert read_replay_count([(REPLAY_COUNT, b"2")]) == 2
+    assert read_replay_count([(REPLAY_COUNT, b"lots")]) >= 1_000
+
+
+def test_a_retry_copy_is_due_now_as_attempt_two_and_an_original_copy_starts_afresh() -> None:
+    to_retry = replay_headers(TO_RETRY, 1, NOW_MS)
+    assert to_retry.updates == {
+        REPLAY_COUNT: "2",
+        ATTEMPT: "2",
+        DUE_MS: str(NOW_MS),
+        REDELIVERY_COUNT: "0",
+    }
+    assert to_retry.drop == (DLQ_REASON,)
+
+    to_original = replay_headers(TO_ORIGINAL, 0, NOW_MS)
+    assert to_original.updates == {REPLAY_COUNT: "1"}
+    assert {ATTEMPT, DUE_MS, DLQ_REASON, ERROR_TYPE, REDELIVERY_COUNT} <= set(to_original.drop)
+    assert ORIGINAL_TOPIC not in to_original.drop  # the origin survives every hop
