@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import logging
 import signal
 import sys
@@ -15,13 +17,17 @@ from types import FrameType
 import click
 
 from kmq_dagster.core.durations import parse_duration_ms
-from kmq_dagster.errors import BrokerError, KmqError
+from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.errors import BrokerError, ConfigError, KmqError
 from kmq_dagster.settings import (
     DEFAULT_BROKER_PORT,
     KmqSettings,
     parse_client_options,
     parse_delay_list,
 )
+
+#: Attempts in all (the first delivery included) under --retry-backoff unless --max-attempts.
+DEFAULT_BACKOFF_ATTEMPTS = 5
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -90,6 +96,82 @@ def broker(port: int, data_dir: Path | None) -> None:
     click.echo("kmq broker: stopped")
 
 
+@dataclasses.dataclass(frozen=True)
+class RetryOptions:
+    """The retry policy flags shared by provision, worker and replay (they must agree)."""
+
+    delays: str | None
+    backoff: str | None
+    max_attempts: int | None
+    jitter: float
+
+    def policy(self, settings: KmqSettings, non_retryable: Sequence[str] = ()) -> RetryPolicy:
+        """The policy these flags describe; default: ``settings.retry_delays_ms``."""
+        if self.backoff is not None:
+            if self.delays is not None:
+                raise ConfigError("give --retry-delays or --retry-backoff, not both")
+            return RetryPolicy.exponential(
+                self.backoff,
+                max_attempts=self.max_attempts or DEFAULT_BACKOFF_ATTEMPTS,
+                jitter=self.jitter,
+                non_retryable=non_retryable,
+            )
+        if self.max_attempts is not None:
+            raise ConfigError(
+                "--max-attempts goes with --retry-backoff; with --retry-delays every delay is "
+                "one retry"
+            )
+        delays_ms = parse_delay_list(self.delays) if self.delays else settings.retry_delays_ms
+        return RetryPolicy(
+            delays_ms=delays_ms, jitter=self.jitter, non_retryable=frozenset(non_retryable)
+        )
+
+
+def _retry_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Add the retry policy flags; the command receives them as ``retry: RetryOptions``."""
+
+    @functools.wraps(command)
+    def with_retry(
+        *args: object,
+        retry_delays: str | None,
+        retry_backoff: str | None,
+        max_attempts: int | None,
+        retry_jitter: float,
+        **kwargs: object,
+    ) -> None:
+        retry = RetryOptions(retry_delays, retry_backoff, max_attempts, retry_jitter)
+        command(*args, retry=retry, **kwargs)
+
+    options = [
+        click.option(
+            "--retry-delays",
+            metavar="LIST",
+            help="Delay before each retry, one retry topic per distinct delay, e.g. 10s,1m,10m "
+            "[env KMQ_RETRY_DELAYS; default 10s,1m,10m].",
+        ),
+        click.option(
+            "--retry-backoff",
+            metavar="INITIAL,MULTIPLIER,MAX",
+            help="Exponential backoff instead of --retry-delays, e.g. 1s,2,10m.",
+        ),
+        click.option(
+            "--max-attempts",
+            type=click.IntRange(min=1),
+            help=f"Attempts in all with --retry-backoff [default {DEFAULT_BACKOFF_ATTEMPTS}].",
+        ),
+        click.option(
+            "--retry-jitter",
+            type=click.FloatRange(0, 1, max_open=True),
+            default=0.0,
+            show_default=True,
+            help="Spread each due time by up to this share of its delay.",
+        ),
+    ]
+    for option in reversed(options):
+        with_retry = option(with_retry)
+    return with_retry
+
+
 @cli.command()
 @click.option("--topic", "-t", required=True, help="The queue topic.")
 @click.option(
@@ -101,11 +183,7 @@ def broker(port: int, data_dir: Path | None) -> None:
 @click.option(
     "--group", "-g", help="Consumer group: also create its markers, retry and DLQ topics."
 )
-@click.option(
-    "--retry-delays",
-    metavar="LIST",
-    help="Retry delays, one retry topic each, e.g. 10s,1m,10m [env KMQ_RETRY_DELAYS].",
-)
+@_retry_options
 @click.option(
     "--replication-factor",
     type=int,
@@ -125,7 +203,7 @@ def provision(
     topic: str,
     partitions: int | None,
     group: str | None,
-    retry_delays: str | None,
+    retry: RetryOptions,
     replication_factor: int,
     delay_queue: bool,
 ) -> None:
@@ -137,7 +215,7 @@ def provision(
         topic,
         partitions=partitions,
         group=group,
-        retry_delays_ms=parse_delay_list(retry_delays) if retry_delays else None,
+        retry_delays_ms=tuple(retry.policy(settings).topic_delays_ms()),
         replication_factor=replication_factor,
         delay_queue=delay_queue,
     )
@@ -258,11 +336,7 @@ def _queue_options(command: Callable[..., None]) -> Callable[..., None]:
 )
 @click.option("--max-redeliveries", type=click.IntRange(min=0), help="[default 3]")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Messages per fetch [default 500].")
-@click.option(
-    "--retry-delays",
-    metavar="LIST",
-    help="Delay before each retry of a failed message, e.g. 10s,1m,10m [env KMQ_RETRY_DELAYS].",
-)
+@_retry_options
 @click.option(
     "--non-retryable",
     metavar="NAMES",
@@ -278,11 +352,10 @@ def worker(
     visibility_timeout: str | None,
     max_redeliveries: int | None,
     batch_size: int | None,
-    retry_delays: str | None,
+    retry: RetryOptions,
     non_retryable: str,
 ) -> None:
     """Consume TOPIC in GROUP: returning acknowledges a message, raising retries it later."""
-    from kmq_dagster.core.retry import RetryPolicy
     from kmq_dagster.kafka.consumer import KmqConsumer, wall_clock_ms
     from kmq_dagster.kafka.retry_router import RetryRouter
     from kmq_dagster.kafka.worker import WorkerStats, load_handler, run_worker
@@ -291,12 +364,10 @@ def worker(
         visibility_timeout_ms=parse_duration_ms(visibility_timeout) if visibility_timeout else None,
         max_redeliveries=max_redeliveries,
         batch_size=batch_size,
-        retry_delays_ms=parse_delay_list(retry_delays) if retry_delays else None,
     )
     function = load_handler(handler)
-    policy = RetryPolicy.fixed(
-        settings.retry_delays_ms,
-        non_retryable=[name.strip() for name in non_retryable.split(",") if name.strip()],
+    policy = retry.policy(
+        settings, non_retryable=[name.strip() for name in non_retryable.split(",") if name.strip()]
     )
     stop_requested = _stop_on_signals()
     router = RetryRouter(settings, topic, group, policy, clock_ms=wall_clock_ms)
@@ -369,9 +440,7 @@ def tracker(settings: KmqSettings, topic: str, group: str, max_redeliveries: int
     help="Skip dead letters already replayed this many times.",
 )
 @click.option("--replay-id", help="Name of this replay; rerunning it resumes [default: derived].")
-@click.option(
-    "--retry-delays", metavar="LIST", help="The group's retry delays [env KMQ_RETRY_DELAYS]."
-)
+@_retry_options
 @click.pass_obj
 def replay(
     settings: KmqSettings,
@@ -387,7 +456,7 @@ def replay(
     rate: float | None,
     max_replays: int,
     replay_id: str | None,
-    retry_delays: str | None,
+    retry: RetryOptions,
 ) -> None:
     """Send GROUP's dead letters of TOPIC back; run the same command again to resume."""
     from kmq_dagster.core.replay import ReplaySelection, parse_offsets, parse_time_ms
@@ -411,9 +480,7 @@ def replay(
         rate_per_s=rate,
         max_replays=max_replays,
         replay_id=replay_id,
-        retry_delays_ms=parse_delay_list(retry_delays)
-        if retry_delays
-        else settings.retry_delays_ms,
+        retry_delays_ms=(retry.policy(settings).nominal_delay_ms(1),),
     )
     click.echo(f"replay {request.id}: {selection.describe()} -> {target}", err=True)
     last_report = [time.monotonic()]

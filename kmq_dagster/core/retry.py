@@ -18,6 +18,9 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from kmq_dagster.core.durations import parse_duration_ms
+from kmq_dagster.errors import ConfigError
+
 #: Error types that never go to a retry topic: retrying cannot fix what cannot be decoded.
 ALWAYS_FATAL: frozenset[str] = frozenset(
     {"UnicodeDecodeError", "JSONDecodeError", "DeserializationError"}
@@ -78,6 +81,38 @@ class RetryPolicy:
     def fixed(cls, delays_ms: Iterable[int], non_retryable: Iterable[str] = ()) -> RetryPolicy:
         """A policy with one retry per given delay."""
         return cls(delays_ms=tuple(delays_ms), non_retryable=frozenset(non_retryable))
+
+    @classmethod
+    def exponential(
+        cls,
+        spec: str,
+        *,
+        max_attempts: int,
+        jitter: float = 0.0,
+        non_retryable: Iterable[str] = (),
+    ) -> RetryPolicy:
+        """A backoff policy from ``"INITIAL,MULTIPLIER,MAX"``, e.g. ``"1s,2,10m"``.
+
+        Raises:
+            ConfigError: the spec or a value is malformed.
+        """
+        parts = [part.strip() for part in spec.split(",")]
+        try:
+            if len(parts) != 3:
+                raise ValueError("three values needed")
+            initial_ms, multiplier = parse_duration_ms(parts[0]), float(parts[1])
+            return cls(
+                initial_delay_ms=initial_ms,
+                multiplier=multiplier,
+                max_delay_ms=parse_duration_ms(parts[2]),
+                jitter=jitter,
+                max_attempts=max_attempts,
+                non_retryable=frozenset(non_retryable),
+            )
+        except (ValueError, ConfigError) as exc:
+            raise ConfigError(
+                f"--retry-backoff takes INITIAL,MULTIPLIER,MAX, e.g. 1s,2,10m; got {spec!r} ({exc})"
+            ) from None
 
     @property
     def attempts(self) -> int:

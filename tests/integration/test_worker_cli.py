@@ -1,13 +1,25 @@
-"""`kmq worker` and `kmq tracker`: bad arguments and missing topics are one-line errors."""
+"""`kmq worker` and `kmq tracker`: retry flags, bad arguments and missing topics."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+from pathlib import Path
+
 import pytest
 
+from kmq_dagster.core.headers import DLQ_REASON, header_value, normalize_headers
+from kmq_dagster.core.naming import dlq_topic, retry_topic
+from kmq_dagster.core.retry_headers import ATTEMPT
 from kmq_dagster.settings import KmqSettings
-from tests.processes import run_kmq
+from tests.kafka_helpers import produce, read_topic
+from tests.processes import kmq_argv, run_kmq
 
 pytestmark = pytest.mark.kafka
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HANDLER = "tests.support.flaky_handler:handle"
 
 
 @pytest.mark.parametrize(
@@ -40,3 +52,58 @@ def test_unprovisioned_queue_is_a_one_line_error(
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert f"run `kmq provision --topic {topic_name} --group g` first" in result.stderr
+
+
+def test_worker_with_exponential_backoff_retries_on_its_backoff_topics(
+    settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers, "KMQ_SESSION_TIMEOUT_MS": "6000"}
+    backoff = ("--retry-backoff", "1s,2,3s", "--max-attempts", "4")
+    provisioned = run_kmq(
+        "provision", "-t", topic_name, "-p", "1", "-g", "g", "--no-delay-queue", *backoff, env=env
+    )
+    assert provisioned.returncode == 0, provisioned.stderr
+    retry_topics = [retry_topic(topic_name, "g", ms) for ms in (1_000, 2_000, 3_000)]
+    assert all(f"created  {name} " in provisioned.stdout for name in retry_topics)
+    produce(settings, topic_name, [b"doomed"])
+    log = (tmp_path / "worker.log").open("wb")
+    worker = subprocess.Popen(
+        kmq_argv("worker", "-t", topic_name, "-g", "g", "--handler", HANDLER, *backoff),
+        cwd=REPO_ROOT,
+        env={
+            **os.environ,
+            **env,
+            "KMQ_TEST_FAILURE_RATE": "1",
+            "KMQ_TEST_OUTPUT_DIR": str(tmp_path),
+        },
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        (dead,) = read_topic(settings, dlq_topic(topic_name, "g"), 1, at_least=1, timeout_s=60)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0
+    assert header_value(normalize_headers(dead.headers()), DLQ_REASON) == (
+        b"failed 4 attempts, the last with FlakyDependencyError"
+    )
+    attempts = [
+        header_value(normalize_headers(r.headers()), ATTEMPT)
+        for name in retry_topics
+        for r in read_topic(settings, name, 1, at_least=1)
+    ]
+    assert attempts == [b"2", b"3", b"4"]  # one hop per backoff step: 1s, 2s, then capped at 3s
+
+
+def test_conflicting_retry_flags_are_a_one_line_error(settings: KmqSettings) -> None:
+    env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
+    both = run_kmq(
+        "provision", "-t", "x", "--retry-delays", "1s", "--retry-backoff", "1s,2,1m", env=env
+    )
+    bad = run_kmq("provision", "-t", "x", "--retry-backoff", "1s,2", env=env)
+    stray = run_kmq("provision", "-t", "x", "--max-attempts", "3", env=env)
+
+    assert both.stderr.strip() == "kmq: error: give --retry-delays or --retry-backoff, not both"
+    assert bad.stderr.strip().startswith("kmq: error: --retry-backoff takes INITIAL,MULTIPLIER,MAX")
+    assert stray.stderr.strip().startswith("kmq: error: --max-attempts goes with --retry-backoff")
+    assert {both.returncode, bad.returncode, stray.returncode} == {1}

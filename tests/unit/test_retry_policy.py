@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kmq_dagster.core.retry import DeadLetter, Retry, RetryPolicy
+from kmq_dagster.errors import ConfigError
 
 MINUTE = 60_000
 
@@ -85,3 +86,13 @@ def test_jittered_due_time_stays_within_its_spread(
 def test_invalid_policies_are_refused(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_backoff_spec_gives_its_retry_topics_and_bad_specs_are_clear_errors() -> None:
+    policy = RetryPolicy.exponential("1s,2,3s", max_attempts=5, jitter=0.1)
+
+    assert policy.topic_delays_ms() == [1_000, 2_000, 3_000]
+    assert (policy.attempts, policy.jitter) == (5, 0.1)
+    for spec in ("1s,2", "1s,x,3s", "5s,2,1s", "1s,0.5,3s"):
+        with pytest.raises(ConfigError, match="--retry-backoff takes INITIAL,MULTIPLIER,MAX"):
+            RetryPolicy.exponential(spec, max_attempts=3)
