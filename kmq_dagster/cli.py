@@ -16,6 +16,7 @@ from types import FrameType
 
 import click
 
+from kmq_dagster.bench.common import Cluster
 from kmq_dagster.core.durations import parse_duration_ms
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.errors import BrokerError, ConfigError, KmqError
@@ -498,6 +499,13 @@ def replay(
     click.echo(report.summary())
 
 
+_external_option = click.option(
+    "--external",
+    is_flag=True,
+    help="Use the configured Kafka instead of starting a fresh embedded broker.",
+)
+
+
 @cli.group()
 def bench() -> None:
     """Benchmarks; the last line printed is one JSON object of figures."""
@@ -506,34 +514,87 @@ def bench() -> None:
 @bench.command("ack")
 @click.option("--messages", type=click.IntRange(min=1000), default=200_000, show_default=True)
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option(
-    "--external",
-    is_flag=True,
-    help="Use the configured Kafka instead of starting a fresh embedded broker.",
-)
+@_external_option
 @click.pass_obj
 def bench_ack(settings: KmqSettings, messages: int, rounds: int, external: bool) -> None:
     """Per-message ack against a plain at-least-once consumer, latency, lateness, memory."""
     from kmq_dagster.bench.ack import run_ack_benchmark
-    from kmq_dagster.broker import EmbeddedBroker
 
-    def report(line: str) -> None:
-        click.echo(line, err=True)
+    cluster = _bench_cluster(settings, external)
+    where = settings.bootstrap_servers if external else "a fresh embedded broker each time"
+    _report(f"measuring on {where}; {messages:,} messages of 100 bytes per run")
+    figures = run_ack_benchmark(cluster, messages, _report, rounds=rounds)
+    click.echo(figures.as_json())
+
+
+@bench.command("retry")
+@click.option(
+    "--messages",
+    type=click.IntRange(min=100),
+    default=10_000,
+    show_default=True,
+    help="Delayed messages, and as many failing ones.",
+)
+@click.option(
+    "--send-seconds",
+    type=click.FloatRange(min=0),
+    default=20.0,
+    show_default=True,
+    help="Spread the sends over this long; 0 sends one burst (then lateness is backlog).",
+)
+@click.option(
+    "--max-delay",
+    default="45s",
+    show_default=True,
+    metavar="DURATION",
+    help="Delays are drawn from 1s to this.",
+)
+@_external_option
+@click.pass_obj
+def bench_retry(
+    settings: KmqSettings, messages: int, send_seconds: float, max_delay: str, external: bool
+) -> None:
+    """Due-time precision of delayed and retried messages: early count, lateness p50/p99."""
+    from kmq_dagster.bench.retry import run_retry_benchmark
+    from kmq_dagster.core.delay import check_delay_ms
+
+    where = settings.bootstrap_servers if external else "a fresh embedded broker"
+    _report(f"measuring on {where}")
+    cluster = _bench_cluster(settings, external)
+    figures = run_retry_benchmark(
+        cluster,
+        messages,
+        _report,
+        send_seconds=send_seconds,
+        max_delay_ms=check_delay_ms(parse_duration_ms(max_delay)),
+    )
+    every = figures.lateness.delayed + figures.lateness.retried
+    _report(
+        f"{len(every):,} due deliveries; earliest {min(every):+.0f} ms, latest {max(every):+.0f} "
+        "ms past the due time"
+    )
+    click.echo(figures.as_json())
+
+
+def _report(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _bench_cluster(settings: KmqSettings, external: bool) -> Cluster:
+    """The configured Kafka, or a fresh embedded broker per measurement."""
+    from kmq_dagster.broker import EmbeddedBroker
 
     @contextlib.contextmanager
     def cluster() -> Iterator[KmqSettings]:
         if external:
             yield settings
             return
-        with EmbeddedBroker(port=0) as embedded:  # a fresh broker per measurement
+        with EmbeddedBroker(port=0) as embedded:
             yield settings.with_overrides(
                 bootstrap_servers=embedded.bootstrap_servers, session_timeout_ms=6_000
             )
 
-    where = settings.bootstrap_servers if external else "a fresh embedded broker each time"
-    report(f"measuring on {where}; {messages:,} messages of 100 bytes per run")
-    figures = run_ack_benchmark(cluster, messages, report, rounds=rounds)
-    click.echo(figures.as_json())
+    return cluster
 
 
 def _configure_logging(verbose: bool) -> None:

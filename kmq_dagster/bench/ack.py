@@ -13,11 +13,11 @@ import time
 import tracemalloc
 import uuid
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Producer
 
+from kmq_dagster.bench.common import Cluster, Report, percentile
 from kmq_dagster.core.inflight import PartitionInflight
 from kmq_dagster.core.markers import StartMarker
 from kmq_dagster.core.retry_headers import origin_of
@@ -25,10 +25,6 @@ from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.tracker import Tracker
 from kmq_dagster.settings import KmqSettings
-
-Report = Callable[[str], None]
-#: Gives the Kafka to measure on, for the length of one measurement.
-Cluster = Callable[[], AbstractContextManager[KmqSettings]]
 
 #: Payload of every benchmark message (the mqperf benchmark used 100 bytes too).
 VALUE = b"x" * 100
@@ -64,7 +60,7 @@ def no_op_handler(_message: object) -> None:
 
 def _new_queue(settings: KmqSettings, partitions: int) -> str:
     topic = f"bench-{uuid.uuid4().hex[:8]}"
-    provision_queue(settings, topic, partitions=partitions, group=GROUP)
+    provision_queue(settings, topic, partitions=partitions, group=GROUP, delay_queue=False)
     return topic
 
 
@@ -234,11 +230,6 @@ def tracker_bytes_per_inflight(inflight: int, batch_size: int) -> float:
     assert state.inflight_count() == inflight
     used = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
     return used / inflight
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
 def run_ack_benchmark(
