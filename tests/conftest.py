@@ -10,6 +10,7 @@ import pytest
 
 from kmq_dagster.broker import EmbeddedBroker
 from kmq_dagster.settings import KmqSettings
+from tests.postgres_server import PostgresServer
 
 #: Fastest session timeout Apache Kafka accepts by default; group joins take ~3 s with it.
 TEST_SESSION_TIMEOUT_MS = 6_000
@@ -36,3 +37,14 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     """A topic name no other test uses (tests share one broker)."""
     stem = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:60].strip("-")
     return f"{stem}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL server on a free loopback port, for the whole session."""
+    server = PostgresServer()
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()

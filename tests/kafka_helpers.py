@@ -11,7 +11,11 @@ from typing import Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from kmq_dagster.core.headers import replace_headers
+from kmq_dagster.core.naming import dlq_topic
+from kmq_dagster.core.replay import REPLAY_COUNT
 from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.retry_router import RetryRouter
@@ -120,3 +124,31 @@ def running_worker(
         stop.set()
         thread.join(60)
         assert not thread.is_alive(), "worker did not stop"
+
+
+def produce_dead_letters(
+    settings: KmqSettings,
+    topic: str,
+    group: str,
+    items: list[tuple[str, str]],
+    *,
+    partitions: int,
+    replayed: int = 0,
+) -> None:
+    """Put (key, error type) dead letters in ``group``'s DLQ as the retry router writes them."""
+    producer = Producer(settings.producer_config())
+    for index, (key, error_type) in enumerate(items):
+        partition = index % partitions
+        origin = Origin(topic, partition, 1_000 + index, 1_700_000_000_000)
+        updates = copy_headers(
+            origin, group, Failure(error_type, "boom"), attempt=2, dlq_reason="failed 2 attempts"
+        )
+        extra = {REPLAY_COUNT: str(replayed)} if replayed else {}
+        producer.produce(
+            dlq_topic(topic, group),
+            key=key,
+            value=f"value-{key}",
+            partition=partition,
+            headers=[*replace_headers([("trace", b"t-" + key.encode())], {**updates, **extra})],
+        )
+    assert producer.flush(30) == 0

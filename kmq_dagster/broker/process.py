@@ -21,14 +21,17 @@ class ManagedProcess:
         name: str,
         argv: Sequence[str],
         log_path: Path,
+        *,
         env: Mapping[str, str] | None = None,
         stop_timeout_s: float = 15.0,
+        stop_signal: signal.Signals = signal.SIGTERM,
     ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         self.env = dict(env) if env is not None else None
         self.stop_timeout_s = stop_timeout_s
+        self.stop_signal = stop_signal
         self._popen: subprocess.Popen[bytes] | None = None
 
     @property
@@ -62,12 +65,13 @@ class ManagedProcess:
         return self._popen is not None and self._popen.poll() is None
 
     def stop(self) -> None:
-        """SIGTERM the process group, SIGKILL it after ``stop_timeout_s``; reap the child."""
+        """Send ``stop_signal`` (SIGTERM) to the process group, SIGKILL it after
+        ``stop_timeout_s``; reap the child."""
         popen = self._popen
         if popen is None:
             return
         if popen.poll() is None:
-            self._signal_group(popen.pid, signal.SIGTERM)
+            self._signal_group(popen.pid, self.stop_signal)
             try:
                 popen.wait(timeout=self.stop_timeout_s)
             except subprocess.TimeoutExpired:

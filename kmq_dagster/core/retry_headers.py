@@ -27,6 +27,8 @@ from kmq_dagster.core.headers import (
 ATTEMPT = "kmq-attempt"
 #: Not to be processed before this wall-clock time, in milliseconds since the epoch.
 DUE_MS = "kmq-due-ms"
+#: When the message failed for the first time (ms since the epoch); kept across retries.
+FIRST_FAILURE_MS = "kmq-first-failure-ms"
 #: The failed attempt's traceback, cut to ``MAX_TRACEBACK_BYTES``.
 TRACEBACK = "kmq-traceback"
 #: Reason given when retry headers are missing or unreadable.
@@ -119,6 +121,7 @@ def copy_headers(
     attempt: int | None = None,
     due_ms: int | None = None,
     dlq_reason: str | None = None,
+    first_failure_ms: int | None = None,
 ) -> Mapping[str, str]:
     """The ``kmq-*`` headers for a retry copy (``attempt`` and ``due_ms``) or a dead letter
     (``dlq_reason``); pass them to :func:`~kmq_dagster.core.headers.replace_headers`."""
@@ -138,4 +141,14 @@ def copy_headers(
         updates[DUE_MS] = str(due_ms)
     if dlq_reason is not None:
         updates[DLQ_REASON] = dlq_reason
+    if first_failure_ms is not None:
+        updates[FIRST_FAILURE_MS] = str(first_failure_ms)
     return updates
+
+
+def read_first_failure_ms(headers: Headers | None, default_ms: int) -> int:
+    """When the message first failed; ``default_ms`` if that is not recorded or unreadable."""
+    try:
+        return int_header(headers, FIRST_FAILURE_MS) or default_ms
+    except ValueError:
+        return default_ms

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._metadata import ClusterMetadata
 
@@ -75,3 +76,12 @@ def commit_offsets(consumer: Consumer, offsets: list[TopicPartition], *, wait: b
         consumer.commit(offsets=offsets, asynchronous=False)
     else:
         consumer.commit(offsets=offsets, asynchronous=True)
+
+
+def positions_after(records: Iterable[Message]) -> list[TopicPartition]:
+    """Per (topic, partition) of ``records``: the offset after the last one, to commit."""
+    after: dict[tuple[str, int], int] = {}
+    for record in records:
+        source = (record.topic() or "", record.partition() or 0)
+        after[source] = max(after.get(source, 0), (record.offset() or 0) + 1)
+    return [TopicPartition(topic, p, offset) for (topic, p), offset in sorted(after.items())]

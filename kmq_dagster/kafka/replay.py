@@ -38,7 +38,12 @@ from kmq_dagster.core.replay import (
     replay_headers,
 )
 from kmq_dagster.errors import BrokerError, ConfigError
-from kmq_dagster.kafka.clients import CLIENT_LOGGER, commit_offsets, wall_clock_ms
+from kmq_dagster.kafka.clients import (
+    CLIENT_LOGGER,
+    commit_offsets,
+    positions_after,
+    wall_clock_ms,
+)
 from kmq_dagster.kafka.provision import require_topics
 from kmq_dagster.settings import KmqSettings
 
@@ -245,7 +250,7 @@ class _ReplayRun:
                 )
         if request.dry_run:
             return
-        positions = _next_positions(self.source, chunk)
+        positions = positions_after(chunk)
         if moving:
             commit_offsets(self.intent, positions, wait=True)
             self._produce(moving)
@@ -315,11 +320,3 @@ class _ReplayRun:
         self.producer.flush(30)
         self.done.close()
         self.intent.close()
-
-
-def _next_positions(topic: str, chunk: list[Message]) -> list[TopicPartition]:
-    next_offset: dict[int, int] = {}
-    for record in chunk:
-        partition = record.partition() or 0
-        next_offset[partition] = max(next_offset.get(partition, 0), (record.offset() or 0) + 1)
-    return [TopicPartition(topic, p, offset) for p, offset in sorted(next_offset.items())]

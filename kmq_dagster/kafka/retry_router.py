@@ -29,6 +29,7 @@ from kmq_dagster.core.retry_headers import (
     origin_of,
     read_attempt,
     read_due_ms,
+    read_first_failure_ms,
 )
 from kmq_dagster.kafka.clients import CLIENT_LOGGER
 from kmq_dagster.kafka.message import KmqMessage
@@ -129,24 +130,37 @@ class RetryRouter:
             origin = origin_of(headers, message.topic, message.partition, message.offset, 0)
         except ValueError:  # unreadable origin headers: the copy names where it was read
             origin = Origin(message.topic, message.partition, message.offset, 0)
+        now_ms = self._clock_ms()
+        first_ms = read_first_failure_ms(headers, now_ms)
         if isinstance(failure, str):  # corrupt metadata: straight to the DLQ
             self.stats.corrupt += 1
             self.stats.dead_lettered += 1
             bare = Failure("CorruptRetryMetadata", failure)
-            return self.dlq_topic, {**copy_headers(origin, self.group, bare, dlq_reason=failure)}
+            updates = copy_headers(
+                origin, self.group, bare, dlq_reason=failure, first_failure_ms=first_ms
+            )
+            return self.dlq_topic, {**updates}
         attempt = read_attempt(headers)
-        decision = self.policy.after_failure(
-            attempt, failure.error_type, self._clock_ms(), self._rng
-        )
+        decision = self.policy.after_failure(attempt, failure.error_type, now_ms, self._rng)
         if isinstance(decision, DeadLetter):
             self.stats.dead_lettered += 1
             updates = copy_headers(
-                origin, self.group, failure, attempt=attempt, dlq_reason=decision.reason
+                origin,
+                self.group,
+                failure,
+                attempt=attempt,
+                dlq_reason=decision.reason,
+                first_failure_ms=first_ms,
             )
             return self.dlq_topic, {**updates}
         self.stats.retried += 1
         updates = copy_headers(
-            origin, self.group, failure, attempt=decision.attempt, due_ms=decision.due_ms
+            origin,
+            self.group,
+            failure,
+            attempt=decision.attempt,
+            due_ms=decision.due_ms,
+            first_failure_ms=first_ms,
         )
         # A new hop: redeliveries of the copy count from zero again.
         return self.retry_topics[decision.topic_delay_ms], {**updates, REDELIVERY_COUNT: "0"}

@@ -10,23 +10,22 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Message, Producer
+from confluent_kafka import Message
 
 from kmq_dagster.core.headers import (
     DLQ_REASON,
     normalize_headers,
-    replace_headers,
 )
 from kmq_dagster.core.naming import dlq_topic, retry_topic
 from kmq_dagster.core.replay import REPLAY_COUNT, ReplaySelection
 from kmq_dagster.core.retry import RetryPolicy
-from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS, Failure, Origin, copy_headers
+from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import read_topic, running_worker, wait_for
+from tests.kafka_helpers import produce_dead_letters, read_topic, running_worker, wait_for
 from tests.processes import kmq_argv, run_kmq
 
 pytestmark = pytest.mark.kafka
@@ -51,29 +50,9 @@ def queue(settings: KmqSettings, topic_name: str) -> str:
 
 
 def dead_letter(
-    settings: KmqSettings,
-    topic: str,
-    items: list[tuple[str, str]],
-    *,
-    replayed: int = 0,
+    settings: KmqSettings, topic: str, items: list[tuple[str, str]], *, replayed: int = 0
 ) -> None:
-    """Put (key, error type) dead letters in the group's DLQ as the retry router writes them."""
-    producer = Producer(settings.producer_config())
-    for index, (key, error_type) in enumerate(items):
-        partition = index % PARTITIONS
-        origin = Origin(topic, partition, 1_000 + index, 1_700_000_000_000)
-        updates = copy_headers(
-            origin, GROUP, Failure(error_type, "boom"), attempt=2, dlq_reason="failed 2 attempts"
-        )
-        extra = {REPLAY_COUNT: str(replayed)} if replayed else {}
-        producer.produce(
-            dlq_topic(topic, GROUP),
-            key=key,
-            value=f"value-{key}",
-            partition=partition,
-            headers=[*replace_headers([("trace", b"t-" + key.encode())], {**updates, **extra})],
-        )
-    assert producer.flush(30) == 0
+    produce_dead_letters(settings, topic, GROUP, items, partitions=PARTITIONS, replayed=replayed)
 
 
 def request(topic: str, **options: object) -> ReplayRequest:

@@ -1,0 +1,1 @@
+"""The SQL audit log: dead letters, operator actions, breaker transitions, alerts, snapshots."""

@@ -1,0 +1,90 @@
+"""A dead-letter record as a row of the audit store: whatever its headers hold, it gets a row."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime
+from typing import Any
+
+from kmq_dagster.audit.models import MAX_STORED_VALUE_BYTES
+from kmq_dagster.core.headers import (
+    DLQ_REASON,
+    ERROR_MESSAGE,
+    ERROR_TYPE,
+    GROUP,
+    ORIGINAL_OFFSET,
+    ORIGINAL_PARTITION,
+    ORIGINAL_TOPIC,
+    Headers,
+    header_value,
+    int_header,
+)
+from kmq_dagster.core.retry_headers import ATTEMPT, read_first_failure_ms
+
+UNKNOWN = "unknown"
+
+
+def dead_letter_row(
+    *,
+    dlq_topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Headers,
+    timestamp_ms: int,
+    queue_topic: str,
+    group_id: str,
+    ingested_at: datetime,
+) -> dict[str, Any]:
+    """The ``dead_letters`` row of one DLQ record; unreadable headers read as unknown."""
+    size = len(value) if value is not None else 0
+    return {
+        "dlq_topic": dlq_topic,
+        "dlq_partition": partition,
+        "dlq_offset": offset,
+        "queue_topic": queue_topic,
+        "group_id": _text(headers, GROUP) or group_id,
+        "key": key,
+        "value": value[:MAX_STORED_VALUE_BYTES] if value is not None else None,
+        "value_size": size,
+        "value_truncated": size > MAX_STORED_VALUE_BYTES,
+        "headers": [_header_json(name, raw) for name, raw in headers],
+        "error_type": (_text(headers, ERROR_TYPE) or UNKNOWN)[:256],
+        "error_message": _text(headers, ERROR_MESSAGE) or "",
+        "reason": _text(headers, DLQ_REASON) or UNKNOWN,
+        "attempts": _int(headers, ATTEMPT) or 1,
+        "original_topic": _text(headers, ORIGINAL_TOPIC),
+        "original_partition": _int(headers, ORIGINAL_PARTITION),
+        "original_offset": _int(headers, ORIGINAL_OFFSET),
+        "first_failure_at": _utc(read_first_failure_ms(headers, timestamp_ms)),
+        "last_failure_at": _utc(timestamp_ms),
+        "status": "new",
+        "ingested_at": ingested_at,
+    }
+
+
+def _text(headers: Headers, name: str) -> str | None:
+    raw = header_value(headers, name)
+    return raw.decode("utf-8", errors="replace") if raw is not None else None
+
+
+def _int(headers: Headers, name: str) -> int | None:
+    try:
+        return int_header(headers, name)
+    except ValueError:
+        return None
+
+
+def _header_json(name: str, raw: bytes | None) -> list[object]:
+    """``[name, value, is_base64]``: UTF-8 values as text, anything else as base64."""
+    if raw is None:
+        return [name, None, False]
+    try:
+        return [name, raw.decode("utf-8"), False]
+    except UnicodeDecodeError:
+        return [name, base64.b64encode(raw).decode("ascii"), True]
+
+
+def _utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(max(ms, 0) / 1000, UTC)

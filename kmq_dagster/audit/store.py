@@ -1,0 +1,316 @@
+"""The audit store: one SQLAlchemy URL, migrated on first use, safe for several writers.
+
+SQLite (the default, a file) runs in WAL mode with a busy timeout, so several processes can
+write; any other SQLAlchemy URL works (PostgreSQL is tested). Every query is built with
+SQLAlchemy expressions: values are always bound parameters, never spliced into SQL text.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Engine, create_engine, event, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
+
+from kmq_dagster.audit.models import (
+    STATUSES,
+    Action,
+    Alert,
+    BreakerState,
+    BreakerTransition,
+    DeadLetter,
+    QueueSnapshot,
+)
+from kmq_dagster.errors import ConfigError, KmqError
+
+#: Environment variable naming the store; default: a SQLite file in ``~/.kmq``.
+URL_ENV = "KMQ_AUDIT_URL"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+HEAD_REVISION = "0002"
+
+
+class AuditStoreError(KmqError):
+    """The audit store could not be opened or migrated."""
+
+
+def default_url() -> str:
+    """``$KMQ_AUDIT_URL``, else ``sqlite:///~/.kmq/audit.db``."""
+    configured = os.environ.get(URL_ENV)
+    if configured:
+        return configured
+    path = Path.home() / ".kmq" / "audit.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+@dataclass(frozen=True)
+class DeadLetterFilter:
+    """Which dead letters to list; every field given must match (exact, except ``text``)."""
+
+    queue_topic: str | None = None
+    group_id: str | None = None
+    status: str | None = None
+    error_type: str | None = None
+    key: bytes | None = None
+    #: Substring of the error message or the reason.
+    text: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in STATUSES:
+            raise ConfigError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
+
+
+class AuditStore:
+    """Read and write the audit log at ``url`` (migrated to the newest schema on open)."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url or default_url()
+        try:
+            self.engine = _engine(self.url)
+            migrate(self.engine)
+        except OperationalError as exc:
+            raise AuditStoreError(
+                f"cannot open the audit store {_safe(self.url)}: {exc.orig}"
+            ) from None
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def session(self) -> Session:
+        return self._sessions()
+
+    # -- dead letters -------------------------------------------------------------------------
+
+    def add_dead_letters(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Insert dead letters; one already stored (same DLQ coordinates) is left alone.
+
+        Returns:
+            How many rows were new.
+        """
+        if not rows:
+            return 0
+        statement = _insert_ignoring_duplicates(
+            self.engine, DeadLetter, ["dlq_topic", "dlq_partition", "dlq_offset"]
+        ).returning(DeadLetter.id)
+        with self.engine.begin() as connection:
+            # RETURNING counts what was inserted: drivers differ on rowcount for many rows.
+            return len(connection.execute(statement, list(rows)).all())
+
+    def dead_letters(
+        self, where: DeadLetterFilter = DeadLetterFilter(), *, limit: int = 100, offset: int = 0
+    ) -> list[DeadLetter]:
+        """Dead letters matching ``where``, newest first."""
+        query = (
+            select(DeadLetter)
+            .where(*_conditions(where))
+            .order_by(DeadLetter.last_failure_at.desc(), DeadLetter.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    def count_dead_letters(self, where: DeadLetterFilter = DeadLetterFilter()) -> int:
+        query = select(func.count()).select_from(DeadLetter).where(*_conditions(where))
+        with self.session() as session:
+            return int(session.scalar(query) or 0)
+
+    def set_status(
+        self, dlq_topic: str, coordinates: Iterable[tuple[int, int]], status: str
+    ) -> int:
+        """Mark the dead letters at (partition, offset) of ``dlq_topic``; returns rows changed."""
+        if status not in STATUSES:
+            raise ConfigError(f"status must be one of {', '.join(STATUSES)}")
+        changed = 0
+        with self.engine.begin() as connection:
+            for partition, offset in coordinates:
+                result = connection.execute(
+                    update(DeadLetter)
+                    .where(
+                        DeadLetter.dlq_topic == dlq_topic,
+                        DeadLetter.dlq_partition == partition,
+                        DeadLetter.dlq_offset == offset,
+                    )
+                    .values(status=status)
+                )
+                changed += result.rowcount
+        return changed
+
+    # -- actions, transitions, alerts, snapshots ----------------------------------------------
+
+    def record_action(self, **fields: Any) -> None:
+        """An operator action (``kind``, ``actor``, ``queue_topic``, ``group_id``,
+        ``selection``, ``count``, ``target``, ``dry_run``, ``outcome``)."""
+        self._insert(Action, {"at": now(), **fields})
+
+    def actions(self, queue_topic: str | None = None) -> list[Action]:
+        query = select(Action).order_by(Action.id)
+        if queue_topic is not None:
+            query = query.where(Action.queue_topic == queue_topic)
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    def record_transition(self, **fields: Any) -> None:
+        self._insert(BreakerTransition, fields)
+
+    def transitions(self, queue_topic: str, group_id: str) -> list[BreakerTransition]:
+        query = (
+            select(BreakerTransition)
+            .where(
+                BreakerTransition.queue_topic == queue_topic, BreakerTransition.group_id == group_id
+            )
+            .order_by(BreakerTransition.id)
+        )
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    def record_alert(self, **fields: Any) -> None:
+        self._insert(Alert, {"at": now(), **fields})
+
+    def alerts(self, queue_topic: str | None = None) -> list[Alert]:
+        query = select(Alert).order_by(Alert.id)
+        if queue_topic is not None:
+            query = query.where(Alert.queue_topic == queue_topic)
+        with self.session() as session:
+            return list(session.scalars(query))
+
+    def record_snapshot(self, **fields: Any) -> None:
+        self._insert(QueueSnapshot, {"at": now(), **fields})
+
+    # -- the shared breaker state -------------------------------------------------------------
+
+    def breaker_state(self, queue_topic: str, group_id: str) -> BreakerState | None:
+        with self.session() as session:
+            return session.get(BreakerState, (queue_topic, group_id))
+
+    def save_breaker_state(
+        self,
+        queue_topic: str,
+        group_id: str,
+        *,
+        state: str,
+        opened_at_ms: int,
+        cooldown_ms: int,
+        expected_version: int | None,
+    ) -> bool:
+        """Write the breaker's state if nobody else wrote it since ``expected_version`` was read
+        (``None``: it did not exist). Returns whether this write won."""
+        values = {"state": state, "opened_at_ms": opened_at_ms, "cooldown_ms": cooldown_ms}
+        with self.engine.begin() as connection:
+            if expected_version is None:
+                statement = _insert_ignoring_duplicates(
+                    self.engine, BreakerState, ["queue_topic", "group_id"]
+                )
+                row = {"queue_topic": queue_topic, "group_id": group_id, "version": 1, **values}
+                inserted = connection.execute(statement.returning(BreakerState.version), [row])
+                return bool(inserted.all())
+            result = connection.execute(
+                update(BreakerState)
+                .where(
+                    BreakerState.queue_topic == queue_topic,
+                    BreakerState.group_id == group_id,
+                    BreakerState.version == expected_version,
+                )
+                .values(version=expected_version + 1, **values)
+            )
+            return result.rowcount == 1
+
+    def _insert(self, model: type[Any], fields: dict[str, Any]) -> None:
+        with self.engine.begin() as connection:
+            connection.execute(insert(model), [fields])
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest revision (idempotent; safe if two processes race)."""
+    config = Config()
+    config.set_main_option("script_location", "kmq_dagster.audit:migrations")
+    with engine.begin() as connection:
+        if engine.dialect.name == "postgresql":  # one migrator at a time
+            connection.exec_driver_sql("SELECT pg_advisory_xact_lock(4242001)")
+        current = MigrationContext.configure(connection).get_current_revision()
+        if current == HEAD_REVISION:
+            return
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+def schema_revision(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def _engine(url: str) -> Engine:
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(
+        url, poolclass=NullPool, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+    )
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.close()
+
+    return engine
+
+
+def _insert_ignoring_duplicates(engine: Engine, model: type[Any], unique: list[str]) -> Any:
+    if engine.dialect.name == "postgresql":
+        return postgresql.insert(model).on_conflict_do_nothing(index_elements=unique)
+    if engine.dialect.name == "sqlite":
+        return sqlite.insert(model).on_conflict_do_nothing(index_elements=unique)
+    raise ConfigError(f"the audit store supports SQLite and PostgreSQL, not {engine.dialect.name}")
+
+
+def _conditions(where: DeadLetterFilter) -> list[Any]:
+    conditions: list[Any] = []
+    exact = {
+        DeadLetter.queue_topic: where.queue_topic,
+        DeadLetter.group_id: where.group_id,
+        DeadLetter.status: where.status,
+        DeadLetter.error_type: where.error_type,
+        DeadLetter.key: where.key,
+    }
+    conditions += [column == value for column, value in exact.items() if value is not None]
+    if where.text is not None:
+        pattern = (
+            "%" + where.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        )
+        conditions.append(
+            DeadLetter.error_message.like(pattern, escape="\\")
+            | DeadLetter.reason.like(pattern, escape="\\")
+        )
+    if where.since is not None:
+        conditions.append(DeadLetter.last_failure_at >= where.since)
+    if where.until is not None:
+        conditions.append(DeadLetter.last_failure_at < where.until)
+    return conditions
+
+
+def _safe(url: str) -> str:
+    """The URL without its password, for messages."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = rest.split("@", 1)[1]
+        return f"{scheme}{sep}***@{rest}"
+    return url

@@ -1,0 +1,215 @@
+"""The audit store on real SQLite and a real PostgreSQL server: migrations, idempotent writes,
+filters, several writers, and SQL-injection strings that match nothing and change nothing."""
+
+from __future__ import annotations
+
+import multiprocessing
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, text
+
+from kmq_dagster.audit.dead_letters import dead_letter_row
+from kmq_dagster.audit.models import Base
+from kmq_dagster.audit.store import AuditStore, DeadLetterFilter, schema_revision
+from kmq_dagster.core.headers import DLQ_REASON, ERROR_MESSAGE, ERROR_TYPE
+from kmq_dagster.errors import ConfigError
+
+INJECTIONS = [
+    "' OR '1'='1",
+    "'; DROP TABLE dead_letters; --",
+    '" OR ""="',
+    "%",
+    "_",
+    "\\",
+    "x' UNION SELECT * FROM actions --",
+    "0) OR (1=1",
+]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database: a SQLite file, or a fresh database on the session's PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'audit.db'}"
+        return
+    server_url: str = request.getfixturevalue("postgres_url")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    plain = server_url.replace("postgresql+psycopg://", "postgresql://").rsplit("/", 1)[0]
+    with psycopg.connect(f"{plain}/postgres", autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {name}")
+    yield server_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def row(offset: int, **overrides: Any) -> dict[str, Any]:
+    headers = [(ERROR_TYPE, b"TimeoutError"), (ERROR_MESSAGE, b"upstream timed out"),
+               (DLQ_REASON, b"failed 4 attempts")]  # fmt: skip
+    base = dead_letter_row(
+        dlq_topic="orders.billing.dlq",
+        partition=offset % 2,
+        offset=offset,
+        key=f"k{offset}".encode(),
+        value=b"v",
+        headers=headers,
+        timestamp_ms=1_795_000_000_000 + offset * 1000,
+        queue_topic="orders",
+        group_id="billing",
+        ingested_at=datetime.now(UTC),
+    )
+    return {**base, **overrides}
+
+
+def test_a_new_store_is_migrated_to_the_newest_schema_matching_the_models(store_url: str) -> None:
+    store = AuditStore(store_url)
+
+    assert schema_revision(store.engine) == "0002"
+    with store.engine.connect() as connection:
+        differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert differences == []
+    AuditStore(store_url).close()  # opening again changes nothing
+    store.close()
+
+
+def test_upgrading_from_the_first_revision_keeps_the_data(store_url: str) -> None:
+    engine = create_engine(store_url)
+    config = Config()
+    config.set_main_option("script_location", "kmq_dagster.audit:migrations")
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0001")
+    assert "breaker_states" not in inspect(engine).get_table_names()
+    with engine.begin() as connection:
+        connection.execute(
+            text("INSERT INTO actions (kind, actor, at, queue_topic, group_id, selection, count,"
+                 " target, dry_run, outcome) VALUES ('replay', 'ops', :at, 'orders', 'billing',"
+                 " 'every dead letter', 3, 'retry', false, 'replayed 3')"),
+            {"at": datetime.now(UTC)},
+        )  # fmt: skip
+    engine.dispose()
+
+    store = AuditStore(store_url)
+
+    assert schema_revision(store.engine) == "0002"
+    assert [a.outcome for a in store.actions()] == ["replayed 3"]
+    assert store.save_breaker_state(
+        "orders", "billing", state="open", opened_at_ms=1, cooldown_ms=2, expected_version=None
+    )
+    store.close()
+
+
+def test_dead_letters_are_stored_once_however_often_they_arrive(store_url: str) -> None:
+    store = AuditStore(store_url)
+
+    first = store.add_dead_letters([row(0), row(1), row(2)])
+    again = store.add_dead_letters([row(1), row(2), row(3)])
+
+    assert (first, again) == (3, 1)
+    assert store.count_dead_letters() == 4
+    store.close()
+
+
+def test_filters_select_exactly_and_status_changes_stick(store_url: str) -> None:
+    store = AuditStore(store_url)
+    store.add_dead_letters([row(i) for i in range(6)])
+    store.add_dead_letters([row(10, error_type="ValueError", error_message="bad 100% input")])
+    start = datetime.fromtimestamp(1_795_000_002, UTC)
+
+    assert store.count_dead_letters(DeadLetterFilter(error_type="ValueError")) == 1
+    assert store.count_dead_letters(DeadLetterFilter(key=b"k3")) == 1
+    assert store.count_dead_letters(DeadLetterFilter(text="100%")) == 1
+    assert store.count_dead_letters(DeadLetterFilter(text="timed out")) == 6
+    window = DeadLetterFilter(since=start, until=start + timedelta(seconds=2))
+    assert sorted(d.dlq_offset for d in store.dead_letters(window)) == [2, 3]
+    assert store.set_status("orders.billing.dlq", [(0, 2), (1, 3)], "replayed") == 2
+    assert store.count_dead_letters(DeadLetterFilter(status="replayed")) == 2
+    assert store.count_dead_letters(DeadLetterFilter(status="new", queue_topic="orders")) == 5
+    with pytest.raises(ConfigError, match="status must be one of"):
+        DeadLetterFilter(status="gone")
+    store.close()
+
+
+def test_injection_strings_through_every_filter_match_nothing_and_change_nothing(
+    store_url: str,
+) -> None:
+    store = AuditStore(store_url)
+    store.add_dead_letters([row(i) for i in range(5)])
+    store.record_action(
+        kind="replay", actor="ops", queue_topic="orders", group_id="billing",
+        selection="all", count=5, target="retry", dry_run=False, outcome="ok",
+    )  # fmt: skip
+    before = [(d.dlq_offset, d.status) for d in store.dead_letters()]
+
+    for attack in INJECTIONS:
+        filters = [
+            DeadLetterFilter(queue_topic=attack),
+            DeadLetterFilter(group_id=attack),
+            DeadLetterFilter(error_type=attack),
+            DeadLetterFilter(key=attack.encode()),
+            DeadLetterFilter(text=attack),
+        ]
+        for where in filters:
+            assert store.count_dead_letters(where) == 0, (attack, where)
+            assert store.dead_letters(where) == []
+        assert store.set_status(attack, [(0, 0)], "discarded") == 0
+        assert store.actions(queue_topic=attack) == []
+        assert store.alerts(queue_topic=attack) == []
+        assert store.transitions(attack, attack) == []
+        assert store.breaker_state(attack, attack) is None
+
+    assert [(d.dlq_offset, d.status) for d in store.dead_letters()] == before
+    assert len(store.actions()) == 1
+    assert {"dead_letters", "actions"} <= set(inspect(store.engine).get_table_names())
+    store.close()
+
+
+def test_only_one_of_two_racing_breaker_writes_wins(store_url: str) -> None:
+    store = AuditStore(store_url)
+    fields = {"opened_at_ms": 1, "cooldown_ms": 1_000}
+    assert store.save_breaker_state("q", "g", state="open", expected_version=None, **fields)
+    version = store.breaker_state("q", "g").version  # type: ignore[union-attr]
+
+    wins = [
+        store.save_breaker_state("q", "g", state=state, expected_version=version, **fields)
+        for state in ("half_open", "closed")
+    ]
+
+    assert wins == [True, False]
+    assert store.breaker_state("q", "g").state == "half_open"  # type: ignore[union-attr]
+    store.close()
+
+
+def _write_rows(url: str, first: int, count: int) -> None:
+    store = AuditStore(url)
+    for offset in range(first, first + count):
+        store.add_dead_letters([row(offset)])
+        store.record_alert(queue_topic="orders", group_id="billing", severity="info",
+                           message=f"row {offset}")  # fmt: skip
+    store.close()
+
+
+def test_several_processes_write_one_sqlite_file_without_losing_a_row(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_write_rows, args=(url, i * 1_000, 150)) for i in range(4)]
+
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(120)
+
+    assert [w.exitcode for w in writers] == [0, 0, 0, 0]
+    store = AuditStore(url)
+    assert store.count_dead_letters() == 600
+    assert len(store.alerts()) == 600
+    with store.engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    store.close()

@@ -1,0 +1,101 @@
+"""The DLQ ingester on the real broker and a real SQLite store: every dead letter once, even
+after a crash between the store's commit and Kafka's, and garbage gets a row too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from kmq_dagster.audit.store import AuditStore, DeadLetterFilter
+from kmq_dagster.core.headers import ERROR_TYPE
+from kmq_dagster.core.naming import dlq_topic
+from kmq_dagster.kafka import dlq_ingest
+from kmq_dagster.kafka.dlq_ingest import DlqIngester
+from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.settings import KmqSettings
+from tests.kafka_helpers import produce_dead_letters
+
+pytestmark = pytest.mark.kafka
+
+GROUP = "billing"
+
+
+@pytest.fixture
+def queue(settings: KmqSettings, topic_name: str) -> str:
+    provision_queue(settings, topic_name, partitions=2, group=GROUP, delay_queue=False)
+    return topic_name
+
+
+def test_every_dead_letter_is_stored_once_across_reruns(
+    settings: KmqSettings, queue: str, tmp_path: Path
+) -> None:
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    produce_dead_letters(
+        settings, queue, GROUP, [(f"k{i}", "TimeoutError") for i in range(30)], partitions=2
+    )
+
+    first = DlqIngester(settings, store, queue, GROUP)
+    stats = first.ingest_available()
+    first.close()
+    produce_dead_letters(settings, queue, GROUP, [("late", "KeyError")], partitions=2)
+    second = DlqIngester(settings, store, queue, GROUP)
+    later = second.ingest_available()
+    second.close()
+
+    assert (stats.read, stats.stored) == (30, 30)
+    assert (later.read, later.stored) == (1, 1)  # resumed where the first one stopped
+    assert store.count_dead_letters(DeadLetterFilter(queue_topic=queue)) == 31
+    (late,) = store.dead_letters(DeadLetterFilter(key=b"late"))
+    assert (late.error_type, late.reason, late.attempts) == ("KeyError", "failed 2 attempts", 2)
+    assert (late.original_topic, late.status, late.group_id) == (queue, "new", GROUP)
+
+
+def test_a_crash_after_the_store_commit_duplicates_nothing(
+    settings: KmqSettings, queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    produce_dead_letters(
+        settings, queue, GROUP, [(f"k{i}", "TimeoutError") for i in range(40)], partitions=2
+    )
+
+    def crash(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("killed between the store's commit and Kafka's")
+
+    monkeypatch.setattr(dlq_ingest, "commit_offsets", crash)
+    doomed = DlqIngester(settings, store, queue, GROUP)
+    with pytest.raises(RuntimeError, match="killed"):
+        doomed.ingest_available()
+    doomed.close()
+    stored_before_crash = store.count_dead_letters()
+    monkeypatch.undo()
+    restarted = DlqIngester(settings, store, queue, GROUP)
+    stats = restarted.ingest_available()
+    restarted.close()
+
+    assert stored_before_crash > 0
+    assert stats.already_stored == stored_before_crash  # read again, not stored again
+    assert store.count_dead_letters() == 40
+
+
+def test_garbage_in_the_dlq_gets_a_row_and_ingestion_goes_on(
+    settings: KmqSettings, queue: str, tmp_path: Path
+) -> None:
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    producer = Producer(settings.producer_config())
+    target = dlq_topic(queue, GROUP)
+    producer.produce(target, value=None, key=None, partition=0)
+    producer.produce(target, value=b"\xff" * 100_000, partition=0, headers=[(ERROR_TYPE, b"\xfe")])
+    producer.produce(target, value=b"ok", partition=1, headers=[("kmq-attempt", b"NaN")])
+    assert producer.flush(30) == 0
+
+    ingester = DlqIngester(settings, store, queue, GROUP)
+    stats = ingester.ingest_available()
+    ingester.close()
+
+    assert stats.stored == 3
+    rows = {(d.dlq_partition, d.dlq_offset): d for d in store.dead_letters()}
+    assert rows[(0, 0)].value is None and rows[(0, 0)].reason == "unknown"
+    assert rows[(0, 1)].value_truncated and rows[(0, 1)].value_size == 100_000
+    assert rows[(1, 0)].attempts == 1

@@ -1,0 +1,100 @@
+"""A real PostgreSQL server for tests: Debian's binaries, a throwaway cluster, a free port.
+
+Started once per test session and stopped by PID. As root (CI), the server runs as the
+``postgres`` user, since PostgreSQL refuses to run as root.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+from kmq_dagster.broker.ports import free_port
+from kmq_dagster.broker.process import ManagedProcess
+
+USER = "kmq"
+DATABASE = "kmq"
+
+
+def postgres_bindir() -> Path | None:
+    """Where initdb and postgres are (Debian keeps them out of PATH), or ``None``."""
+    on_path = shutil.which("initdb")
+    if on_path:
+        return Path(on_path).resolve().parent
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    return Path(candidates[-1]).parent if candidates else None
+
+
+class PostgresServer:
+    """One throwaway cluster in its own temporary directory (removed by :meth:`stop`)."""
+
+    def __init__(self) -> None:
+        bindir = postgres_bindir()
+        if bindir is None:
+            raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
+        self.bindir = bindir
+        # Not under pytest's 0700 temporary tree: the postgres user must reach it.
+        self.base_dir = Path(tempfile.mkdtemp(prefix="kmq-postgres-"))
+        self.data_dir = self.base_dir / "pgdata"
+        self.port = free_port()
+        self._as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        self._process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{DATABASE}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def start(self) -> None:
+        if self._as_postgres:
+            shutil.chown(self.base_dir, "postgres", "postgres")
+        initdb = subprocess.run(
+            [*self._as_postgres, str(self.bindir / "initdb"), "-D", str(self.data_dir),
+             "-U", USER, "--auth=trust", "-E", "UTF8", "--no-sync"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if initdb.returncode != 0:
+            raise RuntimeError(f"initdb failed: {initdb.stderr.strip()[-2000:]}")
+        self._process = ManagedProcess(
+            "postgres",
+            [*self._as_postgres, str(self.bindir / "postgres"), "-D", str(self.data_dir),
+             "-p", str(self.port), "-k", str(self.data_dir), "-c", "listen_addresses=127.0.0.1",
+             "-c", "fsync=off"],
+            self.base_dir / "postgres.log",
+            stop_signal=signal.SIGINT,  # fast shutdown: do not wait for clients to leave
+        )  # fmt: skip
+        self._process.start()
+        self._wait_and_create_database()
+
+    def _wait_and_create_database(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with psycopg.connect(
+                    host="127.0.0.1", port=self.port, user=USER, dbname="postgres", autocommit=True
+                ) as connection:
+                    connection.execute(f"CREATE DATABASE {DATABASE}")
+                    return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline or (
+                    self._process and self._process.exit_code() is not None
+                ):
+                    log = (self.base_dir / "postgres.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"PostgreSQL did not start:\n{log}") from None
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.stop()
+        shutil.rmtree(self.base_dir, ignore_errors=True)
