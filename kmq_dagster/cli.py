@@ -97,6 +97,13 @@ def broker(port: int, data_dir: Path | None) -> None:
     click.echo("kmq broker: stopped")
 
 
+_audit_url_option = click.option(
+    "--audit-url",
+    metavar="URL",
+    help="SQLAlchemy URL of the audit store [env KMQ_AUDIT_URL; default sqlite:///~/.kmq/audit.db].",
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class RetryOptions:
     """The retry policy flags shared by provision, worker and replay (they must agree)."""
@@ -441,6 +448,8 @@ def tracker(settings: KmqSettings, topic: str, group: str, max_redeliveries: int
     help="Skip dead letters already replayed this many times.",
 )
 @click.option("--replay-id", help="Name of this replay; rerunning it resumes [default: derived].")
+@click.option("--actor", default=None, help="Who runs it, for the audit log [default: user@host].")
+@_audit_url_option
 @_retry_options
 @click.pass_obj
 def replay(
@@ -457,9 +466,12 @@ def replay(
     rate: float | None,
     max_replays: int,
     replay_id: str | None,
+    actor: str | None,
+    audit_url: str | None,
     retry: RetryOptions,
 ) -> None:
     """Send GROUP's dead letters of TOPIC back; run the same command again to resume."""
+    from kmq_dagster.audit.store import AuditStore
     from kmq_dagster.core.replay import ReplaySelection, parse_offsets, parse_time_ms
     from kmq_dagster.kafka.clients import wall_clock_ms
     from kmq_dagster.kafka.replay import ReplayReport, ReplayRequest, replay_dead_letters
@@ -491,12 +503,53 @@ def replay(
             last_report[0] = time.monotonic()
             click.echo(f"scanned {report.scanned}, replayed {report.replayed}", err=True)
 
-    report = replay_dead_letters(settings, request, progress=progress)
+    audit = AuditStore(audit_url)
+    report = replay_dead_letters(
+        settings, request, progress=progress, audit=audit, actor=actor or _default_actor()
+    )
     for line in report.listed:
         click.echo(f"  {line}")
     if dry_run and report.selected - report.over_limit > len(report.listed):
         click.echo(f"  ... and {report.selected - report.over_limit - len(report.listed)} more")
     click.echo(report.summary())
+
+
+@cli.command()
+@_queue_options
+@click.option("--once", is_flag=True, help="Ingest what is there now, then exit.")
+@_audit_url_option
+@click.pass_obj
+def ingest(
+    settings: KmqSettings, topic: str, group: str, once: bool, audit_url: str | None
+) -> None:
+    """Copy GROUP's dead letters of TOPIC into the audit store (idempotent; resumable)."""
+    from kmq_dagster.audit.store import AuditStore
+    from kmq_dagster.kafka.dlq_ingest import DlqIngester
+
+    store = AuditStore(audit_url)
+    ingester = DlqIngester(settings, store, topic, group)
+    if once:
+        stats = ingester.ingest_available()
+        ingester.close()
+    else:
+        stop_requested = _stop_on_signals()
+        ingester.run(stop_requested)
+        stats = ingester.stats
+    click.echo(
+        f"kmq ingest: {stats.read} dead letters read, {stats.stored} new, "
+        f"{stats.already_stored} already stored, in {store.url_for_display}"
+    )
+
+
+def _default_actor() -> str:
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
 
 
 _external_option = click.option(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +49,12 @@ def postgres_url() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def private_audit_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test (and every kmq process it starts) audits into its own SQLite file,
+    never into the user's ``~/.kmq``."""
+    url = f"sqlite:///{tmp_path / 'kmq-audit.db'}"
+    monkeypatch.setenv("KMQ_AUDIT_URL", url)
+    return url

@@ -87,6 +87,11 @@ class AuditStore:
             ) from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
+    @property
+    def url_for_display(self) -> str:
+        """The URL without its password."""
+        return _safe(self.url)
+
     def session(self) -> Session:
         return self._sessions()
 

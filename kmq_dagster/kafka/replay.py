@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.headers import (
     ERROR_TYPE,
     ORIGINAL_PARTITION,
@@ -125,8 +126,13 @@ def replay_dead_letters(
     *,
     progress: Progress | None = None,
     clock_ms: Callable[[], int] = wall_clock_ms,
+    audit: AuditStore | None = None,
+    actor: str = "unknown",
 ) -> ReplayReport:
     """Replay the dead letters ``request`` selects; see the module docstring for resumption.
+
+    With ``audit``, replayed dead letters are marked ``replayed`` there as they go, and the
+    replay (dry run or not, finished or failed) is written as one action by ``actor``.
 
     Raises:
         ConfigError: a bad request (unknown partition in the selection, no retry delays).
@@ -147,10 +153,28 @@ def replay_dead_letters(
         raise ConfigError(f"{source} has {partitions} partitions; no partition {unknown}")
     report = ReplayReport(request.id, request.target, request.dry_run)
     run = _ReplayRun(settings, request, report, partitions=partitions, clock_ms=clock_ms)
+    run.audit = audit
+    outcome = "failed"
     try:
         run.scan(progress)
+        outcome = report.summary()
+    except Exception as exc:
+        outcome = f"failed after {report.replayed} replayed: {exc}"
+        raise
     finally:
         run.close()
+        if audit is not None:
+            audit.record_action(
+                kind="replay",
+                actor=actor,
+                queue_topic=request.topic,
+                group_id=request.group,
+                selection=f"{request.selection.describe()} (replay id {request.id})",
+                count=report.selected - report.over_limit if request.dry_run else report.replayed,
+                target=target,
+                dry_run=request.dry_run,
+                outcome=outcome,
+            )
     return report
 
 
@@ -189,6 +213,7 @@ class _ReplayRun:
         self.intent = Consumer(settings.consumer_config(intent_group, **config))
         self.producer = Producer(settings.producer_config(logger=CLIENT_LOGGER))
         self.partitions = list(range(partitions))
+        self.audit: AuditStore | None = None
         self._sent = 0
         self._started = time.monotonic()
         timeout_s = settings.request_timeout_ms / 1000
@@ -255,6 +280,9 @@ class _ReplayRun:
             commit_offsets(self.intent, positions, wait=True)
             self._produce(moving)
         commit_offsets(self.done, positions, wait=True)
+        if moving and self.audit is not None:
+            coordinates = [(r.partition() or 0, r.offset() or 0) for r in moving]
+            self.audit.set_status(self.source, coordinates, "replayed")
 
     def _produce(self, records: list[Message]) -> None:
         failures: list[KafkaError] = []

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Message
 
+from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.headers import (
     DLQ_REASON,
     normalize_headers,
@@ -22,6 +23,7 @@ from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.consumer import KmqMessage
+from kmq_dagster.kafka.dlq_ingest import DlqIngester
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.settings import KmqSettings
@@ -216,3 +218,44 @@ def test_bad_replay_arguments_are_one_line_errors(settings: KmqSettings, queue: 
     assert "or give replay the group's --retry-delays" in wrong_delays.stderr
     with pytest.raises(ConfigError, match="retry delays"):
         replay_dead_letters(settings, ReplayRequest(queue, GROUP))
+
+
+def test_a_replay_marks_its_dead_letters_in_the_audit_store_and_writes_its_action(
+    settings: KmqSettings, queue: str, private_audit_store: str
+) -> None:
+    dead_letter(
+        settings, queue, [(f"t{i}", "TimeoutError") for i in range(3)] + [("v", "KeyError")]
+    )
+    store = AuditStore(private_audit_store)
+    DlqIngester(settings, store, queue, GROUP).ingest_available()
+    only_timeouts = ReplaySelection(error_type="TimeoutError")
+
+    replay_dead_letters(
+        settings, request(queue, selection=only_timeouts, dry_run=True), audit=store, actor="ana"
+    )
+    replay_dead_letters(settings, request(queue, selection=only_timeouts), audit=store, actor="ana")
+
+    statuses = collections.Counter((d.error_type, d.status) for d in store.dead_letters())
+    assert statuses == {("TimeoutError", "replayed"): 3, ("KeyError", "new"): 1}
+    dry, real = store.actions(queue_topic=queue)
+    assert (dry.kind, dry.actor, dry.dry_run, dry.count) == ("replay", "ana", True, 3)
+    assert (real.dry_run, real.count, real.target) == (
+        False,
+        3,
+        retry_topic(queue, GROUP, DELAY_MS),
+    )
+    assert real.outcome.startswith("replayed 3 of 4 dead letters")
+    assert "error type TimeoutError" in real.selection
+
+
+def test_cli_replay_is_audited_under_its_actor(
+    settings: KmqSettings, queue: str, private_audit_store: str
+) -> None:
+    dead_letter(settings, queue, [("a", "TimeoutError")])
+    env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers, "KMQ_RETRY_DELAYS": "1s"}
+
+    result = run_kmq("replay", "--topic", queue, "--group", GROUP, "--actor", "oncall", env=env)
+
+    assert result.returncode == 0, result.stderr
+    (action,) = AuditStore(private_audit_store).actions(queue_topic=queue)
+    assert (action.actor, action.count, action.dry_run) == ("oncall", 1, False)
