@@ -346,6 +346,30 @@ def _queue_options(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--batch-size", type=click.IntRange(min=1), help="Messages per fetch [default 500].")
 @_retry_options
 @click.option(
+    "--breaker",
+    is_flag=True,
+    help="Circuit breaker: stop fetching while the handler fails en masse; its state is shared "
+    "by the group's workers through the audit store.",
+)
+@click.option("--breaker-window", default="30s", show_default=True, metavar="DURATION")
+@click.option(
+    "--breaker-error-rate",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=0.5,
+    show_default=True,
+    help="Failed share of calls in the window that opens it.",
+)
+@click.option("--breaker-min-calls", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option(
+    "--breaker-cooldown",
+    default="10s",
+    show_default=True,
+    metavar="DURATION",
+    help="How long it stays open at first (doubles per failed probe, up to 5m).",
+)
+@click.option("--breaker-probes", type=click.IntRange(min=1), default=3, show_default=True)
+@_audit_url_option
+@click.option(
     "--non-retryable",
     metavar="NAMES",
     default="",
@@ -361,6 +385,13 @@ def worker(
     max_redeliveries: int | None,
     batch_size: int | None,
     retry: RetryOptions,
+    breaker: bool,
+    breaker_window: str,
+    breaker_error_rate: float,
+    breaker_min_calls: int,
+    breaker_cooldown: str,
+    breaker_probes: int,
+    audit_url: str | None,
     non_retryable: str,
 ) -> None:
     """Consume TOPIC in GROUP: returning acknowledges a message, raising retries it later."""
@@ -389,7 +420,30 @@ def worker(
             last_report[0] = time.monotonic()
             log.info("handled %d, failed %d", stats.handled, stats.failed)
 
-    stats = run_worker(consumer, function, stop_requested, on_batch=report, router=router)
+    shared_breaker = None
+    if breaker:
+        from kmq_dagster.audit.shared_breaker import SharedBreaker, alert_in_store
+        from kmq_dagster.audit.store import AuditStore
+        from kmq_dagster.core.breaker import BreakerConfig, CircuitBreaker
+
+        cooldown_ms = parse_duration_ms(breaker_cooldown)
+        config = BreakerConfig(
+            window_ms=parse_duration_ms(breaker_window),
+            min_calls=breaker_min_calls,
+            error_rate=breaker_error_rate,
+            cooldown_ms=cooldown_ms,
+            max_cooldown_ms=max(cooldown_ms, 300_000),
+            probes=breaker_probes,
+        )
+        store = AuditStore(audit_url)
+        shared_breaker = SharedBreaker(
+            CircuitBreaker(config),
+            topic,
+            group,
+            store=store,
+            on_transition=alert_in_store(store, topic, group),
+        )
+    stats = run_worker(consumer, function, stop_requested, report, router, breaker=shared_breaker)
     click.echo(f"kmq worker: stopped after {stats.handled} handled, {stats.failed} failed")
 
 

@@ -130,11 +130,16 @@ class RetryPolicy:
         """Every distinct nominal delay, ascending: one retry topic each."""
         return sorted({self.nominal_delay_ms(n) for n in range(1, self.attempts)})
 
+    def is_retryable(self, error: BaseException | str) -> bool:
+        """Whether a failure of this type (an exception or its type name) is worth retrying."""
+        name = error if isinstance(error, str) else type(error).__name__
+        return name not in self.non_retryable and name not in ALWAYS_FATAL
+
     def after_failure(
         self, attempt: int, error_type: str, failed_at_ms: int, rng: random.Random
     ) -> Retry | DeadLetter:
         """Decide what follows failed attempt number ``attempt`` (1 = the first delivery)."""
-        if error_type in self.non_retryable or error_type in ALWAYS_FATAL:
+        if not self.is_retryable(error_type):
             return DeadLetter(attempt, f"non-retryable error {error_type}")
         if attempt >= self.attempts:
             return DeadLetter(attempt, f"failed {attempt} attempts, the last with {error_type}")

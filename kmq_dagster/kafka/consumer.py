@@ -138,6 +138,7 @@ class KmqConsumer:
             on_lost=self._on_revoke,
         )
         self._retry_set = frozenset(self.retry_topics)
+        self._fetching_held = False
         #: Retry-topic partitions paused until their next message is due.
         self._gate = DueGate(self._consumer)
         # deque.append and popleft are atomic: acks from any thread need no lock.
@@ -162,7 +163,9 @@ class KmqConsumer:
         """
         self._flush_acks()
         self._settle_commits()
-        if self.retry_topics:
+        if self._fetching_held:
+            self._consumer.pause(self._consumer.assignment())  # new assignments too
+        elif self.retry_topics:
             self._gate.resume_due(self._clock_ms())
         # consume(n) waits for n messages or the timeout; wait for one, then take what is here.
         fetched = self._consumer.consume(1, timeout_s)
@@ -204,6 +207,22 @@ class KmqConsumer:
         self._produce_marker(
             StartMarker(message.topic, message.partition, message.offset, 1, deadline_ms)
         )
+
+    def hold_fetching(self, hold: bool) -> None:
+        """Stop fetching new messages (``True``) or fetch again (``False``).
+
+        While held, :meth:`poll` keeps the consumer in its group and writes acknowledgements
+        but hands out nothing new (at most what was already fetched). Partitions waiting for a
+        retry to become due stay paused until it is.
+        """
+        if hold == self._fetching_held:
+            return
+        self._fetching_held = hold
+        if not hold:
+            waiting = self._gate.is_paused
+            self._consumer.resume(
+                [p for p in self._consumer.assignment() if not waiting((p.topic, p.partition))]
+            )
 
     def assigned_partitions(self) -> list[tuple[str, int]]:
         """(topic, partition) pairs the group assigned this consumer now."""

@@ -54,6 +54,10 @@ class DueGate:
             for source in due:
                 del self._paused[source]
 
+    def is_paused(self, source: Source) -> bool:
+        """Whether ``source`` waits for a message to become due."""
+        return source in self._paused
+
     def next_resume_ms(self) -> int | None:
         """When the next paused partition becomes due, or ``None``."""
         return min(self._paused.values(), default=None)

@@ -5,15 +5,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.headers import DLQ_REASON, header_value, normalize_headers
 from kmq_dagster.core.naming import dlq_topic, retry_topic
 from kmq_dagster.core.retry_headers import ATTEMPT
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import produce, read_topic
+from tests.kafka_helpers import produce, read_topic, wait_for
 from tests.processes import kmq_argv, run_kmq
 
 pytestmark = pytest.mark.kafka
@@ -107,3 +109,36 @@ def test_conflicting_retry_flags_are_a_one_line_error(settings: KmqSettings) -> 
     assert bad.stderr.strip().startswith("kmq: error: --retry-backoff takes INITIAL,MULTIPLIER,MAX")
     assert stray.stderr.strip().startswith("kmq: error: --max-attempts goes with --retry-backoff")
     assert {both.returncode, bad.returncode, stray.returncode} == {1}
+
+
+def test_worker_breaker_stops_a_failure_flood_and_raises_an_alert(
+    settings: KmqSettings, topic_name: str, tmp_path: Path, private_audit_store: str
+) -> None:
+    env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers, "KMQ_SESSION_TIMEOUT_MS": "6000"}
+    delays = ("--retry-delays", "1m")
+    provisioned = run_kmq("provision", "-t", topic_name, "-p", "1", "-g", "g", *delays, env=env)
+    assert provisioned.returncode == 0, provisioned.stderr
+    produce(settings, topic_name, [str(i).encode() for i in range(200)])
+    log = (tmp_path / "worker.log").open("wb")
+    failing = {"KMQ_TEST_FAILURE_RATE": "1", "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}
+    worker = subprocess.Popen(
+        kmq_argv("worker", "-t", topic_name, "-g", "g", "--handler", HANDLER, *delays,
+                 "--breaker", "--breaker-min-calls", "5", "--breaker-cooldown", "5m"),
+        cwd=REPO_ROOT,
+        env={**os.environ, **env, **failing},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    store = AuditStore(private_audit_store)
+    try:
+        assert wait_for(lambda: store.alerts(queue_topic=topic_name), timeout_s=60)
+        time.sleep(2)  # it stays stopped
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0
+    (alert,) = store.alerts(queue_topic=topic_name)
+    assert alert.severity == "critical"
+    assert alert.message.startswith("circuit breaker closed -> open: error rate 100%")
+    copies = read_topic(settings, retry_topic(topic_name, "g", 60_000), 1, timeout_s=3)
+    assert 5 <= len(copies) <= 10, "the flood reached the retry topic"
+    assert "circuit breaker of" in (tmp_path / "worker.log").read_text()

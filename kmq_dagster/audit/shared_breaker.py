@@ -1,0 +1,181 @@
+"""One circuit breaker per queue topic and group, shared by every worker process through the
+audit store.
+
+Each worker runs a local :class:`~kmq_dagster.core.breaker.CircuitBreaker` on its own outcomes.
+A state change is written to the store with compare-and-set on a version; the writer that wins
+records the transition and calls the alert hook, a loser adopts what the store holds. Workers
+re-read the store every ``sync_interval_ms``, so one worker opening the breaker stops them all.
+Only the worker that moved the breaker to HALF_OPEN sends probes; if it goes quiet for
+``probe_timeout_ms``, another worker takes the probing over.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from kmq_dagster.audit.models import BreakerState
+from kmq_dagster.audit.store import AuditStore, now
+from kmq_dagster.core.breaker import CircuitBreaker, State, Transition
+
+log = logging.getLogger(__name__)
+
+AlertHook = Callable[[Transition], None]
+
+
+class SharedBreaker:
+    """The breaker of ``topic``/``group`` as one worker sees it."""
+
+    def __init__(
+        self,
+        breaker: CircuitBreaker,
+        topic: str,
+        group: str,
+        *,
+        store: AuditStore | None = None,
+        on_transition: AlertHook | None = None,
+        sync_interval_ms: int = 1_000,
+        probe_timeout_ms: int = 60_000,
+    ) -> None:
+        self.breaker = breaker
+        self.topic = topic
+        self.group = group
+        self.store = store
+        self.on_transition = on_transition
+        self.sync_interval_ms = sync_interval_ms
+        self.probe_timeout_ms = probe_timeout_ms
+        self._version: int | None = None
+        self._probing = True
+        self._last_sync_ms: int | None = None
+        self._seen_since_ms = 0
+
+    @property
+    def state(self) -> State:
+        return self.breaker.state
+
+    def allows(self, now_ms: int) -> bool:
+        """May this worker process one more message now?"""
+        self._sync(now_ms)
+        moved = self.breaker.advance(now_ms)
+        if moved is not None:
+            self._publish(moved, now_ms)
+        if self.breaker.state is State.HALF_OPEN and not self._probing:
+            return False
+        return self.breaker.allows()
+
+    def started(self) -> None:
+        self.breaker.started()
+
+    def record(self, ok: bool, now_ms: int) -> None:
+        moved = self.breaker.record(ok, now_ms)
+        if moved is not None:
+            self._publish(moved, now_ms)
+
+    def _publish(self, transition: Transition, now_ms: int) -> None:
+        if self.store is None:
+            self._announce(transition)
+            return
+        won = self.store.save_breaker_state(
+            self.topic,
+            self.group,
+            state=transition.to_state.value,
+            opened_at_ms=self.breaker.opened_at_ms,
+            cooldown_ms=self.breaker.cooldown_ms,
+            expected_version=self._version,
+        )
+        if not won:  # another worker decided first: follow it
+            self._sync(now_ms, force=True)
+            return
+        self._version = (self._version or 0) + 1
+        self._probing = True
+        self._seen_since_ms = now_ms
+        self.store.record_transition(
+            queue_topic=self.topic,
+            group_id=self.group,
+            at=now(),
+            from_state=transition.from_state.value,
+            to_state=transition.to_state.value,
+            error_rate=transition.error_rate,
+            window_calls=transition.window_calls,
+            window_ms=self.breaker.config.window_ms,
+            reason=transition.reason,
+        )
+        self._announce(transition)
+
+    def _announce(self, transition: Transition) -> None:
+        log.warning(
+            "circuit breaker of %s / %s: %s -> %s (%s)",
+            self.topic,
+            self.group,
+            transition.from_state.value,
+            transition.to_state.value,
+            transition.reason,
+        )
+        if self.on_transition is not None:
+            try:
+                self.on_transition(transition)
+            except Exception:  # an alert hook must never stop the worker
+                log.exception("the breaker's alert hook failed")
+
+    def _sync(self, now_ms: int, *, force: bool = False) -> None:
+        if self.store is None:
+            return
+        last_ms = self._last_sync_ms
+        if not force and last_ms is not None and now_ms - last_ms < self.sync_interval_ms:
+            return
+        self._last_sync_ms = now_ms
+        row = self.store.breaker_state(self.topic, self.group)
+        if row is None:
+            if self._version is not None:  # the row was deleted: start afresh
+                self._version = None
+            return
+        if row.version != self._version:
+            self._adopt(row, now_ms)
+        elif self._stale_probe(row, now_ms):
+            log.warning("probing of %s / %s went quiet; taking it over", self.topic, self.group)
+            self._take_over_probing(row, now_ms)
+
+    def _adopt(self, row: BreakerState, now_ms: int) -> None:
+        self.breaker.adopt(State(row.state), row.opened_at_ms, row.cooldown_ms)
+        self._version = row.version
+        self._probing = False
+        self._seen_since_ms = now_ms
+
+    def _stale_probe(self, row: BreakerState, now_ms: int) -> bool:
+        return (
+            row.state == State.HALF_OPEN.value
+            and not self._probing
+            and now_ms - self._seen_since_ms > self.probe_timeout_ms
+        )
+
+    def _take_over_probing(self, row: BreakerState, now_ms: int) -> None:
+        assert self.store is not None
+        if self.store.save_breaker_state(
+            self.topic,
+            self.group,
+            state=row.state,
+            opened_at_ms=row.opened_at_ms,
+            cooldown_ms=row.cooldown_ms,
+            expected_version=row.version,
+        ):
+            self._version = row.version + 1
+            self.breaker.adopt(State.HALF_OPEN, row.opened_at_ms, row.cooldown_ms)
+            self._probing = True
+            self._seen_since_ms = now_ms
+
+
+def alert_in_store(store: AuditStore, topic: str, group: str) -> AlertHook:
+    """An alert hook writing each transition to the store's ``alerts`` table: opening is
+    critical, probing a warning, closing info."""
+    severities = {State.OPEN: "critical", State.HALF_OPEN: "warning", State.CLOSED: "info"}
+
+    def alert(transition: Transition) -> None:
+        store.record_alert(
+            queue_topic=topic,
+            group_id=group,
+            severity=severities[transition.to_state],
+            message=f"circuit breaker {transition.from_state.value} -> "
+            f"{transition.to_state.value}: {transition.reason}",
+        )
+
+    return alert

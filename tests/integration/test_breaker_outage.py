@@ -1,0 +1,118 @@
+"""A 30-second outage of the downstream service with the circuit breaker on, against the real
+broker and a real SQLite audit store: it opens within its window, only probes reach the retry
+topics while it is open, and after recovery every message is processed; nothing is lost."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from kmq_dagster.audit.shared_breaker import SharedBreaker
+from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.core.breaker import BreakerConfig, CircuitBreaker, State, Transition
+from kmq_dagster.core.naming import dlq_topic, retry_topic
+from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.kafka.clients import wall_clock_ms
+from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
+from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.retry_router import RetryRouter
+from kmq_dagster.kafka.tracker import Tracker
+from kmq_dagster.kafka.worker import run_worker
+from kmq_dagster.settings import KmqSettings
+from tests.kafka_helpers import produce, read_topic, running_service, wait_for
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+GROUP = "billing"
+PARTITIONS = 2
+MESSAGES = 400
+OUTAGE_S = 30
+RETRY_DELAYS_MS = (2_000, 5_000, 10_000, 20_000, 40_000)
+CONFIG = BreakerConfig(
+    window_ms=5_000,
+    min_calls=10,
+    error_rate=0.5,
+    consecutive_failures=10,
+    cooldown_ms=4_000,
+    cooldown_multiplier=2,
+    max_cooldown_ms=8_000,
+    probes=2,
+)
+
+
+class DownstreamError(RuntimeError):
+    pass
+
+
+def test_an_outage_opens_the_breaker_and_only_probes_reach_the_retry_topics(
+    settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    provision_queue(
+        settings, topic_name, partitions=PARTITIONS, group=GROUP, retry_delays_ms=RETRY_DELAYS_MS
+    )
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    processed: set[bytes] = set()
+    failures_ms: list[int] = []
+    alerts: list[Transition] = []
+    outage_ends_ms = [0]
+
+    def handler(message: KmqMessage) -> None:
+        now_ms = wall_clock_ms()
+        if now_ms < outage_ends_ms[0]:
+            failures_ms.append(now_ms)
+            raise DownstreamError("payments API answers 503")
+        processed.add(message.value or b"")
+
+    router = RetryRouter(
+        settings, topic_name, GROUP, RetryPolicy.fixed(RETRY_DELAYS_MS), clock_ms=wall_clock_ms
+    )
+    consumer = KmqConsumer(
+        settings, topic_name, GROUP, retry_topics=list(router.retry_topics.values())
+    )
+    breaker = SharedBreaker(
+        CircuitBreaker(CONFIG), topic_name, GROUP, store=store, on_transition=alerts.append
+    )
+    stop = threading.Event()
+    worker = threading.Thread(
+        target=run_worker,
+        args=(consumer, handler, stop, None, router),
+        kwargs={"breaker": breaker},
+    )
+    with running_service(Tracker(settings, topic_name, GROUP)):
+        worker.start()
+        try:
+            outage_ends_ms[0] = wall_clock_ms() + OUTAGE_S * 1000
+            produce(
+                settings, topic_name, [str(i).encode() for i in range(MESSAGES)],
+                partitions=PARTITIONS,
+            )  # fmt: skip
+            everything = wait_for(lambda: len(processed) == MESSAGES, timeout_s=OUTAGE_S + 90)
+        finally:
+            stop.set()
+            worker.join(60)
+    assert everything, f"only {len(processed)} of {MESSAGES} processed after the outage"
+
+    transitions = store.transitions(topic_name, GROUP)
+    opened = transitions[0]
+    opened_ms = int(opened.at.timestamp() * 1000)
+    assert (opened.from_state, opened.to_state) == ("closed", "open")
+    assert opened_ms - failures_ms[0] <= CONFIG.window_ms, "did not open within its window"
+    assert transitions[-1].to_state == "closed"
+    half_opens = [t for t in transitions if t.to_state == "half_open"]
+    failed_after_open = [ms for ms in failures_ms if ms > opened_ms]
+    print(
+        f"{len(failures_ms)} failures, {len(failures_ms) - len(failed_after_open)} before the "
+        f"breaker opened, {len(failed_after_open)} probes failed in {len(half_opens)} probe "
+        f"rounds; transitions: {[(t.from_state, t.to_state, t.reason) for t in transitions]}"
+    )
+    assert len(failed_after_open) <= CONFIG.probes * len(half_opens)
+    copies = sum(
+        len(read_topic(settings, name, PARTITIONS, timeout_s=5))
+        for name in [*router.retry_topics.values(), dlq_topic(topic_name, GROUP)]
+    )
+    assert copies == len(failures_ms), "every failure made exactly one retry copy, no more"
+    assert read_topic(settings, dlq_topic(topic_name, GROUP), PARTITIONS, timeout_s=3) == []
+    assert (alerts[0].from_state, alerts[0].to_state) == (State.CLOSED, State.OPEN)
+    assert retry_topic(topic_name, GROUP, 2_000) in router.retry_topics.values()

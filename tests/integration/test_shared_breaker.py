@@ -1,0 +1,54 @@
+"""Several workers share one breaker through a real SQLite audit store (fake clock)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kmq_dagster.audit.shared_breaker import SharedBreaker
+from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.core.breaker import BreakerConfig, CircuitBreaker, State
+
+CONFIG = BreakerConfig(min_calls=4, consecutive_failures=4, cooldown_ms=1_000, probes=1)
+
+
+def workers(store: AuditStore, count: int) -> list[SharedBreaker]:
+    return [
+        SharedBreaker(CircuitBreaker(CONFIG), "orders", "billing", store=store, sync_interval_ms=0)
+        for _ in range(count)
+    ]
+
+
+def fail(breaker: SharedBreaker, times: int, now_ms: int) -> None:
+    for _ in range(times):
+        assert breaker.allows(now_ms)
+        breaker.started()
+        breaker.record(False, now_ms)
+
+
+def test_one_worker_opening_stops_every_worker_and_only_one_probes(tmp_path: Path) -> None:
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    a, b, c = workers(store, 3)
+
+    fail(a, 4, now_ms=1_000)
+
+    assert not b.allows(1_001) and not c.allows(1_001)  # they read the store and stop too
+    probing = [w.allows(2_000) for w in (a, b, c)]
+    assert probing.count(True) == 1  # the first to see the cooldown end probes; others wait
+    prober = (a, b, c)[probing.index(True)]
+    prober.started()
+    prober.record(True, 2_001)
+    assert all(w.allows(2_002) for w in (a, b, c))
+    states = [(t.from_state, t.to_state) for t in store.transitions("orders", "billing")]
+    assert states == [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
+
+
+def test_a_silent_prober_is_replaced(tmp_path: Path) -> None:
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    a, b = workers(store, 2)
+    b.probe_timeout_ms = 5_000
+    fail(a, 4, now_ms=0)
+    assert a.allows(1_000)  # a probes... and dies without an outcome
+    assert not b.allows(1_001)
+
+    assert b.allows(7_000)  # quiet for longer than the probe timeout: b takes over
+    assert b.state is State.HALF_OPEN
