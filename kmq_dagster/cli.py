@@ -563,8 +563,8 @@ def replay(
     )
     for line in report.listed:
         click.echo(f"  {line}")
-    if dry_run and report.selected - report.over_limit > len(report.listed):
-        click.echo(f"  ... and {report.selected - report.over_limit - len(report.listed)} more")
+    if dry_run and report.movable > len(report.listed):
+        click.echo(f"  ... and {report.movable - len(report.listed)} more")
     click.echo(report.summary())
 
 
@@ -593,6 +593,50 @@ def ingest(
         f"kmq ingest: {stats.read} dead letters read, {stats.stored} new, "
         f"{stats.already_stored} already stored, in {store.url_for_display}"
     )
+
+
+@cli.command()
+@_queue_options
+@click.option("--error-type", metavar="NAME", help="Only this exception type.")
+@click.option("--key", "-k", help="Only dead letters with this key.")
+@click.option("--since", metavar="TIME", help="Dead-lettered at or after: ISO time or e.g. 2h ago.")
+@click.option("--until", metavar="TIME", help="Dead-lettered before: ISO time or a duration ago.")
+@click.option("--dry-run", is_flag=True, help="Count what would be discarded; change nothing.")
+@click.option("--actor", default=None, help="Who runs it, for the audit log [default: user@host].")
+@_audit_url_option
+def discard(
+    topic: str,
+    group: str,
+    error_type: str | None,
+    key: str | None,
+    since: str | None,
+    until: str | None,
+    dry_run: bool,
+    actor: str | None,
+    audit_url: str | None,
+) -> None:
+    """Mark GROUP's stored dead letters of TOPIC as discarded: replays skip them (audited)."""
+    from datetime import UTC, datetime
+
+    from kmq_dagster.audit.store import AuditStore, DeadLetterFilter
+    from kmq_dagster.core.replay import parse_time_ms
+    from kmq_dagster.kafka.clients import wall_clock_ms
+
+    now_ms = wall_clock_ms()
+
+    def moment(text: str | None) -> datetime | None:
+        return datetime.fromtimestamp(parse_time_ms(text, now_ms) / 1000, UTC) if text else None
+
+    where = DeadLetterFilter(
+        queue_topic=topic,
+        group_id=group,
+        error_type=error_type,
+        key=key.encode() if key is not None else None,
+        since=moment(since),
+        until=moment(until),
+    )
+    count = AuditStore(audit_url).discard(where, actor=actor or _default_actor(), dry_run=dry_run)
+    click.echo(f"{'would discard' if dry_run else 'discarded'} {count} dead letters")
 
 
 def _default_actor() -> str:
@@ -683,6 +727,37 @@ def bench_retry(
     click.echo(figures.as_json())
 
 
+@bench.command("audit")
+@click.option("--rows", type=click.IntRange(min=100), default=50_000, show_default=True)
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option(
+    "--postgres-url",
+    metavar="URL",
+    help="A PostgreSQL server to create scratch databases on (postgresql+psycopg://...) "
+    "[default: start a throwaway one from the machine's PostgreSQL binaries].",
+)
+@_external_option
+@click.pass_obj
+def bench_audit(
+    settings: KmqSettings, rows: int, rounds: int, postgres_url: str | None, external: bool
+) -> None:
+    """DLQ ingest rows per second into SQLite and into PostgreSQL."""
+    from kmq_dagster.audit.local_postgres import PostgresServer, fresh_database
+    from kmq_dagster.bench.audit import run_audit_benchmark
+
+    with contextlib.ExitStack() as stack:
+        if postgres_url is None:
+            server = stack.enter_context(PostgresServer())
+            postgres_url = server.url
+            _report(f"started a throwaway PostgreSQL on port {server.port}")
+        kafka = stack.enter_context(_bench_cluster(settings, external)())
+        server_url = postgres_url
+        figures = run_audit_benchmark(
+            kafka, lambda: fresh_database(server_url), rows, _report, rounds=rounds
+        )
+    click.echo(figures.as_json())
+
+
 def _report(line: str) -> None:
     click.echo(line, err=True)
 
@@ -713,6 +788,8 @@ def _configure_logging(verbose: bool) -> None:
     # librdkafka reports connection failures itself; without -v kmq reports them as one line.
     client_level = logging.DEBUG if verbose else logging.CRITICAL + 1
     logging.getLogger("kmq.kafka.client").setLevel(client_level)
+    # Migrations are applied on first use; say so only when asked.
+    logging.getLogger("alembic").setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

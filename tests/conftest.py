@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from kmq_dagster.audit.local_postgres import PostgresServer
 from kmq_dagster.broker import EmbeddedBroker
 from kmq_dagster.settings import KmqSettings
-from tests.postgres_server import PostgresServer
 
 #: Fastest session timeout Apache Kafka accepts by default; group joins take ~3 s with it.
 TEST_SESSION_TIMEOUT_MS = 6_000

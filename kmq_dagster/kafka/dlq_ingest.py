@@ -37,12 +37,23 @@ class IngestStats:
     stored: int = 0
     #: Records already in the store (re-read after a crash or a rerun).
     already_stored: int = 0
+    #: Seconds from the first batch's arrival to the last batch's commit (joining the group
+    #: and waiting for the first record do not count).
+    busy_s: float = 0.0
 
 
 class DlqIngester:
     """Copy ``topic``/``group``'s DLQ into ``store``."""
 
-    def __init__(self, settings: KmqSettings, store: AuditStore, topic: str, group: str) -> None:
+    def __init__(
+        self,
+        settings: KmqSettings,
+        store: AuditStore,
+        topic: str,
+        group: str,
+        *,
+        consumer_group: str | None = None,
+    ) -> None:
         self.topic = topic
         self.group = group
         self.dlq_topic = dlq_topic(topic, group)
@@ -53,7 +64,7 @@ class DlqIngester:
         self._partitions = list(range(partitions))
         self._consumer = Consumer(
             settings.consumer_config(
-                ingester_group(topic, group),
+                consumer_group or ingester_group(topic, group),
                 **{
                     "enable.partition.eof": True,
                     "logger": CLIENT_LOGGER,
@@ -62,6 +73,7 @@ class DlqIngester:
             )
         )
         self._consumer.subscribe([self.dlq_topic])
+        self._first_batch_at: float | None = None
 
     def ingest_available(self, timeout_s: float = 60) -> IngestStats:
         """Ingest until every partition of the DLQ has been read to its end (EOF)."""
@@ -101,6 +113,8 @@ class DlqIngester:
             self._store(records)
 
     def _store(self, records: list[Message]) -> None:
+        if self._first_batch_at is None:
+            self._first_batch_at = time.monotonic()
         ingested_at = now()
         rows = [
             dead_letter_row(
@@ -122,3 +136,4 @@ class DlqIngester:
         self.stats.stored += stored
         self.stats.already_stored += len(rows) - stored
         commit_offsets(self._consumer, positions_after(records), wait=True)
+        self.stats.busy_s = time.monotonic() - self._first_batch_at

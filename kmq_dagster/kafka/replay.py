@@ -99,20 +99,28 @@ class ReplayReport:
     replayed: int = 0
     #: Selected but already replayed ``max_replays`` times.
     over_limit: int = 0
+    #: Selected but discarded by an operator in the audit store.
+    discarded: int = 0
     #: Dead letters a killed earlier run may have replayed already, replayed again now.
     possible_duplicates: int = 0
     by_error_type: Counter[str] = field(default_factory=Counter)
     #: In a dry run: the first selected dead letters, one line each.
     listed: list[str] = field(default_factory=list)
 
+    @property
+    def movable(self) -> int:
+        """Selected dead letters that are neither at the replay limit nor discarded."""
+        return self.selected - self.over_limit - self.discarded
+
     def summary(self) -> str:
         verb = "would replay" if self.dry_run else "replayed"
-        count = self.selected - self.over_limit if self.dry_run else self.replayed
+        count = self.movable if self.dry_run else self.replayed
         types = ", ".join(f"{name} {n}" for name, n in self.by_error_type.most_common())
         return (
             f"{verb} {count} of {self.scanned} dead letters to the {self.target} topic "
             f"(replay id {self.replay_id}); selected {self.selected}, skipped at the replay "
-            f"limit {self.over_limit}, possible duplicates {self.possible_duplicates}"
+            f"limit {self.over_limit}, discarded {self.discarded}, "
+            f"possible duplicates {self.possible_duplicates}"
             + (f"; by error type: {types}" if types else "")
         )
 
@@ -170,7 +178,7 @@ def replay_dead_letters(
                 queue_topic=request.topic,
                 group_id=request.group,
                 selection=f"{request.selection.describe()} (replay id {request.id})",
-                count=report.selected - report.over_limit if request.dry_run else report.replayed,
+                count=report.movable if request.dry_run else report.replayed,
                 target=target,
                 dry_run=request.dry_run,
                 outcome=outcome,
@@ -254,6 +262,7 @@ class _ReplayRun:
     def _handle(self, chunk: list[Message]) -> None:
         report, request = self.report, self.request
         report.scanned += len(chunk)
+        discarded = self._discarded(chunk)
         moving: list[Message] = []
         for record in chunk:
             headers = normalize_headers(record.headers())
@@ -263,6 +272,9 @@ class _ReplayRun:
             ):
                 continue
             report.selected += 1
+            if (partition, offset) in discarded:
+                report.discarded += 1
+                continue
             if read_replay_count(headers) >= request.max_replays:
                 report.over_limit += 1
                 continue
@@ -283,6 +295,19 @@ class _ReplayRun:
         if moving and self.audit is not None:
             coordinates = [(r.partition() or 0, r.offset() or 0) for r in moving]
             self.audit.set_status(self.source, coordinates, "replayed")
+
+    def _discarded(self, chunk: list[Message]) -> set[tuple[int, int]]:
+        """(partition, offset) of the chunk's dead letters an operator discarded."""
+        if self.audit is None:
+            return set()
+        found: set[tuple[int, int]] = set()
+        for position in positions_after(chunk):
+            offsets = [r.offset() or 0 for r in chunk if (r.partition() or 0) == position.partition]
+            statuses = self.audit.statuses(
+                self.source, position.partition, min(offsets), max(offsets)
+            )
+            found |= {(position.partition, o) for o, s in statuses.items() if s == "discarded"}
+        return found
 
     def _produce(self, records: list[Message]) -> None:
         failures: list[KafkaError] = []

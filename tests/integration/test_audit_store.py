@@ -4,13 +4,11 @@ filters, several writers, and SQL-injection strings that match nothing and chang
 from __future__ import annotations
 
 import multiprocessing
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -19,6 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
 from kmq_dagster.audit.dead_letters import dead_letter_row
+from kmq_dagster.audit.local_postgres import fresh_database
 from kmq_dagster.audit.models import Base
 from kmq_dagster.audit.store import AuditStore, DeadLetterFilter, schema_revision
 from kmq_dagster.core.headers import DLQ_REASON, ERROR_MESSAGE, ERROR_TYPE
@@ -42,12 +41,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'audit.db'}"
         return
-    server_url: str = request.getfixturevalue("postgres_url")
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    plain = server_url.replace("postgresql+psycopg://", "postgresql://").rsplit("/", 1)[0]
-    with psycopg.connect(f"{plain}/postgres", autocommit=True) as connection:
-        connection.execute(f"CREATE DATABASE {name}")
-    yield server_url.rsplit("/", 1)[0] + f"/{name}"
+    yield fresh_database(request.getfixturevalue("postgres_url"))
 
 
 def row(offset: int, **overrides: Any) -> dict[str, Any]:

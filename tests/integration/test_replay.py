@@ -259,3 +259,26 @@ def test_cli_replay_is_audited_under_its_actor(
     assert result.returncode == 0, result.stderr
     (action,) = AuditStore(private_audit_store).actions(queue_topic=queue)
     assert (action.actor, action.count, action.dry_run) == ("oncall", 1, False)
+
+
+def test_discarded_dead_letters_are_skipped_by_replays_and_discards_are_audited(
+    settings: KmqSettings, queue: str, private_audit_store: str
+) -> None:
+    dead_letter(settings, queue, [("a", "TimeoutError"), ("b", "TimeoutError"), ("c", "KeyError")])
+    store = AuditStore(private_audit_store)
+    DlqIngester(settings, store, queue, GROUP).ingest_available()
+    base = ("discard", "--topic", queue, "--group", GROUP, "--error-type", "KeyError")
+
+    dry = run_kmq(*base, "--dry-run", "--actor", "ana")
+    real = run_kmq(*base, "--actor", "ana")
+    report = replay_dead_letters(settings, request(queue), audit=store, actor="ana")
+
+    assert (dry.stdout.strip(), real.stdout.strip()) == (
+        "would discard 1 dead letters",
+        "discarded 1 dead letters",
+    )
+    assert (report.replayed, report.discarded) == (2, 1)
+    kinds = [(a.kind, a.dry_run, a.count) for a in store.actions(queue_topic=queue)]
+    assert kinds == [("discard", True, 1), ("discard", False, 1), ("replay", False, 2)]
+    statuses = {d.key: d.status for d in store.dead_letters()}
+    assert statuses == {b"a": "replayed", b"b": "replayed", b"c": "discarded"}

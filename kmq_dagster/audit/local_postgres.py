@@ -1,7 +1,7 @@
-"""A real PostgreSQL server for tests: Debian's binaries, a throwaway cluster, a free port.
+"""A throwaway PostgreSQL server from the machine's binaries (Debian's ``postgresql``), on a
+free loopback port: for tests and ``kmq bench audit``, never for production data.
 
-Started once per test session and stopped by PID. As root (CI), the server runs as the
-``postgres`` user, since PostgreSQL refuses to run as root.
+As root, the server runs as the ``postgres`` user, since PostgreSQL refuses to run as root.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import signal
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
-import psycopg
-
+from kmq_dagster.audit.store import AuditStoreError
 from kmq_dagster.broker.ports import free_port
 from kmq_dagster.broker.process import ManagedProcess
 
@@ -33,13 +33,26 @@ def postgres_bindir() -> Path | None:
     return Path(candidates[-1]).parent if candidates else None
 
 
+def fresh_database(server_url: str) -> str:
+    """Create an empty database on the server of ``server_url`` (a SQLAlchemy
+    ``postgresql+psycopg://`` URL); returns its URL."""
+    import psycopg
+
+    name = f"kmq_{uuid.uuid4().hex[:12]}"
+    base = server_url.rsplit("/", 1)[0]
+    plain = base.replace("postgresql+psycopg://", "postgresql://", 1)
+    with psycopg.connect(f"{plain}/postgres", autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {name}")  # a generated name, no user input
+    return f"{base}/{name}"
+
+
 class PostgresServer:
     """One throwaway cluster in its own temporary directory (removed by :meth:`stop`)."""
 
     def __init__(self) -> None:
         bindir = postgres_bindir()
         if bindir is None:
-            raise RuntimeError("PostgreSQL is not installed (apt-get install postgresql)")
+            raise AuditStoreError("PostgreSQL is not installed (apt-get install postgresql)")
         self.bindir = bindir
         # Not under pytest's 0700 temporary tree: the postgres user must reach it.
         self.base_dir = Path(tempfile.mkdtemp(prefix="kmq-postgres-"))
@@ -65,7 +78,7 @@ class PostgresServer:
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         if initdb.returncode != 0:
-            raise RuntimeError(f"initdb failed: {initdb.stderr.strip()[-2000:]}")
+            raise AuditStoreError(f"initdb failed: {initdb.stderr.strip()[-2000:]}")
         self._process = ManagedProcess(
             "postgres",
             [*self._as_postgres, str(self.bindir / "postgres"), "-D", str(self.data_dir),
@@ -78,6 +91,12 @@ class PostgresServer:
         self._wait_and_create_database()
 
     def _wait_and_create_database(self, timeout_s: float = 60) -> None:
+        try:
+            import psycopg
+        except ImportError:
+            raise AuditStoreError(
+                "PostgreSQL support needs psycopg: pip install 'kmq-dagster[postgres]'"
+            ) from None
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -91,8 +110,15 @@ class PostgresServer:
                     self._process and self._process.exit_code() is not None
                 ):
                     log = (self.base_dir / "postgres.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"PostgreSQL did not start:\n{log}") from None
+                    raise AuditStoreError(f"PostgreSQL did not start:\n{log}") from None
                 time.sleep(0.2)
+
+    def __enter__(self) -> PostgresServer:
+        self.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         if self._process is not None:
