@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kmq_dagster.audit.shared_breaker import SharedBreaker
+from kmq_dagster.core.breaker import State
 from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import wall_clock_ms
@@ -65,7 +66,9 @@ def run_worker(
     With a ``breaker``, handler outcomes feed it (errors the retry policy treats as fatal are
     bad input, not an outage, and do not count). While it does not allow processing, the
     worker stops fetching and holds the messages it has, extending their visibility; nothing
-    is acknowledged, routed or lost meanwhile.
+    is acknowledged, routed or lost meanwhile. A message that fails while the breaker is open
+    (the one that opened it, a failed probe) is held too, at the back, rather than sent to a
+    retry topic: the outage is not its fault and must not use up its retries.
     """
     loop = _WorkerLoop(consumer, handler, stop, router=router, breaker=breaker, clock_ms=clock_ms)
     try:
@@ -99,6 +102,8 @@ class _WorkerLoop:
         self.clock_ms = clock_ms
         self.stats = WorkerStats()
         self.held: list[KmqMessage] = []
+        #: Failed while the breaker is open: kept to be probed or handled after recovery.
+        self._requeued: list[KmqMessage] = []
         self._extended_at_ms = 0
 
     def step(self) -> None:
@@ -116,6 +121,8 @@ class _WorkerLoop:
                 self.held = batch[index:]
                 break
             self._handle(message, failed)
+        self.held += self._requeued
+        self._requeued = []
         if failed and self.router is not None:
             routed = self.router.route(failed)
             for message in routed:
@@ -143,6 +150,11 @@ class _WorkerLoop:
             if self.breaker is not None:
                 fatal = self.router is not None and not self.router.policy.is_retryable(exc)
                 self.breaker.record(fatal, self.clock_ms())
+                if not fatal and self.breaker.state is not State.CLOSED:
+                    # The outage, not the message: keep it for a probe or for after recovery
+                    # instead of spending one of its retries.
+                    self._requeued.append(message)
+                    return
             if self.router is None:
                 self.consumer.nack(message)
             else:
