@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from confluent_kafka import Message
 
 from kmq_dagster.core.headers import REDELIVERY_COUNT, int_header, normalize_headers
+
+
+class QueueMessage(Protocol):
+    """What routing and acknowledging need of a message, wherever it was read."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+    @property
+    def headers(self) -> list[tuple[str, bytes | None]]: ...
 
 
 class KmqMessage:

@@ -13,6 +13,7 @@ import random
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -32,10 +33,12 @@ from kmq_dagster.core.retry_headers import (
     read_first_failure_ms,
 )
 from kmq_dagster.kafka.clients import CLIENT_LOGGER
-from kmq_dagster.kafka.message import KmqMessage
+from kmq_dagster.kafka.message import QueueMessage
 from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=QueueMessage)
 
 
 def failure_of(exc: BaseException) -> Failure:
@@ -76,7 +79,7 @@ class RetryRouter:
         self._rng = rng or random.Random()
         self._producer = Producer(settings.producer_config(logger=CLIENT_LOGGER))
 
-    def metadata_problem(self, message: KmqMessage) -> str | None:
+    def metadata_problem(self, message: QueueMessage) -> str | None:
         """Why a retried message's ``kmq-*`` headers cannot be trusted, or ``None``.
 
         Messages from a retry topic must carry a readable attempt and due time.
@@ -93,7 +96,7 @@ class RetryRouter:
             return f"{CORRUPT_RETRY_METADATA}: {ATTEMPT} or {DUE_MS} missing"
         return None
 
-    def route(self, failed: list[tuple[KmqMessage, Failure | str]]) -> list[KmqMessage]:
+    def route(self, failed: list[tuple[M, Failure | str]]) -> list[M]:
         """Copy each failed message to its retry topic or the DLQ (a ``str`` is a DLQ reason).
 
         Returns:
@@ -124,7 +127,7 @@ class RetryRouter:
         self.stats.write_failures += len(failed) - len(routed)
         return routed
 
-    def _plan(self, message: KmqMessage, failure: Failure | str) -> tuple[str, dict[str, str]]:
+    def _plan(self, message: QueueMessage, failure: Failure | str) -> tuple[str, dict[str, str]]:
         headers = message.headers
         try:
             origin = origin_of(headers, message.topic, message.partition, message.offset, 0)

@@ -1,0 +1,103 @@
+"""Ownership of a group's partitions for a batch job (the Spark driver) by group membership.
+
+The lease is a member of the consumer group: the group gives it partitions, as it gives them to
+``kmq worker`` processes, so two jobs (or a job and workers) never own the same partition. It
+fetches nothing (its partitions stay paused); a background thread keeps it in the group. Offsets
+are committed through it, and Kafka refuses commits from a member that lost the partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from kmq_dagster.kafka.clients import CLIENT_LOGGER, ClientErrors
+from kmq_dagster.settings import KmqSettings
+
+log = logging.getLogger(__name__)
+
+
+class GroupLease:
+    """Hold ``group``'s partitions of ``topics`` while the lease is open."""
+
+    def __init__(self, settings: KmqSettings, topics: Sequence[str], group: str) -> None:
+        self.group = group
+        self.client_errors = ClientErrors()
+        self._lock = threading.Lock()
+        self._owned: set[tuple[str, int]] = set()
+        self._consumer = Consumer(
+            settings.consumer_config(
+                group,
+                **{
+                    "partition.assignment.strategy": "cooperative-sticky",
+                    "logger": CLIENT_LOGGER,
+                    "error_cb": self.client_errors.on_error,
+                },
+            )
+        )
+        self._consumer.subscribe(
+            list(topics), on_assign=self._on_assign, on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )  # fmt: skip
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep_membership, daemon=True)
+        self._thread.start()
+
+    def wait_for_partitions(self, timeout_s: float = 60.0) -> bool:
+        """Wait until the group has given this lease something (False on timeout)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.owned() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return bool(self.owned())
+
+    def owned(self) -> set[tuple[str, int]]:
+        with self._lock:
+            return set(self._owned)
+
+    def committed(self, sources: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The group's committed offset per partition (0 where none)."""
+        with self._lock:
+            found = self._consumer.committed(
+                [TopicPartition(topic, p) for topic, p in sources], timeout=30
+            )
+        return {(tp.topic, tp.partition): max(tp.offset, 0) for tp in found}
+
+    def commit(self, offsets: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
+        """Commit offsets of partitions still owned; returns those no longer owned (skipped)."""
+        with self._lock:
+            owned = set(self._owned)
+            mine = [TopicPartition(t, p, o) for (t, p), o in offsets.items() if (t, p) in owned]
+            lost = [source for source in offsets if source not in owned]
+            if mine:
+                try:
+                    self._consumer.commit(offsets=mine, asynchronous=False)
+                except KafkaException as exc:
+                    log.warning("commit refused (partitions moved?): %s", exc)
+                    return list(offsets)
+        return lost
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        with self._lock:
+            self._consumer.close()
+
+    def _keep_membership(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                self._consumer.poll(0.2)  # serves rebalances; its partitions are paused
+            time.sleep(0.05)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        consumer.incremental_assign(partitions)
+        consumer.pause(partitions)  # the lease owns; Spark tasks read
+        self._owned |= {(p.topic, p.partition) for p in partitions}
+        log.info("lease of %s got %d partitions", self.group, len(partitions))
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._owned -= {(p.topic, p.partition) for p in partitions}
+        log.info("lease of %s lost %d partitions", self.group, len(partitions))

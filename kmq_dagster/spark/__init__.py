@@ -1,0 +1,1 @@
+"""PySpark processing of queue messages with per-message acknowledgement."""

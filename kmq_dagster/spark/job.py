@@ -1,0 +1,155 @@
+"""The driver side: one batch = Spark tasks over the partitions this job owns, a sink write,
+then acknowledgements, then offset commits.
+
+Order per batch (invariants 2 and 3):
+  1. tasks read their slices, write start markers (durable), process each message, send
+     failures to the retry topic or the DLQ and acknowledge those;
+  2. the driver writes the successes to the sink (Parquet by default);
+  3. only then tasks acknowledge the successes (end markers);
+  4. the driver commits the group's offsets past the slices, through its group lease.
+A driver killed anywhere in between loses nothing: messages with start markers and no end
+markers are redelivered by the tracker, uncommitted offsets are read again; the output may hold
+duplicates, which its (topic, partition, offset) columns identify.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import SparkSession
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+
+from kmq_dagster.core.naming import redelivery_topic, retry_topic
+from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.kafka.lease import GroupLease
+from kmq_dagster.kafka.provision import require_queue_topics
+from kmq_dagster.settings import KmqSettings
+from kmq_dagster.spark.tasks import Function, Row, Slice, TaskConfig, acknowledge, run_slice
+
+log = logging.getLogger(__name__)
+
+#: Columns of the output: where each message was first produced, its key, the function's result.
+OUTPUT_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), nullable=False),
+        StructField("partition", IntegerType(), nullable=False),
+        StructField("offset", LongType(), nullable=False),
+        StructField("key", BinaryType()),
+        StructField("result", StringType()),
+        StructField("batch_id", StringType(), nullable=False),
+    ]
+)
+
+
+@dataclass
+class BatchReport:
+    batch_id: str
+    slices: int
+    read: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    #: Partitions the group moved away during the batch: their offsets were not committed.
+    lost_partitions: int = 0
+
+
+class SparkQueueJob:
+    """Process ``topic`` for ``group`` on Spark, writing results to ``output_path``.
+
+    Examples:
+        >>> job = SparkQueueJob(spark, settings, "orders", "billing",
+        ...                     function=price, output_path="/data/priced")  # doctest: +SKIP
+        >>> job.run_batch()   # doctest: +SKIP
+        >>> job.close()       # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        settings: KmqSettings,
+        topic: str,
+        group: str,
+        *,
+        function: Function,
+        output_path: str,
+        policy: RetryPolicy | None = None,
+        visibility_timeout_ms: int | None = None,
+        max_messages_per_partition: int = 50_000,
+    ) -> None:
+        self.spark = spark
+        self.topic = topic
+        self.group = group
+        self.function = function
+        self.output_path = output_path
+        self.max_messages_per_partition = max_messages_per_partition
+        policy = policy or RetryPolicy.fixed(settings.retry_delays_ms)
+        self.retry_topics = [retry_topic(topic, group, ms) for ms in policy.topic_delays_ms()]
+        require_queue_topics(settings, topic, group, extra=self.retry_topics)
+        self.config = TaskConfig(
+            settings=settings,
+            queue_topic=topic,
+            group=group,
+            visibility_timeout_ms=visibility_timeout_ms or settings.visibility_timeout_ms,
+            policy=policy,
+        )
+        sources = [topic, redelivery_topic(topic, group), *self.retry_topics]
+        self.lease = GroupLease(settings, sources, group)
+
+    def run_batch(self, wait_for_partitions_s: float = 60.0) -> BatchReport:
+        """Process up to ``max_messages_per_partition`` from every owned partition."""
+        if not self.lease.wait_for_partitions(wait_for_partitions_s):
+            raise TimeoutError(f"group {self.group} gave this job no partition")
+        owned = sorted(self.lease.owned())
+        committed = self.lease.committed(owned)
+        slices = [
+            Slice(t, p, committed[(t, p)], self.max_messages_per_partition, t in self.retry_topics)
+            for t, p in owned
+        ]
+        report = BatchReport(uuid.uuid4().hex[:12], len(slices))
+        config, function, batch_id = self.config, self.function, report.batch_id
+        rows = (
+            self.spark.sparkContext.parallelize(slices, len(slices))
+            .flatMap(lambda work: run_slice(work, config, function))
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        try:
+            successes = rows.filter(lambda row: row[0] == "ok").map(
+                lambda row: (row[1], row[2], row[3], row[4], row[5], batch_id)
+            )
+            self.spark.createDataFrame(successes, OUTPUT_SCHEMA).write.mode("append").parquet(
+                self.output_path
+            )
+            done = rows.filter(lambda row: row[0] == "done")
+            done.foreachPartition(lambda part: acknowledge(part, config))
+            summaries = done.map(_summary).collect()  # offsets and counts only, no payloads
+        finally:
+            rows.unpersist()
+        for _source, _next, counts in summaries:
+            report.read += counts["read"]
+            report.succeeded += counts["succeeded"]
+            report.failed += counts["failed"]
+        next_offsets = {source: next_offset for source, next_offset, _ in summaries}
+        report.lost_partitions = len(self.lease.commit(next_offsets))
+        log.info("batch %s: %s", report.batch_id, report)
+        return report
+
+    def run_until_idle(self, max_batches: int = 1_000) -> list[BatchReport]:
+        """Run batches until one reads nothing."""
+        reports: list[BatchReport] = []
+        for _ in range(max_batches):
+            reports.append(self.run_batch())
+            if reports[-1].read == 0:
+                break
+        return reports
+
+    def close(self) -> None:
+        self.lease.close()
+
+
+def _summary(row: Row) -> tuple[tuple[str, int], int, dict[str, Any]]:
+    _kind, topic, partition, next_offset, _key, detail = row
+    return (topic, partition), next_offset, json.loads(detail)

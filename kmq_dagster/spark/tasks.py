@@ -1,0 +1,232 @@
+"""What Spark tasks run on the executors: read one queue partition's slice with confluent-kafka,
+write its start markers, process each message, route failures, acknowledge.
+
+Everything here is shipped to executors by pickling: plain data in, plain rows out; payloads
+stay on the executors (and in the sink), never on the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from kmq_dagster.core.due import split_due
+from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
+from kmq_dagster.core.naming import markers_topic
+from kmq_dagster.core.ranges import offset_runs
+from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.core.retry_headers import Failure, origin_of, read_due_ms
+from kmq_dagster.settings import KmqSettings
+
+#: Longest a task waits for its slice's messages before taking what it has.
+READ_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Up to ``max_messages`` messages of one partition, from ``start_offset``."""
+
+    topic: str
+    partition: int
+    start_offset: int
+    max_messages: int
+    #: Retry topics hold messages with due times: a slice stops at the first one not due.
+    gated: bool = False
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    settings: KmqSettings
+    queue_topic: str
+    group: str
+    visibility_timeout_ms: int
+    policy: RetryPolicy
+
+
+@dataclass(frozen=True)
+class SparkMessage:
+    """One queue message, as the user's function gets it on an executor."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    timestamp_ms: int = 0
+
+
+Function = Callable[[SparkMessage], object]
+
+#: Rows a task returns: ("ok", origin topic, partition, offset, key, result JSON) per success,
+#: ("done", topic, partition, next offset, None, JSON summary) per slice; the summary has the
+#: succeeded offsets' runs (acknowledged after the sink write) and counts.
+Row = tuple[str, str, int, int, bytes | None, str]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def run_slice(work: Slice, config: TaskConfig, function: Function) -> Iterator[Row]:
+    """Process one slice; yields a row per success and one ``done`` row.
+
+    Failed messages are copied to the retry topic or DLQ and acknowledged here. Successes are
+    acknowledged later, by :func:`acknowledge`, once the sink write has committed.
+    """
+    from kmq_dagster.kafka.retry_router import RetryRouter, failure_of
+
+    messages = _read(work, config.settings)
+    if work.gated:
+        messages = split_due(messages, now_ms(), _due_or_now, _offset_of).ready
+    if not messages:
+        yield ("done", work.topic, work.partition, work.start_offset, None, _summary([], 0, 0))
+        return
+    _write_start_markers(work, messages, config)
+    succeeded: list[int] = []
+    failed: list[tuple[SparkMessage, Failure | str]] = []
+    router = RetryRouter(
+        config.settings, config.queue_topic, config.group, config.policy, clock_ms=now_ms
+    )
+    for message in messages:
+        problem = router.metadata_problem(message)
+        if problem is not None:
+            failed.append((message, problem))
+            continue
+        try:
+            result = function(message)
+        except Exception as exc:
+            failed.append((message, failure_of(exc)))
+            continue
+        succeeded.append(message.offset)
+        origin = _origin(message)
+        yield ("ok", origin[0], origin[1], origin[2], message.key, _as_json(result))
+    routed = router.route(failed) if failed else []
+    router.close()
+    _write_end_markers(config, work.topic, work.partition, [m.offset for m in routed])
+    next_offset = messages[-1].offset + 1
+    summary = _summary(succeeded, len(messages), len(failed))
+    yield ("done", work.topic, work.partition, next_offset, None, summary)
+
+
+def acknowledge(done_rows: Iterable[Row], config: TaskConfig) -> None:
+    """Write the end markers of the successes that ``done`` rows list (after the sink write)."""
+    for _kind, topic, partition, _next, _key, summary in done_rows:
+        runs = json.loads(summary)["runs"]
+        offsets = [first + i for first, count in runs for i in range(count)]
+        _write_end_markers(config, topic, partition, offsets)
+
+
+def _summary(succeeded: list[int], read: int, failed: int) -> str:
+    runs = offset_runs(succeeded) if succeeded else []
+    return json.dumps({"runs": runs, "read": read, "succeeded": len(succeeded), "failed": failed})
+
+
+def _read(work: Slice, settings: KmqSettings) -> list[SparkMessage]:
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    from kmq_dagster.core.headers import normalize_headers
+
+    consumer = Consumer(
+        settings.consumer_config(
+            f"kmq-spark-reader-{uuid.uuid4().hex}", **{"enable.partition.eof": True}
+        )
+    )
+    consumer.assign([TopicPartition(work.topic, work.partition, work.start_offset)])
+    messages: list[SparkMessage] = []
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    try:
+        while len(messages) < work.max_messages and time.monotonic() < deadline:
+            batch = consumer.consume(min(500, work.max_messages - len(messages)), 1.0)
+            at_end = False
+            for record in batch:
+                error = record.error()
+                if error is None:
+                    messages.append(
+                        SparkMessage(
+                            work.topic,
+                            work.partition,
+                            record.offset() or 0,
+                            record.key(),
+                            record.value(),
+                            normalize_headers(record.headers()),
+                            record.timestamp()[1],
+                        )
+                    )
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    at_end = True
+                elif error.fatal():
+                    raise KafkaException(error)
+            if at_end:
+                break
+    finally:
+        consumer.close()
+    return messages[: work.max_messages]
+
+
+def _write_start_markers(work: Slice, messages: list[SparkMessage], config: TaskConfig) -> None:
+    """Durable before any processing (and before the driver commits the slice's offsets)."""
+    deadline_ms = now_ms() + config.visibility_timeout_ms
+    starts = [
+        StartMarker(work.topic, work.partition, first, count, deadline_ms)
+        for first, count in offset_runs([m.offset for m in messages])
+    ]
+    _produce_markers(config, starts)
+
+
+def _write_end_markers(config: TaskConfig, topic: str, partition: int, offsets: list[int]) -> None:
+    if offsets:
+        ends = [EndMarker(topic, partition, f, c) for f, c in offset_runs(sorted(offsets))]
+        _produce_markers(config, ends)
+
+
+def _produce_markers(config: TaskConfig, markers: list[StartMarker] | list[EndMarker]) -> None:
+    from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+    producer = Producer(config.settings.producer_config())
+    errors: list[KafkaError] = []
+
+    def delivered(error: KafkaError | None, _record: Message) -> None:
+        if error is not None:
+            errors.append(error)
+
+    topic = markers_topic(config.queue_topic, config.group)
+    for marker in markers:
+        producer.produce(
+            topic, value=encode_marker(marker), partition=marker.partition, on_delivery=delivered
+        )
+    remaining = producer.flush(30)
+    if errors or remaining:
+        # Spark retries the task: markers are idempotent facts, writing them twice is harmless.
+        raise KafkaException(errors[0] if errors else KafkaError(KafkaError._TIMED_OUT))
+
+
+def _origin(message: SparkMessage) -> tuple[str, int, int]:
+    try:
+        origin = origin_of(message.headers, message.topic, message.partition, message.offset, 0)
+    except ValueError:
+        return (message.topic, message.partition, message.offset)
+    return (origin.topic, origin.partition, origin.offset)
+
+
+def _due_or_now(message: SparkMessage) -> int | None:
+    try:
+        return read_due_ms(message.headers)
+    except ValueError:
+        return None
+
+
+def _offset_of(message: SparkMessage) -> int:
+    return message.offset
+
+
+def _as_json(result: object) -> str:
+    if isinstance(result, bytes):
+        result = result.decode("utf-8", errors="replace")
+    try:
+        return json.dumps(result)
+    except TypeError:
+        return json.dumps(str(result))

@@ -1,0 +1,77 @@
+"""Spark local[2] processes queue messages on its executors and acknowledges each one only after
+the Parquet output is written (real broker, real Spark)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from kmq_dagster.core.naming import dlq_topic, redelivery_topic
+from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.tracker import Tracker
+from kmq_dagster.settings import KmqSettings
+from kmq_dagster.spark.job import SparkQueueJob
+from kmq_dagster.spark.session import local_session
+from kmq_dagster.spark.tasks import SparkMessage
+from tests.kafka_helpers import produce, read_topic, running_service
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+GROUP = "spark"
+PARTITIONS = 2
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = local_session("kmq-tests")
+    yield session
+    session.stop()
+
+
+def shout(message: SparkMessage) -> dict[str, object]:
+    """Succeeds, except for every tenth message, which is bad input."""
+    number = int(message.value or b"-1")
+    if number % 10 == 0:
+        raise ValueError(f"{number} is not allowed")
+    return {"n": number, "loud": (message.value or b"").decode() + "!"}
+
+
+def test_a_batch_writes_successes_with_coordinates_dead_letters_failures_and_acks_all(
+    spark: SparkSession, settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    provision_queue(
+        settings, topic_name, partitions=PARTITIONS, group=GROUP, retry_delays_ms=(1_000,),
+        delay_queue=False,
+    )  # fmt: skip
+    produce(settings, topic_name, [str(i).encode() for i in range(400)], partitions=PARTITIONS)
+    output = str(tmp_path / "out")
+    job = SparkQueueJob(
+        spark, settings.with_overrides(visibility_timeout_ms=2_000), topic_name, GROUP,
+        function=shout, output_path=output,
+        policy=RetryPolicy.fixed([1_000], non_retryable=["ValueError"]),
+    )  # fmt: skip
+    try:
+        report = job.run_batch()
+        again = job.run_batch()  # offsets were committed: nothing left
+    finally:
+        job.close()
+
+    assert (report.read, report.succeeded, report.failed) == (400, 360, 40)
+    assert again.read == 0
+    rows = spark.read.parquet(output).collect()
+    assert len(rows) == 360
+    assert {(r["topic"], r["partition"]) for r in rows} == {(topic_name, 0), (topic_name, 1)}
+    assert len({(r["partition"], r["offset"]) for r in rows}) == 360
+    assert '"loud": "7!"' in next(r["result"] for r in rows if r["key"] == b"7")
+    dead = read_topic(settings, dlq_topic(topic_name, GROUP), PARTITIONS, at_least=40)
+    assert sorted(int(r.value() or b"-1") for r in dead) == list(range(0, 400, 10))
+    # every message was acknowledged: past the 2 s visibility timeout, nothing is redelivered
+    with running_service(Tracker(settings, topic_name, GROUP)) as tracker:
+        time.sleep(6)
+    assert tracker.stats.redelivered == 0
+    assert read_topic(settings, redelivery_topic(topic_name, GROUP), PARTITIONS, timeout_s=3) == []
