@@ -447,6 +447,81 @@ def worker(
     click.echo(f"kmq worker: stopped after {stats.handled} handled, {stats.failed} failed")
 
 
+@cli.command("spark")
+@_queue_options
+@click.option(
+    "--function",
+    "function_spec",
+    required=True,
+    metavar="MODULE:FUNCTION",
+    help="Called per message on the executors; its return value is the result.",
+)
+@click.option("--output", required=True, help="Parquet dataset the results are appended to.")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
+@click.option("--max-per-partition", type=click.IntRange(min=1), default=50_000,
+              show_default=True, help="Messages per partition and batch.")  # fmt: skip
+@click.option("--visibility-timeout", metavar="DURATION", help="[default 30s]")
+@click.option("--forever", is_flag=True, help="Keep running batches (default: stop when idle).")
+@_retry_options
+@click.option("--non-retryable", metavar="NAMES", default="", help="Types that go to the DLQ.")
+@click.pass_obj
+def spark_command(
+    settings: KmqSettings,
+    topic: str,
+    group: str,
+    function_spec: str,
+    output: str,
+    master: str,
+    max_per_partition: int,
+    visibility_timeout: str | None,
+    forever: bool,
+    retry: RetryOptions,
+    non_retryable: str,
+) -> None:
+    """Process TOPIC for GROUP on Spark; each message is acknowledged after its result is
+    written to OUTPUT."""
+    from kmq_dagster.kafka.worker import load_handler
+    from kmq_dagster.spark.job import SparkQueueJob
+    from kmq_dagster.spark.session import local_session
+
+    function: Callable[..., object] = load_handler(function_spec)
+    if visibility_timeout:
+        settings = settings.with_overrides(
+            visibility_timeout_ms=parse_duration_ms(visibility_timeout)
+        )
+    policy = retry.policy(
+        settings, non_retryable=[n.strip() for n in non_retryable.split(",") if n.strip()]
+    )
+    stop_requested = _stop_on_signals()
+    session = local_session("kmq spark", master=master)
+    job = SparkQueueJob(
+        session, settings, topic, group, function=function, output_path=output, policy=policy,
+        max_messages_per_partition=max_per_partition,
+    )  # fmt: skip
+    totals = [0, 0, 0]
+    try:
+        while not stop_requested.is_set():
+            report = job.run_batch()
+            totals = [totals[0] + report.read, totals[1] + report.succeeded,
+                      totals[2] + report.failed]  # fmt: skip
+            click.echo(
+                f"batch {report.batch_id}: read {report.read}, succeeded {report.succeeded}, "
+                f"failed {report.failed}",
+                err=True,
+            )
+            if report.read == 0 and not forever:
+                break
+            if report.read == 0:
+                stop_requested.wait(1.0)
+    finally:
+        job.close()
+        session.stop()
+    click.echo(
+        f"kmq spark: read {totals[0]}, succeeded {totals[1]}, failed {totals[2]}; "
+        f"results in {output}"
+    )
+
+
 @cli.command()
 @_queue_options
 @click.option("--max-redeliveries", type=click.IntRange(min=0), help="[default 3]")

@@ -18,7 +18,7 @@ from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import SparkQueueJob
 from kmq_dagster.spark.session import local_session
 from kmq_dagster.spark.tasks import SparkMessage
-from tests.kafka_helpers import produce, read_topic, running_service
+from tests.kafka_helpers import produce, read_topic, running_service, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -75,3 +75,44 @@ def test_a_batch_writes_successes_with_coordinates_dead_letters_failures_and_ack
         time.sleep(6)
     assert tracker.stats.redelivered == 0
     assert read_topic(settings, redelivery_topic(topic_name, GROUP), PARTITIONS, timeout_s=3) == []
+
+
+def test_two_jobs_of_one_group_never_own_the_same_partition(
+    spark: SparkSession, settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    provision_queue(
+        settings, topic_name, partitions=PARTITIONS, group=GROUP, retry_delays_ms=(1_000,),
+        delay_queue=False,
+    )  # fmt: skip
+    produce(settings, topic_name, [str(i).encode() for i in range(1, 300)], partitions=PARTITIONS)
+    output = str(tmp_path / "out")
+    policy = RetryPolicy.fixed([1_000])
+    first = SparkQueueJob(
+        spark, settings, topic_name, GROUP, function=shout, output_path=output, policy=policy
+    )
+    second = SparkQueueJob(
+        spark, settings, topic_name, GROUP, function=shout, output_path=output, policy=policy
+    )
+    try:
+        every = {(t, p) for t in [topic_name, *_group_topics(topic_name)] for p in range(2)}
+        assert wait_for(
+            lambda: (
+                first.lease.owned() | second.lease.owned() == every
+                and not first.lease.owned() & second.lease.owned()
+                and bool(first.lease.owned())
+                and bool(second.lease.owned())
+            ),
+            timeout_s=60,
+        ), (first.lease.owned(), second.lease.owned())
+        reports = [first.run_batch(), second.run_batch()]
+    finally:
+        first.close()
+        second.close()
+
+    rows = spark.read.parquet(output).collect()
+    assert sum(r.read for r in reports) == 299  # between them, each message once
+    assert len({(r["partition"], r["offset"]) for r in rows}) == len(rows)
+
+
+def _group_topics(topic: str) -> list[str]:
+    return [redelivery_topic(topic, GROUP), f"{topic}.{GROUP}.retry.1s"]

@@ -1,0 +1,96 @@
+"""At-least-once through Spark: the `kmq spark` driver is SIGKILLed mid-batch (with its JVM and
+Python workers); the tracker redelivers; after a rerun, the output holds every message exactly
+once after deduplication by coordinates, none missing."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.tracker import Tracker
+from kmq_dagster.settings import KmqSettings
+from kmq_dagster.spark.session import local_session
+from tests.kafka_helpers import produce, running_service, wait_for
+from tests.processes import kmq_argv
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+
+GROUP = "spark"
+MESSAGES = 3_000
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    session = local_session("kmq-tests-reader")
+    yield session
+    session.stop()
+
+
+def test_a_driver_killed_mid_batch_loses_nothing(
+    spark: SparkSession, settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    provision_queue(
+        settings, topic_name, partitions=2, group=GROUP, retry_delays_ms=(1_000,),
+        delay_queue=False,
+    )  # fmt: skip
+    produce(settings, topic_name, [str(i).encode() for i in range(MESSAGES)], partitions=2)
+    output = tmp_path / "out"
+    argv = kmq_argv(
+        "spark", "--topic", topic_name, "--group", GROUP, "--output", str(output),
+        "--function", "tests.support.spark_functions:slow_echo", "--max-per-partition", "300",
+        "--visibility-timeout", "5s", "--retry-delays", "1s",
+    )  # fmt: skip
+    env = {
+        **os.environ,
+        "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "KMQ_SESSION_TIMEOUT_MS": "6000",
+        "KMQ_TEST_WORK_S": "0.01",  # a task takes ~3 s, so the kill lands while tasks run
+    }
+
+    first = subprocess.Popen(
+        argv, cwd=REPO_ROOT, env=env, start_new_session=True,
+        stdout=(tmp_path / "first.log").open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        log = tmp_path / "first.log"
+        assert wait_for(lambda: "batch " in log.read_text(errors="replace"), timeout_s=120)
+        time.sleep(2.5)  # the second batch's tasks have written start markers and are working
+        os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait(timeout=30)
+    before = spark.read.parquet(str(output)).count()
+    assert before < MESSAGES, "the kill must land mid-way"
+
+    # past the visibility timeout, the tracker redelivers what the killed batch had started
+    with running_service(Tracker(settings, topic_name, GROUP)) as tracker:
+        assert wait_for(lambda: tracker.stats.redelivered > 0, timeout_s=60)
+    second = subprocess.run(
+        argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+
+    rows = spark.read.parquet(str(output)).select("topic", "partition", "offset", "result")
+    by_coordinates = {(r[0], r[1], r[2]): json.loads(r[3]) for r in rows.collect()}
+    results = collections.Counter(by_coordinates.values())
+    missing = {str(i) for i in range(MESSAGES)} - set(results)
+    print(
+        f"rows before the kill {before}, rows in all {rows.count()}, after deduplication "
+        f"{len(by_coordinates)}; tracker redelivered {tracker.stats.redelivered}"
+    )
+    assert not missing, f"{len(missing)} messages lost, e.g. {sorted(missing)[:5]}"
+    assert len(by_coordinates) == MESSAGES
+    assert all(count == 1 for count in results.values())
