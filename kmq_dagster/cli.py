@@ -732,6 +732,29 @@ _external_option = click.option(
 )
 
 
+@cli.command()
+@click.option("--orders", type=click.IntRange(min=20), default=2_000, show_default=True)
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("kmq-demo-output"),
+    show_default=True,
+    help="Where the Spark output goes (replaced on each run).",
+)
+def demo(orders: int, output_dir: Path) -> None:
+    """The whole pipeline on an embedded broker: orders in, priced orders out, a summary."""
+    import shutil
+
+    from kmq_dagster.demo import run_demo
+
+    shutil.rmtree(output_dir / "orders_priced.parquet", ignore_errors=True)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    summary = run_demo(orders, output_dir.resolve(), _report)
+    click.echo(summary.table())
+    if summary.lost:
+        raise KmqError(f"{summary.lost} orders were lost")
+
+
 @cli.group()
 def bench() -> None:
     """Benchmarks; the last line printed is one JSON object of figures."""

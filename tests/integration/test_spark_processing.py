@@ -33,6 +33,15 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
+@pytest.fixture
+def queue(settings: KmqSettings, topic_name: str) -> str:
+    provision_queue(
+        settings, topic_name, partitions=PARTITIONS, group=GROUP, retry_delays_ms=(1_000,),
+        delay_queue=False,
+    )  # fmt: skip
+    return topic_name
+
+
 def shout(message: SparkMessage) -> dict[str, object]:
     """Succeeds, except for every tenth message, which is bad input."""
     number = int(message.value or b"-1")
@@ -42,12 +51,9 @@ def shout(message: SparkMessage) -> dict[str, object]:
 
 
 def test_a_batch_writes_successes_with_coordinates_dead_letters_failures_and_acks_all(
-    spark: SparkSession, settings: KmqSettings, topic_name: str, tmp_path: Path
+    spark: SparkSession, settings: KmqSettings, queue: str, tmp_path: Path
 ) -> None:
-    provision_queue(
-        settings, topic_name, partitions=PARTITIONS, group=GROUP, retry_delays_ms=(1_000,),
-        delay_queue=False,
-    )  # fmt: skip
+    topic_name = queue
     produce(settings, topic_name, [str(i).encode() for i in range(400)], partitions=PARTITIONS)
     output = str(tmp_path / "out")
     job = SparkQueueJob(
@@ -78,12 +84,9 @@ def test_a_batch_writes_successes_with_coordinates_dead_letters_failures_and_ack
 
 
 def test_two_jobs_of_one_group_never_own_the_same_partition(
-    spark: SparkSession, settings: KmqSettings, topic_name: str, tmp_path: Path
+    spark: SparkSession, settings: KmqSettings, queue: str, tmp_path: Path
 ) -> None:
-    provision_queue(
-        settings, topic_name, partitions=PARTITIONS, group=GROUP, retry_delays_ms=(1_000,),
-        delay_queue=False,
-    )  # fmt: skip
+    topic_name = queue
     produce(settings, topic_name, [str(i).encode() for i in range(1, 300)], partitions=PARTITIONS)
     output = str(tmp_path / "out")
     policy = RetryPolicy.fixed([1_000])
