@@ -856,6 +856,19 @@ def bench_audit(
     click.echo(figures.as_json())
 
 
+@bench.command("spark")
+@click.option("--messages", type=click.IntRange(min=1000), default=200_000, show_default=True)
+@_external_option
+@click.pass_obj
+def bench_spark(settings: KmqSettings, messages: int, external: bool) -> None:
+    """The Spark path against the plain Python worker on the same messages."""
+    from kmq_dagster.bench.spark import run_spark_benchmark
+
+    with _bench_cluster(settings, external)() as kafka:
+        figures = run_spark_benchmark(kafka, messages, _report)
+    click.echo(figures.as_json())
+
+
 def _report(line: str) -> None:
     click.echo(line, err=True)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Producer
 
-from kmq_dagster.bench.common import Cluster, Report, percentile
+from kmq_dagster.bench.common import Cluster, Report, fill_topic, percentile
 from kmq_dagster.core.inflight import PartitionInflight
 from kmq_dagster.core.markers import StartMarker
 from kmq_dagster.core.retry_headers import origin_of
@@ -26,8 +26,6 @@ from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.tracker import Tracker
 from kmq_dagster.settings import KmqSettings
 
-#: Payload of every benchmark message (the mqperf benchmark used 100 bytes too).
-VALUE = b"x" * 100
 GROUP = "bench"
 
 
@@ -64,18 +62,6 @@ def _new_queue(settings: KmqSettings, partitions: int) -> str:
     return topic
 
 
-def _fill(settings: KmqSettings, topic: str, count: int, partitions: int) -> None:
-    producer = Producer(settings.producer_config(**{"linger.ms": 20}))
-    for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, value=VALUE, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    producer.flush(120)
-
-
 def plain_throughput(
     settings: KmqSettings, messages: int, partitions: int, commit_async: bool = False
 ) -> float:
@@ -84,7 +70,7 @@ def plain_throughput(
     With ``commit_async`` the commit does not wait for the broker (still at-least-once).
     """
     topic = _new_queue(settings, partitions)
-    _fill(settings, topic, messages, partitions)
+    fill_topic(settings, topic, messages, partitions)
     consumer = Consumer(settings.consumer_config(f"plain-{topic}"))
     consumer.subscribe([topic])
     received = 0
@@ -109,7 +95,7 @@ def plain_throughput(
 def ack_throughput(settings: KmqSettings, messages: int, partitions: int) -> float:
     """Per-message ack: start markers before commit, one ack per message, tracker running."""
     topic = _new_queue(settings, partitions)
-    _fill(settings, topic, messages, partitions)
+    fill_topic(settings, topic, messages, partitions)
     stop = threading.Event()
     tracker = Tracker(settings, topic, GROUP)
     tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
@@ -185,7 +171,7 @@ def redelivery_lateness_ms(
 ) -> list[float]:
     """How long after its deadline each never-acknowledged message comes back."""
     topic = _new_queue(settings, partitions)
-    _fill(settings, topic, messages, partitions)
+    fill_topic(settings, topic, messages, partitions)
     stop = threading.Event()
     tracker = Tracker(settings, topic, GROUP, max_redeliveries=10)
     tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)

@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+from confluent_kafka import Producer
+
 from kmq_dagster.settings import KmqSettings
+
+#: Payload of every benchmark message (the mqperf benchmark used 100 bytes too).
+VALUE = b"x" * 100
 
 #: Prints one progress line (to stderr: stdout's last line is the JSON figures).
 Report = Callable[[str], None]
@@ -17,3 +22,16 @@ def percentile(values: list[float], share: float) -> float:
     """The value below which ``share`` of ``values`` lie (nearest rank)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def fill_topic(settings: KmqSettings, topic: str, count: int, partitions: int) -> None:
+    """Produce ``count`` 100-byte messages round-robin over ``partitions`` and wait for acks."""
+    producer = Producer(settings.producer_config(**{"linger.ms": 20}))
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=VALUE, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(120)

@@ -17,19 +17,38 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark import StorageLevel
-from pyspark.sql import SparkSession
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructField, StructType
+from pyspark import RDD, StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.functions import lit
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from kmq_dagster.core.naming import redelivery_topic, retry_topic
 from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.lease import GroupLease
 from kmq_dagster.kafka.provision import require_queue_topics
 from kmq_dagster.settings import KmqSettings
-from kmq_dagster.spark.tasks import Function, Row, Slice, TaskConfig, acknowledge, run_slice
+from kmq_dagster.spark.tasks import (
+    Function,
+    Row,
+    Slice,
+    TaskConfig,
+    acknowledge,
+    read_slice,
+    run_slice,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +63,29 @@ OUTPUT_SCHEMA = StructType(
         StructField("batch_id", StringType(), nullable=False),
     ]
 )
+
+
+#: Columns of the DataFrame a transform gets: one row per message of the batch.
+INPUT_SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), nullable=False),
+        StructField("partition", IntegerType(), nullable=False),
+        StructField("offset", LongType(), nullable=False),
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("timestamp_ms", LongType(), nullable=False),
+        StructField(
+            "headers",
+            ArrayType(
+                StructType([StructField("name", StringType()), StructField("value", BinaryType())])
+            ),
+        ),
+    ]
+)
+#: A transform must keep these, so that its output can be deduplicated.
+COORDINATES = ("topic", "partition", "offset")
+
+Transform = Callable[[DataFrame], DataFrame]
 
 
 @dataclass
@@ -74,13 +116,17 @@ class SparkQueueJob:
         topic: str,
         group: str,
         *,
-        function: Function,
         output_path: str,
+        function: Function | None = None,
+        transform: Transform | None = None,
         policy: RetryPolicy | None = None,
         visibility_timeout_ms: int | None = None,
         max_messages_per_partition: int = 50_000,
     ) -> None:
+        if (function is None) == (transform is None):
+            raise ConfigError("give the job a per-message function or a DataFrame transform")
         self.spark = spark
+        self.transform = transform
         self.topic = topic
         self.group = group
         self.function = function
@@ -111,18 +157,17 @@ class SparkQueueJob:
         ]
         report = BatchReport(uuid.uuid4().hex[:12], len(slices))
         config, function, batch_id = self.config, self.function, report.batch_id
-        rows = (
-            self.spark.sparkContext.parallelize(slices, len(slices))
-            .flatMap(lambda work: run_slice(work, config, function))
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
+        transform = self.transform
+        tasks = self.spark.sparkContext.parallelize(slices, len(slices))
+        rows: RDD[Any]
+        if transform is None:
+            assert function is not None
+            rows = tasks.flatMap(lambda work: run_slice(work, config, function))
+        else:
+            rows = tasks.flatMap(lambda work: read_slice(work, config))
+        rows.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            successes = rows.filter(lambda row: row[0] == "ok").map(
-                lambda row: (row[1], row[2], row[3], row[4], row[5], batch_id)
-            )
-            self.spark.createDataFrame(successes, OUTPUT_SCHEMA).write.mode("append").parquet(
-                self.output_path
-            )
+            self._write_output(rows, batch_id)
             done = rows.filter(lambda row: row[0] == "done")
             done.foreachPartition(lambda part: acknowledge(part, config))
             summaries = done.map(_summary).collect()  # offsets and counts only, no payloads
@@ -136,6 +181,25 @@ class SparkQueueJob:
         report.lost_partitions = len(self.lease.commit(next_offsets))
         log.info("batch %s: %s", report.batch_id, report)
         return report
+
+    def _write_output(self, rows: RDD[Any], batch_id: str) -> None:
+        """2. The sink write; it must commit before anything is acknowledged."""
+        if self.transform is None:
+            successes = rows.filter(lambda row: row[0] == "ok").map(
+                lambda row: (row[1], row[2], row[3], row[4], row[5], batch_id)
+            )
+            frame = self.spark.createDataFrame(successes, OUTPUT_SCHEMA)
+        else:
+            messages = rows.filter(lambda row: row[0] == "msg").map(lambda row: row[1:])
+            frame = self.transform(self.spark.createDataFrame(messages, INPUT_SCHEMA))
+            missing = [name for name in COORDINATES if name not in frame.columns]
+            if missing:
+                raise ConfigError(
+                    f"the transform's output lacks {', '.join(missing)}: keep the coordinates "
+                    "so duplicates can be removed"
+                )
+            frame = frame.withColumn("batch_id", lit(batch_id))
+        frame.write.mode("append").parquet(self.output_path)
 
     def run_until_idle(self, max_batches: int = 1_000) -> list[BatchReport]:
         """Run batches until one reads nothing."""

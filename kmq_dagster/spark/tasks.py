@@ -112,6 +112,31 @@ def run_slice(work: Slice, config: TaskConfig, function: Function) -> Iterator[R
     yield ("done", work.topic, work.partition, next_offset, None, summary)
 
 
+#: A message row for DataFrame transforms: ("msg", origin topic, partition, offset, key,
+#: value, timestamp ms, headers as [name, value] pairs).
+MessageRow = tuple[
+    str, str, int, int, bytes | None, bytes | None, int, list[tuple[str, bytes | None]]
+]
+
+
+def read_slice(work: Slice, config: TaskConfig) -> Iterator[MessageRow | Row]:
+    """For DataFrame transforms: read one slice, write its start markers, yield one row per
+    message and one ``done`` row; nothing is acknowledged until the batch's output is written."""
+    messages = _read(work, config.settings)
+    if work.gated:
+        messages = split_due(messages, now_ms(), _due_or_now, _offset_of).ready
+    if not messages:
+        yield ("done", work.topic, work.partition, work.start_offset, None, _summary([], 0, 0))
+        return
+    _write_start_markers(work, messages, config)
+    for message in messages:
+        origin = _origin(message)
+        yield ("msg", *origin, message.key, message.value, message.timestamp_ms, message.headers)
+    offsets = [m.offset for m in messages]
+    summary = _summary(offsets, len(messages), 0)
+    yield ("done", work.topic, work.partition, offsets[-1] + 1, None, summary)
+
+
 def acknowledge(done_rows: Iterable[Row], config: TaskConfig) -> None:
     """Write the end markers of the successes that ``done`` rows list (after the sink write)."""
     for _kind, topic, partition, _next, _key, summary in done_rows:

@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.functions import col, upper
 
 from kmq_dagster.core.naming import dlq_topic, redelivery_topic
 from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.tracker import Tracker
 from kmq_dagster.settings import KmqSettings
@@ -119,3 +121,44 @@ def test_two_jobs_of_one_group_never_own_the_same_partition(
 
 def _group_topics(topic: str) -> list[str]:
     return [redelivery_topic(topic, GROUP), f"{topic}.{GROUP}.retry.1s"]
+
+
+def test_a_dataframe_transform_is_written_and_its_messages_acknowledged(
+    spark: SparkSession, settings: KmqSettings, queue: str, tmp_path: Path
+) -> None:
+    produce(settings, queue, [f"order-{i}".encode() for i in range(300)], partitions=PARTITIONS)
+    output = str(tmp_path / "out")
+
+    def loud(frame: DataFrame) -> DataFrame:
+        return frame.select("topic", "partition", "offset", upper(col("value").cast("string")))
+
+    job = SparkQueueJob(
+        spark, settings.with_overrides(visibility_timeout_ms=2_000), queue, GROUP,
+        transform=loud, output_path=output, policy=RetryPolicy.fixed([1_000]),
+    )  # fmt: skip
+    try:
+        report = job.run_batch()
+    finally:
+        job.close()
+
+    rows = spark.read.parquet(output).collect()
+    assert report.read == 300 and len(rows) == 300
+    assert {r[3] for r in rows} == {f"ORDER-{i}" for i in range(300)}
+    with running_service(Tracker(settings, queue, GROUP)) as tracker:
+        time.sleep(6)
+    assert tracker.stats.redelivered == 0
+
+
+def test_a_transform_must_keep_the_coordinates(
+    spark: SparkSession, settings: KmqSettings, queue: str, tmp_path: Path
+) -> None:
+    produce(settings, queue, [b"x"], partitions=PARTITIONS)
+    job = SparkQueueJob(
+        spark, settings, queue, GROUP, transform=lambda frame: frame.select("value"),
+        output_path=str(tmp_path / "out"), policy=RetryPolicy.fixed([1_000]),
+    )  # fmt: skip
+    try:
+        with pytest.raises(ConfigError, match="lacks topic, partition, offset"):
+            job.run_batch()
+    finally:
+        job.close()
