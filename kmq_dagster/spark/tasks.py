@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from kmq_dagster.core.due import split_due
 from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
@@ -79,13 +80,10 @@ def run_slice(work: Slice, config: TaskConfig, function: Function) -> Iterator[R
     """
     from kmq_dagster.kafka.retry_router import RetryRouter, failure_of
 
-    messages = _read(work, config.settings)
-    if work.gated:
-        messages = split_due(messages, now_ms(), _due_or_now, _offset_of).ready
+    messages = _start(work, config)
     if not messages:
         yield ("done", work.topic, work.partition, work.start_offset, None, _summary([], 0, 0))
         return
-    _write_start_markers(work, messages, config)
     succeeded: list[int] = []
     failed: list[tuple[SparkMessage, Failure | str]] = []
     router = RetryRouter(
@@ -122,13 +120,10 @@ MessageRow = tuple[
 def read_slice(work: Slice, config: TaskConfig) -> Iterator[MessageRow | Row]:
     """For DataFrame transforms: read one slice, write its start markers, yield one row per
     message and one ``done`` row; nothing is acknowledged until the batch's output is written."""
-    messages = _read(work, config.settings)
-    if work.gated:
-        messages = split_due(messages, now_ms(), _due_or_now, _offset_of).ready
+    messages = _start(work, config)
     if not messages:
         yield ("done", work.topic, work.partition, work.start_offset, None, _summary([], 0, 0))
         return
-    _write_start_markers(work, messages, config)
     for message in messages:
         origin = _origin(message)
         yield ("msg", *origin, message.key, message.value, message.timestamp_ms, message.headers)
@@ -143,6 +138,17 @@ def acknowledge(done_rows: Iterable[Row], config: TaskConfig) -> None:
         runs = json.loads(summary)["runs"]
         offsets = [first + i for first, count in runs for i in range(count)]
         _write_end_markers(config, topic, partition, offsets)
+
+
+def _start(work: Slice, config: TaskConfig) -> list[SparkMessage]:
+    """Read the slice (up to its first message not due, on a retry topic) and write its start
+    markers; returns the messages now in flight."""
+    messages = _read(work, config.settings)
+    if work.gated:
+        messages = split_due(messages, now_ms(), _due_or_now, _offset_of).ready
+    if messages:
+        _write_start_markers(work, messages, config)
+    return messages
 
 
 def _summary(succeeded: list[int], read: int, failed: int) -> str:
@@ -208,10 +214,25 @@ def _write_end_markers(config: TaskConfig, topic: str, partition: int, offsets: 
         _produce_markers(config, ends)
 
 
-def _produce_markers(config: TaskConfig, markers: list[StartMarker] | list[EndMarker]) -> None:
-    from confluent_kafka import KafkaError, KafkaException, Message, Producer
+#: One marker producer per executor process and cluster: Spark reuses its Python workers, and
+#: an idempotent producer spends ~0.5 s getting its producer id (measured on the embedded broker).
+_PRODUCERS: dict[str, Any] = {}
 
-    producer = Producer(config.settings.producer_config())
+
+def _marker_producer(settings: KmqSettings) -> Any:
+    from confluent_kafka import Producer
+
+    config = settings.producer_config()
+    key = json.dumps(config, sort_keys=True, default=str)
+    if key not in _PRODUCERS:
+        _PRODUCERS[key] = Producer(config)
+    return _PRODUCERS[key]
+
+
+def _produce_markers(config: TaskConfig, markers: list[StartMarker] | list[EndMarker]) -> None:
+    from confluent_kafka import KafkaError, KafkaException, Message
+
+    producer = _marker_producer(config.settings)
     errors: list[KafkaError] = []
 
     def delivered(error: KafkaError | None, _record: Message) -> None:

@@ -91,7 +91,7 @@ def test_two_jobs_of_one_group_never_own_the_same_partition(
     topic_name = queue
     produce(settings, topic_name, [str(i).encode() for i in range(1, 300)], partitions=PARTITIONS)
     output = str(tmp_path / "out")
-    policy = RetryPolicy.fixed([1_000])
+    policy = RetryPolicy.fixed([1_000], non_retryable=["ValueError"])  # failures: DLQ, no re-read
     first = SparkQueueJob(
         spark, settings, topic_name, GROUP, function=shout, output_path=output, policy=policy
     )
