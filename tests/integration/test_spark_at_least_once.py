@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,17 +54,17 @@ def test_a_driver_killed_mid_batch_loses_nothing(
         **os.environ,
         "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "KMQ_SESSION_TIMEOUT_MS": "6000",
-        "KMQ_TEST_WORK_S": "0.01",  # a task takes ~3 s, so the kill lands while tasks run
     }
+    hanging = tmp_path / "hanging"
+    # the first batch (offsets 0-299 per partition) completes; the second hangs in its tasks
+    first_env = {**env, "KMQ_TEST_HANG_FROM_OFFSET": "300", "KMQ_TEST_HANGING_FLAG": str(hanging)}
 
     first = subprocess.Popen(
-        argv, cwd=REPO_ROOT, env=env, start_new_session=True,
+        argv, cwd=REPO_ROOT, env=first_env, start_new_session=True,
         stdout=(tmp_path / "first.log").open("wb"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        log = tmp_path / "first.log"
-        assert wait_for(lambda: "batch " in log.read_text(errors="replace"), timeout_s=120)
-        time.sleep(2.5)  # the second batch's tasks have written start markers and are working
+        assert wait_for(hanging.exists, timeout_s=180), "the second batch never started"
         os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
         first.wait(timeout=30)
     finally:

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from kmq_dagster.spark.tasks import SparkMessage
 
-#: Seconds each call takes, so that a SIGKILL lands mid-batch.
+#: Seconds each call takes.
 WORK_S = float(os.environ.get("KMQ_TEST_WORK_S", "0.002"))
+#: From this offset of the queue topic on, the function signals and then hangs, so that a test
+#: can kill the driver while a batch is in flight (its start markers written, nothing acked).
+HANG_FROM_OFFSET = int(os.environ.get("KMQ_TEST_HANG_FROM_OFFSET", "-1"))
+HANGING_FLAG = os.environ.get("KMQ_TEST_HANGING_FLAG", "")
 
 
 def slow_echo(message: SparkMessage) -> str:
+    if 0 <= HANG_FROM_OFFSET <= message.offset and message.topic.count(".") == 0:
+        Path(HANGING_FLAG).touch()
+        time.sleep(3_600)
     time.sleep(WORK_S)
     return (message.value or b"").decode()
