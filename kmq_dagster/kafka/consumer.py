@@ -26,10 +26,9 @@ from kmq_dagster.core.commits import CommitQueue
 from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
 from kmq_dagster.core.naming import markers_topic, redelivery_topic
 from kmq_dagster.core.ranges import offset_runs
-from kmq_dagster.core.retry_headers import read_due_ms
 from kmq_dagster.kafka.clients import CLIENT_LOGGER, ClientErrors, commit_offsets, wall_clock_ms
 from kmq_dagster.kafka.due_gate import DueGate, group_by_source
-from kmq_dagster.kafka.message import KmqMessage
+from kmq_dagster.kafka.message import KmqMessage, due_ms_or_now, offset_of
 from kmq_dagster.kafka.provision import require_queue_topics
 from kmq_dagster.settings import KmqSettings
 
@@ -55,18 +54,6 @@ def offsets_by_source(messages: list[KmqMessage]) -> dict[tuple[str, int], list[
         source: [message.offset for message in messages if message.source == source]
         for source in sources
     }
-
-
-def _due_ms_or_now(message: KmqMessage) -> int | None:
-    # An unreadable due time is due now: the worker dead-letters it as corrupt metadata.
-    try:
-        return read_due_ms(message.headers)
-    except ValueError:
-        return None
-
-
-def _offset_of(message: KmqMessage) -> int:
-    return message.offset
 
 
 def _source_of(message: KmqMessage) -> tuple[str, int]:
@@ -253,7 +240,7 @@ class KmqConsumer:
         batches = group_by_source(messages, _source_of)
         gated = {source: batch for source, batch in batches.items() if source[0] in self._retry_set}
         ready = [m for source, batch in batches.items() if source not in gated for m in batch]
-        return ready + self._gate.hold_back(gated, self._clock_ms(), _due_ms_or_now, _offset_of)
+        return ready + self._gate.hold_back(gated, self._clock_ms(), due_ms_or_now, offset_of)
 
     def _handle_fetch_error(self, record: Message) -> None:
         error = record.error()

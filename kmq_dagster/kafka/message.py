@@ -7,6 +7,7 @@ from typing import Protocol
 from confluent_kafka import Message
 
 from kmq_dagster.core.headers import REDELIVERY_COUNT, int_header, normalize_headers
+from kmq_dagster.core.retry_headers import origin_of, read_due_ms
 
 
 class QueueMessage(Protocol):
@@ -87,3 +88,26 @@ class KmqMessage:
 
     def __repr__(self) -> str:
         return f"KmqMessage({self.topic}[{self.partition}]@{self.offset})"
+
+
+def due_ms_or_now(message: QueueMessage) -> int | None:
+    """When ``message`` is due; an unreadable due time reads as due now (the worker then
+    dead-letters it as corrupt retry metadata)."""
+    try:
+        return read_due_ms(message.headers)
+    except ValueError:
+        return None
+
+
+def offset_of(message: QueueMessage) -> int:
+    return message.offset
+
+
+def origin_coordinates(message: QueueMessage) -> tuple[str, int, int]:
+    """Where ``message`` was first produced; its own coordinates if its headers say nothing
+    readable about that."""
+    try:
+        origin = origin_of(message.headers, message.topic, message.partition, message.offset, 0)
+    except ValueError:
+        return (message.topic, message.partition, message.offset)
+    return (origin.topic, origin.partition, origin.offset)

@@ -19,7 +19,9 @@ from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
 from kmq_dagster.core.naming import markers_topic
 from kmq_dagster.core.ranges import offset_runs
 from kmq_dagster.core.retry import RetryPolicy
-from kmq_dagster.core.retry_headers import Failure, origin_of, read_due_ms
+from kmq_dagster.core.retry_headers import Failure
+from kmq_dagster.kafka.clients import wall_clock_ms
+from kmq_dagster.kafka.message import due_ms_or_now, offset_of, origin_coordinates
 from kmq_dagster.settings import KmqSettings
 
 #: Longest a task waits for its slice's messages before taking what it has.
@@ -68,10 +70,6 @@ Function = Callable[[SparkMessage], object]
 Row = tuple[str, str, int, int, bytes | None, str]
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def run_slice(work: Slice, config: TaskConfig, function: Function) -> Iterator[Row]:
     """Process one slice; yields a row per success and one ``done`` row.
 
@@ -87,7 +85,7 @@ def run_slice(work: Slice, config: TaskConfig, function: Function) -> Iterator[R
     succeeded: list[int] = []
     failed: list[tuple[SparkMessage, Failure | str]] = []
     router = RetryRouter(
-        config.settings, config.queue_topic, config.group, config.policy, clock_ms=now_ms
+        config.settings, config.queue_topic, config.group, config.policy, clock_ms=wall_clock_ms
     )
     for message in messages:
         problem = router.metadata_problem(message)
@@ -100,7 +98,7 @@ def run_slice(work: Slice, config: TaskConfig, function: Function) -> Iterator[R
             failed.append((message, failure_of(exc)))
             continue
         succeeded.append(message.offset)
-        origin = _origin(message)
+        origin = origin_coordinates(message)
         yield ("ok", origin[0], origin[1], origin[2], message.key, _as_json(result))
     routed = router.route(failed) if failed else []
     router.close()
@@ -125,7 +123,7 @@ def read_slice(work: Slice, config: TaskConfig) -> Iterator[MessageRow | Row]:
         yield ("done", work.topic, work.partition, work.start_offset, None, _summary([], 0, 0))
         return
     for message in messages:
-        origin = _origin(message)
+        origin = origin_coordinates(message)
         yield ("msg", *origin, message.key, message.value, message.timestamp_ms, message.headers)
     offsets = [m.offset for m in messages]
     summary = _summary(offsets, len(messages), 0)
@@ -145,7 +143,7 @@ def _start(work: Slice, config: TaskConfig) -> list[SparkMessage]:
     markers; returns the messages now in flight."""
     messages = _read(work, config.settings)
     if work.gated:
-        messages = split_due(messages, now_ms(), _due_or_now, _offset_of).ready
+        messages = split_due(messages, wall_clock_ms(), due_ms_or_now, offset_of).ready
     if messages:
         _write_start_markers(work, messages, config)
     return messages
@@ -200,7 +198,7 @@ def _read(work: Slice, settings: KmqSettings) -> list[SparkMessage]:
 
 def _write_start_markers(work: Slice, messages: list[SparkMessage], config: TaskConfig) -> None:
     """Durable before any processing (and before the driver commits the slice's offsets)."""
-    deadline_ms = now_ms() + config.visibility_timeout_ms
+    deadline_ms = wall_clock_ms() + config.visibility_timeout_ms
     starts = [
         StartMarker(work.topic, work.partition, first, count, deadline_ms)
         for first, count in offset_runs([m.offset for m in messages])
@@ -248,25 +246,6 @@ def _produce_markers(config: TaskConfig, markers: list[StartMarker] | list[EndMa
     if errors or remaining:
         # Spark retries the task: markers are idempotent facts, writing them twice is harmless.
         raise KafkaException(errors[0] if errors else KafkaError(KafkaError._TIMED_OUT))
-
-
-def _origin(message: SparkMessage) -> tuple[str, int, int]:
-    try:
-        origin = origin_of(message.headers, message.topic, message.partition, message.offset, 0)
-    except ValueError:
-        return (message.topic, message.partition, message.offset)
-    return (origin.topic, origin.partition, origin.offset)
-
-
-def _due_or_now(message: SparkMessage) -> int | None:
-    try:
-        return read_due_ms(message.headers)
-    except ValueError:
-        return None
-
-
-def _offset_of(message: SparkMessage) -> int:
-    return message.offset
 
 
 def _as_json(result: object) -> str:
