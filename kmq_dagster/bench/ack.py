@@ -12,7 +12,7 @@ import threading
 import time
 import tracemalloc
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Producer
@@ -32,7 +32,10 @@ GROUP = "bench"
 @dataclass
 class AckFigures:
     plain_msgs_per_s: float
+    #: Handed out as confluent-kafka records (``poll_records``).
     ack_msgs_per_s: float
+    #: Handed out as :class:`KmqMessage` views (``poll``).
+    ack_view_msgs_per_s: float
     p50_latency_ms: float
     p95_latency_ms: float
     p99_latency_ms: float
@@ -45,6 +48,8 @@ class AckFigures:
             "plain_msgs_per_s": round(self.plain_msgs_per_s),
             "ack_msgs_per_s": round(self.ack_msgs_per_s),
             "ratio": round(self.ack_msgs_per_s / self.plain_msgs_per_s, 3),
+            "ack_view_msgs_per_s": round(self.ack_view_msgs_per_s),
+            "view_ratio": round(self.ack_view_msgs_per_s / self.plain_msgs_per_s, 3),
             "p95_latency_ms": round(self.p95_latency_ms, 1),
             "redelivery_lateness_p99_ms": round(self.redelivery_lateness_p99_ms, 1),
             "tracker_bytes_per_inflight": round(self.tracker_bytes_per_inflight, 2),
@@ -77,7 +82,11 @@ def plain_throughput(
     started = 0.0
     try:
         while received < messages:
-            batch = [m for m in consumer.consume(settings.batch_size, 1.0) if m.error() is None]
+            # Fetched the way KmqConsumer fetches: what is here, else wait for more.
+            fetched = consumer.consume(settings.batch_size, 0) or consumer.consume(
+                settings.batch_size, 1.0
+            )
+            batch = [m for m in fetched if m.error() is None]
             if batch and not started:
                 started = time.perf_counter()  # the group join is not part of throughput
             for message in batch:
@@ -92,8 +101,13 @@ def plain_throughput(
         consumer.close()
 
 
-def ack_throughput(settings: KmqSettings, messages: int, partitions: int) -> float:
-    """Per-message ack: start markers before commit, one ack per message, tracker running."""
+def ack_throughput(
+    settings: KmqSettings, messages: int, partitions: int, views: bool = False
+) -> float:
+    """Per-message ack: start markers before commit, one ack per message, tracker running.
+
+    Messages are handed out as confluent-kafka records, or with ``views`` as KmqMessage.
+    """
     topic = _new_queue(settings, partitions)
     fill_topic(settings, topic, messages, partitions)
     stop = threading.Event()
@@ -101,16 +115,17 @@ def ack_throughput(settings: KmqSettings, messages: int, partitions: int) -> flo
     tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
     tracker_thread.start()
     consumer = KmqConsumer(settings, topic, GROUP)
+    poll: Callable[[float], Sequence[object]] = consumer.poll if views else consumer.poll_records
     acked = 0
     started = 0.0
     try:
         while acked < messages:
-            batch = consumer.poll(timeout_s=1.0)
+            batch = poll(1.0)
             if batch and not started:
                 started = time.perf_counter()
             for message in batch:
                 no_op_handler(message)
-                consumer.ack(message)
+                consumer.ack(message)  # type: ignore[arg-type]
             acked += len(batch)
         consumer.flush()
         return messages / (time.perf_counter() - started)
@@ -228,7 +243,7 @@ def run_ack_benchmark(
     """Every figure of ``kmq bench ack``; throughputs are medians of ``rounds`` runs.
 
     Each measurement gets its own ``cluster()`` (a fresh embedded broker, unless external),
-    and the order of the three consumers rotates from round to round: the embedded broker's
+    and the order of the consumers rotates from round to round: the embedded broker's
     fetch rate depends on what it already holds, and no consumer may profit from going first.
     """
     phases: dict[str, Callable[[KmqSettings], float]] = {
@@ -236,7 +251,10 @@ def run_ack_benchmark(
         "plain (async commit)": lambda s: plain_throughput(
             s, messages, partitions, commit_async=True
         ),
-        "per-message ack": lambda s: ack_throughput(s, messages, partitions),
+        "per-message ack (records)": lambda s: ack_throughput(s, messages, partitions),
+        "per-message ack (KmqMessage)": lambda s: ack_throughput(
+            s, messages, partitions, views=True
+        ),
     }
     runs: dict[str, list[float]] = {name: [] for name in phases}
     names = list(phases)
@@ -249,9 +267,15 @@ def run_ack_benchmark(
             f"round {round_number}/{rounds}: "
             + ", ".join(f"{name} {runs[name][-1]:,.0f} msg/s" for name in names)
         )
-    sync_runs, async_runs, ack_runs = runs.values()
+    sync_runs, async_runs, ack_runs, view_runs = runs.values()
     # The ratio is taken against the faster plain consumer, whichever it was.
     plain_runs = max(sync_runs, async_runs, key=statistics.median)
+    plain, ack, view = (statistics.median(r) for r in (plain_runs, ack_runs, view_runs))
+    report(
+        f"medians: plain {plain:,.0f} msg/s; per-message ack {ack:,.0f} msg/s "
+        f"(ratio {ack / plain:.2f}) with records, {view:,.0f} msg/s ({view / plain:.2f}) "
+        "with KmqMessage views"
+    )
     report("latency at an offered load of 10,000 msg/s for 10 s ...")
     with cluster() as settings:
         latencies = ack_latency_ms(settings, 10_000, 10, partitions)
@@ -270,8 +294,9 @@ def run_ack_benchmark(
     per_inflight = tracker_bytes_per_inflight(1_000_000, batch_size=500)
     report(f"tracker memory: {per_inflight:.2f} bytes per in-flight message (1,000,000 in flight)")
     return AckFigures(
-        plain_msgs_per_s=statistics.median(plain_runs),
-        ack_msgs_per_s=statistics.median(ack_runs),
+        plain_msgs_per_s=plain,
+        ack_msgs_per_s=ack,
+        ack_view_msgs_per_s=view,
         p50_latency_ms=percentile(latencies, 0.5),
         p95_latency_ms=percentile(latencies, 0.95),
         p99_latency_ms=percentile(latencies, 0.99),

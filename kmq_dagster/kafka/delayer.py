@@ -34,6 +34,7 @@ from kmq_dagster.core.headers import DLQ_REASON, normalize_headers, replace_head
 from kmq_dagster.core.naming import delay_dlq_topic, delay_topic, delay_topics
 from kmq_dagster.kafka.clients import CLIENT_LOGGER, ClientErrors, commit_offsets, wall_clock_ms
 from kmq_dagster.kafka.due_gate import DueGate, group_by_source
+from kmq_dagster.kafka.message import record_offset, record_source
 from kmq_dagster.kafka.provision import require_topics
 from kmq_dagster.settings import KmqSettings
 
@@ -135,14 +136,14 @@ class DelayForwarder:
         if not valid:
             return
         now_ms = self._clock_ms()
-        batches = group_by_source(valid, _source_of)
-        ready = self._gate.hold_back(batches, now_ms, self._leave_at_ms, _offset_of)
+        batches = group_by_source(valid, record_source)
+        ready = self._gate.hold_back(batches, now_ms, self._leave_at_ms, record_offset)
         if not ready:
             return
         self.stats.fetched += len(ready)
         positions: dict[tuple[str, int], tuple[int, int]] = {}
         for record in ready:
-            source, offset = _source_of(record), _offset_of(record)
+            source, offset = record_source(record), record_offset(record)
             first, _ = positions.get(source, (offset, offset))
             positions[source] = (first, offset + 1)
         batch_id = self._commits.add(positions, markers=len(ready))
@@ -258,7 +259,7 @@ class DelayForwarder:
         return max(0.0, min(MAX_POLL_WAIT_S, (min(wakes) - now_ms) / 1000))
 
     def _drop_held(self, sources: set[tuple[str, int]]) -> None:
-        kept = [held for held in self._held if _source_of(held.record) not in sources]
+        kept = [held for held in self._held if record_source(held.record) not in sources]
         if len(kept) != len(self._held):
             self._held = kept
             heapq.heapify(self._held)
@@ -285,14 +286,6 @@ class DelayForwarder:
         self._commits.forget(sources)
         self._gate.forget(sources)
         self._drop_held(sources)
-
-
-def _source_of(record: Message) -> tuple[str, int]:
-    return (record.topic() or "", record.partition() or 0)
-
-
-def _offset_of(record: Message) -> int:
-    return record.offset() or 0
 
 
 def _describe(record: Message) -> str:

@@ -38,41 +38,44 @@ class KmqMessage:
     Acknowledge it with ``consumer.ack(message)``; it is redelivered if that never happens.
     """
 
-    __slots__ = ("_headers", "_record", "offset", "source")
+    __slots__ = ("_headers", "record")
 
-    def __init__(self, record: Message, source: tuple[str, int], offset: int) -> None:
-        self._record = record
-        self._headers: list[tuple[str, bytes | None]] | None = None
-        #: (topic, partition) the message was read from.
-        self.source = source
-        self.offset = offset
+    def __init__(self, record: Message) -> None:
+        #: The confluent-kafka record underneath.
+        self.record = record
 
     @property
     def topic(self) -> str:
-        return self.source[0]
+        return self.record.topic() or ""
 
     @property
     def partition(self) -> int:
-        return self.source[1]
+        return self.record.partition() or 0
+
+    @property
+    def offset(self) -> int:
+        return record_offset(self.record)
 
     @property
     def key(self) -> bytes | None:
-        return self._record.key()
+        return self.record.key()
 
     @property
     def value(self) -> bytes | None:
-        return self._record.value()
+        return self.record.value()
 
     @property
     def timestamp_ms(self) -> int:
-        return self._record.timestamp()[1]
+        return self.record.timestamp()[1]
 
     @property
     def headers(self) -> list[tuple[str, bytes | None]]:
         """Headers in order, values as bytes (``None`` for a null header value)."""
-        if self._headers is None:
-            self._headers = normalize_headers(self._record.headers())
-        return self._headers
+        try:
+            return self._headers
+        except AttributeError:  # read once, on first use
+            self._headers: list[tuple[str, bytes | None]] = normalize_headers(self.record.headers())
+            return self._headers
 
     @property
     def redelivery_count(self) -> int:
@@ -88,6 +91,16 @@ class KmqMessage:
 
     def __repr__(self) -> str:
         return f"KmqMessage({self.topic}[{self.partition}]@{self.offset})"
+
+
+def record_source(record: Message) -> tuple[str, int]:
+    """(topic, partition) of a confluent-kafka record."""
+    return (record.topic() or "", record.partition() or 0)
+
+
+def record_offset(record: Message) -> int:
+    """Offset of a confluent-kafka record."""
+    return record.offset() or 0
 
 
 def due_ms_or_now(message: QueueMessage) -> int | None:

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
 
 from kmq_dagster.core.headers import (
     DLQ_REASON,
@@ -84,6 +84,81 @@ def test_acks_from_many_threads_in_any_order_are_never_redelivered(
     assert len(messages) == 300
     assert {m.value for m in messages} == {f"m{i}".encode() for i in range(300)}
     assert read_topic(settings, redelivery_topic(queue, GROUP), PARTITIONS) == []
+
+
+def test_records_acked_whole_in_part_twice_or_never_only_the_never_acked_come_back(
+    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+) -> None:
+    # given 400 messages handed out as confluent-kafka records in batches of 40
+    produce(settings, queue, [f"r{i}".encode() for i in range(400)], partitions=PARTITIONS)
+    consumer = consumer_factory(visibility_timeout_ms=1_500, batch_size=40)
+    tracker = Tracker(settings, queue, GROUP)
+    skipped: set[bytes] = set()
+    with running_service(tracker):
+        batches: list[list[Message]] = []
+        deadline = time.monotonic() + 30
+        while sum(map(len, batches)) < 400 and time.monotonic() < deadline:
+            if batch := consumer.poll_records(timeout_s=0.5):
+                batches.append(batch)
+        # when batches are acknowledged in every way a handler might: whole and in order,
+        # half now and half after a flush, reversed, twice, and with every 7th message skipped
+        for number, batch in enumerate(batches):
+            style = number % 5
+            if style == 0:
+                kept = batch
+            elif style == 1:
+                kept = batch[: len(batch) // 2]
+                for record in kept:
+                    consumer.ack(record)
+                consumer.flush()
+                kept = batch[len(batch) // 2 :]
+            elif style == 2:
+                kept = batch[::-1]
+            elif style == 3:
+                kept = batch + batch
+            else:
+                kept = [r for i, r in enumerate(batch) if i % 7 != 3]
+                skipped |= {r.value() or b"" for i, r in enumerate(batch) if i % 7 == 3}
+            for record in kept:
+                consumer.ack(record)
+        consumer.flush()
+        # then exactly the skipped messages come back after the timeout
+        again = poll_until(consumer, len(skipped), timeout_s=30)
+        for message in again:
+            consumer.ack(message)
+        consumer.flush()
+        assert wait_for(lambda: tracker.inflight_count() == 0)
+
+    assert sum(map(len, batches)) == 400
+    assert skipped
+    assert sorted(m.value or b"" for m in again) == sorted(skipped)
+    assert tracker.stats.redelivered == len(skipped)
+
+
+def test_acking_something_that_is_not_a_message_is_reported_and_harms_nothing(
+    settings: KmqSettings,
+    queue: str,
+    consumer_factory: Callable[..., KmqConsumer],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    produce(settings, queue, [b"a", b"b"])
+    consumer = consumer_factory(visibility_timeout_ms=1_500)
+    tracker = Tracker(settings, queue, GROUP)
+    with running_service(tracker):
+        messages = poll_until(consumer, 2)
+        # when garbage is acknowledged between two real messages
+        consumer.ack(messages[0])
+        consumer.ack("not a message")  # type: ignore[arg-type]
+        consumer.ack(None)  # type: ignore[arg-type]
+        consumer.ack(messages[1])
+        consumer.flush()
+        assert wait_for(lambda: tracker.inflight_count() == 0)
+        time.sleep(2)
+    # then the garbage is counted and logged, and both messages count as acknowledged
+    assert consumer.stats.invalid_acks == 2
+    assert "not a message from this consumer" in caplog.text
+    assert consumer.stats.acked == 2
+    assert tracker.stats.redelivered == 0
 
 
 def test_unacknowledged_message_is_redelivered_after_its_timeout_not_before(

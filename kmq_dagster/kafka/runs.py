@@ -1,0 +1,97 @@
+"""Contiguous offset runs of fetched records: what one start or end marker covers.
+
+A fetched batch holds a few chunks, each a stretch of one partition's records in offset order
+(a Kafka consumer delivers every partition in order). :func:`fetched_runs` finds the chunks
+with C-speed passes over the batch and touches single records only at chunk edges; anything
+that is not such a chunk is grouped record by record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import groupby
+
+from confluent_kafka import Message
+
+from kmq_dagster.core.handouts import OffsetRun, Source
+from kmq_dagster.core.ranges import offset_runs
+from kmq_dagster.kafka.message import record_offset, record_source
+
+_topic_of = Message.topic
+_partition_of = Message.partition
+
+
+def fetched_runs(records: list[Message]) -> list[OffsetRun]:
+    """The runs covering exactly ``records``, fetched records whose offsets ascend per partition.
+
+    Adjacent runs of one partition are merged, so a batch fetched from P partitions usually
+    gives P runs.
+    """
+    if not records:
+        return []
+    topics = list(map(_topic_of, records))
+    partitions = list(map(_partition_of, records))
+    size = len(records)
+    # Usually the whole batch is one stretch of one partition: two C-speed counts show it.
+    if partitions.count(partitions[0]) == size and topics.count(topics[0]) == size:
+        return _chunk_runs(records, topics, partitions, 0, size)
+    runs: list[OffsetRun] = []
+    start = 0
+    for _partition, chunk in groupby(partitions):
+        end = start + len(list(chunk))
+        if topics[start:end].count(topics[start]) == end - start:
+            chunk_runs = _chunk_runs(records, topics, partitions, start, end)
+        else:  # several topics with one partition number
+            chunk_runs = record_runs(records[start:end])
+        for run in chunk_runs:
+            _append_run(runs, run)
+        start = end
+    return runs
+
+
+def _chunk_runs(
+    records: list[Message],
+    topics: list[str | None],
+    partitions: list[int | None],
+    start: int,
+    end: int,
+) -> list[OffsetRun]:
+    """Runs of ``records[start:end]``, all of one topic and partition."""
+    first = record_offset(records[start])
+    if record_offset(records[end - 1]) - first == end - start - 1:
+        return [((topics[start] or "", partitions[start] or 0), first, end - start)]
+    return record_runs(records[start:end])  # a gap in the offsets
+
+
+def record_runs(records: Iterable[Message]) -> list[OffsetRun]:
+    """The runs covering ``records``, in any order; duplicates collapse."""
+    offsets: dict[Source, list[int]] = {}
+    for record in records:
+        offsets.setdefault(record_source(record), []).append(record_offset(record))
+    return [
+        (source, first, count)
+        for source, source_offsets in offsets.items()
+        for first, count in offset_runs(source_offsets)
+    ]
+
+
+def run_bounds(runs: Iterable[OffsetRun]) -> dict[Source, tuple[int, int]]:
+    """Per partition: the first offset covered and the offset after the last one."""
+    bounds: dict[Source, tuple[int, int]] = {}
+    for source, first, count in runs:
+        low, high = bounds.get(source, (first, first + count))
+        bounds[source] = (min(low, first), max(high, first + count))
+    return bounds
+
+
+def _append_run(runs: list[OffsetRun], run: OffsetRun) -> None:
+    """Append ``run``, merged into an earlier run of its partition that it continues."""
+    source, first, count = run
+    for index in range(len(runs) - 1, -1, -1):
+        previous_source, previous_first, previous_count = runs[index]
+        if previous_source == source:
+            if previous_first + previous_count == first:
+                runs[index] = (source, previous_first, previous_count + count)
+                return
+            break
+    runs.append(run)
