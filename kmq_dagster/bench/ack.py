@@ -15,13 +15,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Message, Producer
 
 from kmq_dagster.bench.common import Cluster, Report, fill_topic, percentile
 from kmq_dagster.core.inflight import PartitionInflight
 from kmq_dagster.core.markers import StartMarker
 from kmq_dagster.core.retry_headers import origin_of
-from kmq_dagster.kafka.consumer import KmqConsumer
+from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.tracker import Tracker
 from kmq_dagster.settings import KmqSettings
@@ -115,7 +115,9 @@ def ack_throughput(
     tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
     tracker_thread.start()
     consumer = KmqConsumer(settings, topic, GROUP)
-    poll: Callable[[float], Sequence[object]] = consumer.poll if views else consumer.poll_records
+    poll: Callable[[float], Sequence[KmqMessage | Message]] = (
+        consumer.poll if views else consumer.poll_records
+    )
     acked = 0
     started = 0.0
     try:
@@ -125,7 +127,7 @@ def ack_throughput(
                 started = time.perf_counter()
             for message in batch:
                 no_op_handler(message)
-                consumer.ack(message)  # type: ignore[arg-type]
+                consumer.ack(message)
             acked += len(batch)
         consumer.flush()
         return messages / (time.perf_counter() - started)

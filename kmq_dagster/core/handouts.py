@@ -89,10 +89,5 @@ class HandoutLedger(Generic[T]):
                 position += 1
         return result
 
-    def forget(self) -> None:
-        """Drop every remembered batch (their acks are still honoured, one by one)."""
-        with self._lock:
-            self._batches.clear()
-
     def __len__(self) -> int:
         return len(self._batches)

@@ -27,7 +27,13 @@ from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
 from kmq_dagster.core.naming import markers_topic, redelivery_topic
 from kmq_dagster.kafka.clients import CLIENT_LOGGER, ClientErrors, commit_offsets, wall_clock_ms
 from kmq_dagster.kafka.due_gate import DueGate, group_by_source
-from kmq_dagster.kafka.message import KmqMessage, due_ms_or_now, record_offset, record_source
+from kmq_dagster.kafka.message import (
+    KmqMessage,
+    due_ms_or_now,
+    record_of,
+    record_offset,
+    record_source,
+)
 from kmq_dagster.kafka.provision import require_queue_topics
 from kmq_dagster.kafka.runs import fetched_runs, record_runs, run_bounds
 from kmq_dagster.settings import KmqSettings
@@ -53,7 +59,7 @@ def _due_ms_of(record: Message) -> int | None:
 
 
 def _coordinates(message: KmqMessage | Message) -> tuple[str, int, int]:
-    record = message.record if isinstance(message, KmqMessage) else message
+    record = record_of(message)
     return (*record_source(record), record_offset(record))
 
 
@@ -342,23 +348,18 @@ class KmqConsumer:
         runs = matched.runs
         if matched.leftovers:
             runs = runs + record_runs(self._records_of(matched.leftovers))
-        produce = self._producer.produce
         for (topic, partition), first, count in runs:
-            end = encode_marker(EndMarker(topic, partition, first, count))
-            produce(self.markers_topic, value=end, partition=partition)
+            self._produce_marker(EndMarker(topic, partition, first, count))
             self.stats.acked += count
         self.stats.end_markers += len(runs)
-        # Delivery reports are served by the next poll() (_settle_commits) or the flusher.
 
     def _records_of(self, acked: list[KmqMessage | Message]) -> list[Message]:
         """The records of acknowledged messages; anything else is reported and skipped."""
         records: list[Message] = []
         for item in acked:
-            if isinstance(item, KmqMessage):
-                records.append(item.record)
-            elif isinstance(item, Message):
-                records.append(item)
-            else:
+            try:
+                records.append(record_of(item))
+            except TypeError:
                 self.stats.invalid_acks += 1
                 log.error("ack() got %r, not a message from this consumer; ignored", item)
         return records
@@ -371,7 +372,6 @@ class KmqConsumer:
                 continue
             try:
                 self._flush_acks()
-                self._producer.poll(0)
             except Exception:  # the flusher must survive: a lost end marker only redelivers
                 log.exception("writing end markers failed; will retry")
 

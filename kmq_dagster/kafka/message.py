@@ -93,6 +93,19 @@ class KmqMessage:
         return f"KmqMessage({self.topic}[{self.partition}]@{self.offset})"
 
 
+def record_of(message: KmqMessage | Message) -> Message:
+    """The confluent-kafka record of a message a consumer handed out.
+
+    Raises:
+        TypeError: ``message`` is neither a KmqMessage nor a confluent-kafka record.
+    """
+    if isinstance(message, KmqMessage):
+        return message.record
+    if isinstance(message, Message):
+        return message
+    raise TypeError(f"not a message from a kmq consumer: {message!r}")
+
+
 def record_source(record: Message) -> tuple[str, int]:
     """(topic, partition) of a confluent-kafka record."""
     return (record.topic() or "", record.partition() or 0)

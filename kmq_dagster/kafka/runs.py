@@ -15,6 +15,7 @@ from confluent_kafka import Message
 
 from kmq_dagster.core.handouts import OffsetRun, Source
 from kmq_dagster.core.ranges import offset_runs
+from kmq_dagster.kafka.due_gate import group_by_source
 from kmq_dagster.kafka.message import record_offset, record_source
 
 _topic_of = Message.topic
@@ -34,13 +35,13 @@ def fetched_runs(records: list[Message]) -> list[OffsetRun]:
     size = len(records)
     # Usually the whole batch is one stretch of one partition: two C-speed counts show it.
     if partitions.count(partitions[0]) == size and topics.count(topics[0]) == size:
-        return _chunk_runs(records, topics, partitions, 0, size)
+        return _chunk_runs(records, 0, size)
     runs: list[OffsetRun] = []
     start = 0
     for _partition, chunk in groupby(partitions):
         end = start + len(list(chunk))
         if topics[start:end].count(topics[start]) == end - start:
-            chunk_runs = _chunk_runs(records, topics, partitions, start, end)
+            chunk_runs = _chunk_runs(records, start, end)
         else:  # several topics with one partition number
             chunk_runs = record_runs(records[start:end])
         for run in chunk_runs:
@@ -49,29 +50,20 @@ def fetched_runs(records: list[Message]) -> list[OffsetRun]:
     return runs
 
 
-def _chunk_runs(
-    records: list[Message],
-    topics: list[str | None],
-    partitions: list[int | None],
-    start: int,
-    end: int,
-) -> list[OffsetRun]:
+def _chunk_runs(records: list[Message], start: int, end: int) -> list[OffsetRun]:
     """Runs of ``records[start:end]``, all of one topic and partition."""
     first = record_offset(records[start])
     if record_offset(records[end - 1]) - first == end - start - 1:
-        return [((topics[start] or "", partitions[start] or 0), first, end - start)]
+        return [(record_source(records[start]), first, end - start)]
     return record_runs(records[start:end])  # a gap in the offsets
 
 
 def record_runs(records: Iterable[Message]) -> list[OffsetRun]:
     """The runs covering ``records``, in any order; duplicates collapse."""
-    offsets: dict[Source, list[int]] = {}
-    for record in records:
-        offsets.setdefault(record_source(record), []).append(record_offset(record))
     return [
         (source, first, count)
-        for source, source_offsets in offsets.items()
-        for first, count in offset_runs(source_offsets)
+        for source, batch in group_by_source(records, record_source).items()
+        for first, count in offset_runs(list(map(record_offset, batch)))
     ]
 
 

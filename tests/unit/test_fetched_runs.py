@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kmq_dagster.core.handouts import OffsetRun
+from kmq_dagster.kafka.message import KmqMessage, record_of
 from kmq_dagster.kafka.runs import fetched_runs, record_runs, run_bounds
 
 
@@ -118,3 +120,12 @@ def test_start_marker_runs_cover_exactly_the_fetched_records(records: list[Messa
         (r.topic() or "", r.partition() or 0, r.offset() or 0) for r in records
     )
     assert all(count >= 1 for _, _, count in runs)
+
+
+def test_record_of_unwraps_views_and_refuses_anything_else() -> None:
+    raw = record("orders", 0, 1)
+
+    assert record_of(raw) is raw
+    assert record_of(KmqMessage(raw)) is raw
+    with pytest.raises(TypeError, match="not a message from a kmq consumer"):
+        record_of("orders[0]@1")  # type: ignore[arg-type]
