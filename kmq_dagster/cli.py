@@ -104,6 +104,30 @@ _audit_url_option = click.option(
 )
 
 
+_actor_option = click.option(
+    "--actor", default=None, help="Who runs it, for the audit log [default: user@host]."
+)
+
+
+_ERROR_TYPE_HELP = "Only this exception type, e.g. TimeoutError."
+_SINCE_HELP = "Dead-lettered at or after: ISO time or e.g. 2h ago."
+_UNTIL_HELP = "Dead-lettered before: ISO time or a duration ago."
+#: Which dead letters replay and discard touch, in the order --help lists them.
+_DEAD_LETTER_SELECTION = (
+    click.option("--key", "-k", help="Only dead letters with this key."),
+    click.option("--error-type", metavar="NAME", help=_ERROR_TYPE_HELP),
+    click.option("--since", metavar="TIME", help=_SINCE_HELP),
+    click.option("--until", metavar="TIME", help=_UNTIL_HELP),
+)
+
+
+def _dead_letter_selection_options(command: Callable[..., None]) -> Callable[..., None]:
+    """--key, --error-type, --since and --until on ``command``."""
+    for option in reversed(_DEAD_LETTER_SELECTION):
+        command = option(command)
+    return command
+
+
 @dataclasses.dataclass(frozen=True)
 class RetryOptions:
     """The retry policy flags shared by provision, worker and replay (they must agree)."""
@@ -554,10 +578,7 @@ def tracker(settings: KmqSettings, topic: str, group: str, max_redeliveries: int
 @cli.command()
 @_queue_options
 @click.option("--offsets", metavar="P:FIRST-LAST,...", help="DLQ offsets, e.g. 0:10-20,1:5,1:40-.")
-@click.option("--key", "-k", help="Only dead letters with this key.")
-@click.option("--error-type", metavar="NAME", help="Only this exception type, e.g. TimeoutError.")
-@click.option("--since", metavar="TIME", help="Dead-lettered at or after: ISO time or e.g. 2h ago.")
-@click.option("--until", metavar="TIME", help="Dead-lettered before: ISO time or a duration ago.")
+@_dead_letter_selection_options
 @click.option(
     "--to",
     "target",
@@ -577,7 +598,7 @@ def tracker(settings: KmqSettings, topic: str, group: str, max_redeliveries: int
     help="Skip dead letters already replayed this many times.",
 )
 @click.option("--replay-id", help="Name of this replay; rerunning it resumes [default: derived].")
-@click.option("--actor", default=None, help="Who runs it, for the audit log [default: user@host].")
+@_actor_option
 @_audit_url_option
 @_retry_options
 @click.pass_obj
@@ -672,12 +693,9 @@ def ingest(
 
 @cli.command()
 @_queue_options
-@click.option("--error-type", metavar="NAME", help="Only this exception type.")
-@click.option("--key", "-k", help="Only dead letters with this key.")
-@click.option("--since", metavar="TIME", help="Dead-lettered at or after: ISO time or e.g. 2h ago.")
-@click.option("--until", metavar="TIME", help="Dead-lettered before: ISO time or a duration ago.")
+@_dead_letter_selection_options
 @click.option("--dry-run", is_flag=True, help="Count what would be discarded; change nothing.")
-@click.option("--actor", default=None, help="Who runs it, for the audit log [default: user@host].")
+@_actor_option
 @_audit_url_option
 def discard(
     topic: str,
