@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from kmq_dagster.core.headers import replace_headers
 from kmq_dagster.core.naming import dlq_topic
@@ -19,6 +19,7 @@ from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.retry_router import RetryRouter
+from kmq_dagster.kafka.topic_reader import records_and_ends
 from kmq_dagster.kafka.worker import run_worker
 from kmq_dagster.settings import KmqSettings
 
@@ -53,15 +54,7 @@ def read_topic(
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            error = message.error()
-            if error is None:
-                records.append(message)
-                at_end.discard(message.partition() or 0)
-            elif error.code() == KafkaError._PARTITION_EOF:
-                at_end.add(message.partition() or 0)
+            records += records_and_ends(consumer.consume(500, 0.2), at_end)
             if len(at_end) == partitions and len(records) >= at_least:
                 break
         return records

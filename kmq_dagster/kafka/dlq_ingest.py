@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import Consumer, Message
 
 from kmq_dagster.audit.dead_letters import dead_letter_row
 from kmq_dagster.audit.store import AuditStore, now
@@ -20,6 +20,7 @@ from kmq_dagster.core.headers import normalize_headers
 from kmq_dagster.core.naming import dlq_topic
 from kmq_dagster.kafka.clients import CLIENT_LOGGER, ClientErrors, commit_offsets, positions_after
 from kmq_dagster.kafka.provision import require_topics
+from kmq_dagster.kafka.topic_reader import records_and_ends
 from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
@@ -97,18 +98,8 @@ class DlqIngester:
         self._consumer.close()
 
     def _step(self, at_end: set[int]) -> None:
-        records: list[Message] = []
-        for record in self._consumer.consume(BATCH, 0.5):
-            error = record.error()
-            if error is None:
-                records.append(record)
-                at_end.discard(record.partition() or 0)
-            elif error.code() == KafkaError._PARTITION_EOF:
-                at_end.add(record.partition() or 0)
-            else:
-                self.client_errors.record(error)
-                if error.fatal():
-                    raise KafkaException(error)
+        fetched = self._consumer.consume(BATCH, 0.5)
+        records = records_and_ends(fetched, at_end, self.client_errors.record)
         if records:
             self._store(records)
 

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.headers import (
@@ -46,6 +46,7 @@ from kmq_dagster.kafka.clients import (
     wall_clock_ms,
 )
 from kmq_dagster.kafka.provision import require_topics
+from kmq_dagster.kafka.topic_reader import records_and_ends
 from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
@@ -243,17 +244,7 @@ class _ReplayRun:
     def scan(self, progress: Progress | None) -> None:
         at_end: set[int] = set()
         while len(at_end) < len(self.partitions):
-            records = self.done.consume(CHUNK, 1.0)
-            chunk: list[Message] = []
-            for record in records:
-                error = record.error()
-                if error is None:
-                    chunk.append(record)
-                    at_end.discard(record.partition() or 0)
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(record.partition() or 0)
-                elif error.fatal():
-                    raise KafkaException(error)
+            chunk = records_and_ends(self.done.consume(CHUNK, 1.0), at_end)
             if chunk:
                 self._handle(chunk)
                 if progress is not None:
