@@ -33,6 +33,7 @@ from kmq_dagster.kafka.message import (
     record_of,
     record_offset,
     record_source,
+    views_of,
 )
 from kmq_dagster.kafka.provision import require_queue_topics
 from kmq_dagster.kafka.runs import fetched_runs, record_runs, run_bounds
@@ -158,7 +159,7 @@ class KmqConsumer:
         redelivered after the visibility timeout.
         """
         records, runs = self._fetch(timeout_s)
-        messages = list(map(KmqMessage, records))
+        messages = views_of(records)
         self._handouts.record(messages, runs)
         return messages
 

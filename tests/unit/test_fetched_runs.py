@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kmq_dagster.core.handouts import OffsetRun
-from kmq_dagster.kafka.message import KmqMessage, record_of
+from kmq_dagster.kafka.message import KmqMessage, record_of, views_of
 from kmq_dagster.kafka.runs import fetched_runs, record_runs, run_bounds
 
 
@@ -129,3 +129,23 @@ def test_record_of_unwraps_views_and_refuses_anything_else() -> None:
     assert record_of(KmqMessage(raw)) is raw
     with pytest.raises(TypeError, match="not a message from a kmq consumer"):
         record_of("orders[0]@1")  # type: ignore[arg-type]
+
+
+def test_views_of_wraps_each_record_in_order_like_the_constructor() -> None:
+    records = [
+        Message(topic="orders", partition=p, offset=o, key=b"k", value=b"v", headers=[("h", b"1")])
+        for p, o in ((0, 5), (1, 9), (0, 6))
+    ]
+
+    views = views_of(records)
+
+    assert [view.record for view in views] == records
+    assert [(v.topic, v.partition, v.offset) for v in views] == [
+        ("orders", 0, 5),
+        ("orders", 1, 9),
+        ("orders", 0, 6),
+    ]
+    assert all(type(view) is KmqMessage for view in views)
+    assert views[1].headers == [("h", b"1")] and views[1].value == b"v"
+    assert len({id(view) for view in views}) == 3  # one view per record, never shared
+    assert views_of([]) == []
