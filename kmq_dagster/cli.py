@@ -779,8 +779,15 @@ def bench() -> None:
 
 
 @bench.command("ack")
-@click.option("--messages", type=click.IntRange(min=1000), default=200_000, show_default=True)
-@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option(
+    "--messages",
+    type=click.IntRange(min=1000),
+    default=1_000_000,
+    show_default=True,
+    help="Messages per throughput run. A million take about a second; 200,000 take 0.15 s, "
+    "a quarter of them fetched ahead while the consumer joined its group.",
+)
+@click.option("--rounds", type=click.IntRange(min=1), default=5, show_default=True)
 @_external_option
 @click.pass_obj
 def bench_ack(settings: KmqSettings, messages: int, rounds: int, external: bool) -> None:
