@@ -776,6 +776,10 @@ def demo(orders: int, output_dir: Path) -> None:
 @cli.group()
 def bench() -> None:
     """Benchmarks; the last line printed is one JSON object of figures."""
+    # A benchmark's progress lines are its report: the components' INFO logs (group joins,
+    # revocations, trackers catching up) would bury them. -v still shows everything.
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger("kmq_dagster").setLevel(logging.WARNING)
 
 
 @bench.command("ack")

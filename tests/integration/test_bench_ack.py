@@ -33,3 +33,6 @@ def test_bench_ack_prints_both_throughputs_their_ratio_latency_lateness_and_memo
     assert "redelivered 2000 after their deadline" in result.stderr
     assert "earliest -" not in result.stderr
     assert 0 < figures["tracker_bytes_per_inflight"] < 100
+    # progress lines only: no INFO logs of the consumers and trackers in between
+    assert "round 1/1: plain (sync commit)" in result.stderr
+    assert " INFO " not in result.stderr
