@@ -155,9 +155,10 @@ def _summary(succeeded: list[int], read: int, failed: int) -> str:
 
 
 def _read(work: Slice, settings: KmqSettings) -> list[SparkMessage]:
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
 
     from kmq_dagster.core.headers import normalize_headers
+    from kmq_dagster.kafka.topic_reader import records_and_ends
 
     consumer = Consumer(
         settings.consumer_config(
@@ -166,29 +167,23 @@ def _read(work: Slice, settings: KmqSettings) -> list[SparkMessage]:
     )
     consumer.assign([TopicPartition(work.topic, work.partition, work.start_offset)])
     messages: list[SparkMessage] = []
+    at_end: set[int] = set()
     deadline = time.monotonic() + READ_TIMEOUT_S
     try:
         while len(messages) < work.max_messages and time.monotonic() < deadline:
-            batch = consumer.consume(min(500, work.max_messages - len(messages)), 1.0)
-            at_end = False
-            for record in batch:
-                error = record.error()
-                if error is None:
-                    messages.append(
-                        SparkMessage(
-                            work.topic,
-                            work.partition,
-                            record.offset() or 0,
-                            record.key(),
-                            record.value(),
-                            normalize_headers(record.headers()),
-                            record.timestamp()[1],
-                        )
-                    )
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    at_end = True
-                elif error.fatal():
-                    raise KafkaException(error)
+            fetched = consumer.consume(min(500, work.max_messages - len(messages)), 1.0)
+            messages += (
+                SparkMessage(
+                    work.topic,
+                    work.partition,
+                    record.offset() or 0,
+                    record.key(),
+                    record.value(),
+                    normalize_headers(record.headers()),
+                    record.timestamp()[1],
+                )
+                for record in records_and_ends(fetched, at_end)
+            )
             if at_end:
                 break
     finally:
