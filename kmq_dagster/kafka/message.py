@@ -9,7 +9,7 @@ from typing import Protocol
 from confluent_kafka import Message
 
 from kmq_dagster.core.headers import REDELIVERY_COUNT, int_header, normalize_headers
-from kmq_dagster.core.retry_headers import origin_of, read_due_ms
+from kmq_dagster.core.retry_headers import Origin, origin_of, read_due_ms
 
 
 class QueueMessage(Protocol):
@@ -143,11 +143,16 @@ def offset_of(message: QueueMessage) -> int:
     return message.offset
 
 
-def origin_coordinates(message: QueueMessage) -> tuple[str, int, int]:
-    """Where ``message`` was first produced; its own coordinates if its headers say nothing
-    readable about that."""
+def origin_or_own(message: QueueMessage) -> Origin:
+    """Where ``message`` was first produced; its own coordinates (no timestamp) if its headers
+    say nothing readable about that."""
     try:
-        origin = origin_of(message.headers, message.topic, message.partition, message.offset, 0)
+        return origin_of(message.headers, message.topic, message.partition, message.offset, 0)
     except ValueError:
-        return (message.topic, message.partition, message.offset)
+        return Origin(message.topic, message.partition, message.offset, 0)
+
+
+def origin_coordinates(message: QueueMessage) -> tuple[str, int, int]:
+    """(topic, partition, offset) of :func:`origin_or_own`."""
+    origin = origin_or_own(message)
     return (origin.topic, origin.partition, origin.offset)

@@ -25,7 +25,6 @@ from kmq_dagster.core.retry_headers import (
     CORRUPT_RETRY_METADATA,
     DUE_MS,
     Failure,
-    Origin,
     copy_headers,
     origin_of,
     read_attempt,
@@ -33,7 +32,7 @@ from kmq_dagster.core.retry_headers import (
     read_first_failure_ms,
 )
 from kmq_dagster.kafka.clients import CLIENT_LOGGER
-from kmq_dagster.kafka.message import QueueMessage
+from kmq_dagster.kafka.message import QueueMessage, origin_or_own
 from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
@@ -129,10 +128,8 @@ class RetryRouter:
 
     def _plan(self, message: QueueMessage, failure: Failure | str) -> tuple[str, dict[str, str]]:
         headers = message.headers
-        try:
-            origin = origin_of(headers, message.topic, message.partition, message.offset, 0)
-        except ValueError:  # unreadable origin headers: the copy names where it was read
-            origin = Origin(message.topic, message.partition, message.offset, 0)
+        # Unreadable origin headers: the copy names where it was read.
+        origin = origin_or_own(message)
         now_ms = self._clock_ms()
         first_ms = read_first_failure_ms(headers, now_ms)
         if isinstance(failure, str):  # corrupt metadata: straight to the DLQ
