@@ -139,6 +139,12 @@ def test_views_of_wraps_each_record_in_order_like_the_constructor() -> None:
 
     views = views_of(records)
 
+    # the same state as the constructor leaves, slot by slot (guards views_of against a new
+    # field set in __init__)
+    constructed = KmqMessage(records[0])
+    assert [hasattr(views[0], slot) for slot in KmqMessage.__slots__] == [
+        hasattr(constructed, slot) for slot in KmqMessage.__slots__
+    ]
     assert [view.record for view in views] == records
     assert [(v.topic, v.partition, v.offset) for v in views] == [
         ("orders", 0, 5),
