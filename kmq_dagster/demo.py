@@ -10,30 +10,43 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from kmq_dagster.broker import EmbeddedBroker
-from kmq_dagster.core.naming import dlq_topic, retry_topic
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.demo_orders import order_value, price_order
+from kmq_dagster.errors import DeliveryError, KmqTimeoutError
+from kmq_dagster.kafka.clients import new_producer
+from kmq_dagster.kafka.delivery import produce
 from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.kafka.topic_reader import count_records
-from kmq_dagster.kafka.tracker import Tracker
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import SparkQueueJob
 from kmq_dagster.spark.session import local_session
 
-TOPIC = "orders"
-GROUP = "pricing"
-PARTITIONS = 2
-RETRY_DELAYS_MS = (1_000, 3_000)
+#: The demo queue: orders priced by the "pricing" group; poison orders are dead-lettered at
+#: once (``JSONDecodeError`` is never retried), flaky ones retried after 1 s.
+DEMO_QUEUE = Queue(
+    "orders",
+    "pricing",
+    partitions=2,
+    retry_policy=RetryPolicy.fixed((1_000, 3_000)),
+    visibility_timeout_ms=30_000,
+)
 
-Report = Callable[[str], None]
+
+class Progress(Protocol):
+    """Where the demo reports: a live line (:meth:`update`) and lines that stay (:meth:`note`)."""
+
+    def update(self, text: str) -> None: ...
+
+    def note(self, text: str) -> None: ...
 
 
 @dataclass
@@ -64,36 +77,42 @@ class DemoSummary:
         return json.dumps(vars(self))
 
 
-def run_demo(orders: int, output_dir: Path, report: Report, timeout_s: float = 600) -> DemoSummary:
+def run_demo(
+    orders: int,
+    output_dir: Path,
+    progress: Progress,
+    *,
+    quiet: bool = True,
+    jvm_log: Path | None = None,
+    timeout_s: float = 600,
+) -> DemoSummary:
+    """Run the demo on a fresh embedded broker; ``quiet`` keeps Spark's console output off,
+    ``jvm_log`` takes the JVM's console output."""
     output = str(output_dir / "orders_priced.parquet")
+    queue = DEMO_QUEUE
+    partitions = queue.partitions or 1
     with EmbeddedBroker(port=0) as broker:
         settings = KmqSettings(bootstrap_servers=broker.bootstrap_servers, session_timeout_ms=6_000)
-        report(f"embedded broker on {broker.bootstrap_servers}")
-        provision_queue(
-            settings, TOPIC, partitions=PARTITIONS, group=GROUP, retry_delays_ms=RETRY_DELAYS_MS
-        )
-        _produce(settings, orders)
-        report(f"produced {orders:,} orders to {TOPIC} (~5% poison, ~5% failing once)")
-        tracker = Tracker(settings, TOPIC, GROUP)
+        progress.note(f"embedded broker on {broker.bootstrap_servers}")
+        provision_queue(settings, queue)
+        produce_orders(settings, orders)
+        progress.note(f"produced {orders:,} orders to {queue.topic} (~5% poison, ~5% failing once)")
+        tracker = RedeliveryTracker(settings, queue)
         stop = threading.Event()
         tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
         tracker_thread.start()
-        report("starting Spark (local[2]) ...")
-        spark = local_session("kmq demo")
-        job = SparkQueueJob(
-            spark, settings, TOPIC, GROUP, function=price_order, output_path=output,
-            policy=RetryPolicy.fixed(RETRY_DELAYS_MS, non_retryable=["JSONDecodeError"]),
-        )  # fmt: skip
+        progress.update("starting Spark (local[2]) ...")
+        spark = local_session("kmq demo", quiet=quiet, jvm_log=jvm_log)
+        job = SparkQueueJob(spark, settings, queue, function=price_order, output_path=output)
         try:
             processed, rows = _drain(
-                job, spark, settings, orders=orders, output=output, report=report,
+                job, spark, settings, orders=orders, output=output, progress=progress,
                 timeout_s=timeout_s,
             )  # fmt: skip
             retried = sum(
-                count_records(settings, retry_topic(TOPIC, GROUP, ms), PARTITIONS)
-                for ms in RETRY_DELAYS_MS
+                count_records(settings, name, partitions) for name in queue.retry_topics.values()
             )
-            dead = count_records(settings, dlq_topic(TOPIC, GROUP), PARTITIONS)
+            dead = count_records(settings, queue.dlq_topic, partitions)
         finally:
             job.close()
             spark.stop()
@@ -111,13 +130,17 @@ def run_demo(orders: int, output_dir: Path, report: Report, timeout_s: float = 6
     )
 
 
-def _produce(settings: KmqSettings, orders: int) -> None:
-    producer = Producer(settings.producer_config(**{"linger.ms": 20}))
-    for order_id in range(orders):
-        producer.produce(TOPIC, key=str(order_id).encode(), value=order_value(order_id))
-        producer.poll(0)
+def produce_orders(settings: KmqSettings, orders: int, first_id: int = 0) -> None:
+    """Produce the demo's sample orders ``first_id`` .. ``first_id + orders - 1``.
+
+    Raises:
+        DeliveryError: the broker did not take every order.
+    """
+    producer = new_producer(settings, **{"linger.ms": 20})
+    for order_id in range(first_id, first_id + orders):
+        produce(producer, DEMO_QUEUE.topic, key=str(order_id).encode(), value=order_value(order_id))
     if producer.flush(60):
-        raise RuntimeError("the broker did not take every order")
+        raise DeliveryError("the broker did not take every order")
 
 
 def _drain(
@@ -127,25 +150,27 @@ def _drain(
     *,
     orders: int,
     output: str,
-    report: Report,
+    progress: Progress,
     timeout_s: float,
 ) -> tuple[int, int]:
     """Run batches until every order is processed or dead-lettered; (distinct, rows)."""
     deadline = time.monotonic() + timeout_s
-    processed = rows = 0
+    processed = rows = batches = 0
+    queue = job.queue
     while time.monotonic() < deadline:
         batch = job.run_batch()
+        batches += 1
         if batch.read:
             frame = spark.read.parquet(output)
             rows = frame.count()
             processed = frame.select("topic", "partition", "offset").distinct().count()
-        dead = count_records(settings, dlq_topic(TOPIC, GROUP), PARTITIONS)
-        report(
-            f"batch {batch.batch_id}: read {batch.read:,}, ok {batch.succeeded:,}, failed "
+        dead = count_records(settings, queue.dlq_topic, queue.partitions or 1)
+        progress.update(
+            f"batch {batches}: read {batch.read:,}, ok {batch.succeeded:,}, failed "
             f"{batch.failed:,} | processed {processed:,} + dead-lettered {dead:,} of {orders:,}"
         )
         if processed + dead >= orders:
             return processed, rows
         if batch.read == 0:
             time.sleep(0.5)  # retries not due yet
-    raise TimeoutError(f"not drained within {timeout_s:.0f} s")
+    raise KmqTimeoutError(f"the demo did not finish within {timeout_s:.0f} s")

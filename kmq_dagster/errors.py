@@ -1,4 +1,21 @@
-"""The exception hierarchy: every error kmq raises on purpose is a :class:`KmqError`."""
+"""The exception hierarchy: every error kmq raises on purpose is a :class:`KmqError`.
+
+```
+KmqError
+├── ConfigError               a setting, argument or definition is invalid
+│   └── QueueConflictError    two queues would share topics, or a queue's definition disagrees
+├── BrokerError               the embedded broker failed, or the broker refused what kmq wrote
+│   └── DeliveryError         records were not acknowledged by the broker in time
+├── KafkaUnavailableError     no broker answered
+│   └── KafkaAuthError        the broker answered, but authentication or TLS failed
+├── ProvisionError            topics are missing or do not fit the queue's layout
+├── MarkerDecodeError         bytes on a markers topic are not a marker
+├── AuditStoreError           the audit store cannot be opened, migrated or written
+├── KmqTimeoutError           work did not finish within its deadline
+└── PermissionDenied          the acting user's role does not allow the action
+```
+The command line prints any of these as one line (``kmq: error: ...``) and exits with 1.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +25,30 @@ class KmqError(Exception):
 
 
 class ConfigError(KmqError):
-    """A setting, flag or argument is missing or invalid."""
+    """A setting, flag or argument is missing or invalid.
+
+    Args:
+        message: what is wrong, in the library's terms.
+        setting: the name of the setting at fault (a field of :class:`~kmq_dagster.Queue`,
+            :class:`~kmq_dagster.KmqSettings` or a policy), so front ends can name their own
+            option for it; ``None`` when no single setting is at fault.
+    """
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+class QueueConflictError(ConfigError):
+    """Two queues would share topics, or a queue's given definition contradicts the stored one."""
 
 
 class BrokerError(KmqError):
-    """The embedded broker could not be started, reached or stopped."""
+    """The embedded broker could not be started or stopped, or the broker refused records."""
+
+
+class DeliveryError(BrokerError):
+    """Records kmq produced were not acknowledged by the broker; nothing was marked done."""
 
 
 class ProvisionError(KmqError):
@@ -23,5 +59,21 @@ class KafkaUnavailableError(KmqError):
     """The Kafka cluster did not answer within the timeout."""
 
 
+class KafkaAuthError(KafkaUnavailableError):
+    """The cluster answered, but authentication (SASL) or the TLS handshake failed."""
+
+
 class MarkerDecodeError(KmqError):
     """Bytes read from a markers topic are not a marker this version understands."""
+
+
+class AuditStoreError(KmqError):
+    """The audit store could not be opened, migrated or written."""
+
+
+class KmqTimeoutError(KmqError):
+    """Work did not finish within its deadline (a batch, a read to the end of a topic)."""
+
+
+class PermissionDenied(KmqError):
+    """The acting user's role does not allow this action (e.g. a viewer replaying)."""

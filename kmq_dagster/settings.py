@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kmq_dagster.core.durations import parse_duration_ms
+from kmq_dagster.core.queue import (
+    DEFAULT_MAX_REDELIVERIES,
+    DEFAULT_RETRY_DELAYS_MS,
+    DEFAULT_VISIBILITY_TIMEOUT_MS,
+)
+from kmq_dagster.core.retry import parse_delay_list
 from kmq_dagster.errors import ConfigError
+from kmq_dagster.secrets import mask_config, register_config_secrets
 
 #: Port the embedded broker listens on unless told otherwise.
 DEFAULT_BROKER_PORT = 9092
@@ -29,10 +36,6 @@ DEFAULT_BOOTSTRAP_SERVERS = f"127.0.0.1:{DEFAULT_BROKER_PORT}"
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
 #: How long admin calls and metadata requests may take before "Kafka unreachable".
 DEFAULT_REQUEST_TIMEOUT_MS = 15_000
-#: A message not acknowledged within this time is redelivered.
-DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
-#: Redeliveries of one message before it goes to the dead-letter topic.
-DEFAULT_MAX_REDELIVERIES = 3
 #: Longest a fetch waits for data. Apache Kafka answers as soon as data arrives, so this only
 #: trims idle traffic there; brokers that hold a fetch for the full wait (the embedded one)
 #: add up to this much latency.
@@ -44,10 +47,14 @@ FETCH_QUEUE_BACKOFF_MS = 10
 PRODUCER_MESSAGE_MAX_BYTES = 16 * 1024 * 1024
 #: Messages fetched per batch; one start marker covers a contiguous run of a batch.
 DEFAULT_BATCH_SIZE = 500
-#: Delay of each retry after a handler failure (one retry topic per distinct delay).
-DEFAULT_RETRY_DELAYS_MS: tuple[int, ...] = (10_000, 60_000, 600_000)
+#: Largest batch: librdkafka's consume() takes at most this many messages at once.
+MAX_BATCH_SIZE = 1_000_000
+#: Where queue definitions are stored when queues are provisioned (one partition).
+DEFAULT_REGISTRY_TOPIC = "_kmq_queues"
 
 _CLIENT_PREFIX = "KMQ_KAFKA_"
+
+__all__ = ["KmqSettings", "parse_client_options", "parse_delay_list"]
 
 
 @dataclass(frozen=True)
@@ -65,10 +72,13 @@ class KmqSettings:
     max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
     batch_size: int = DEFAULT_BATCH_SIZE
     retry_delays_ms: tuple[int, ...] = DEFAULT_RETRY_DELAYS_MS
+    #: Topic holding the definitions of provisioned queues.
+    registry_topic: str = DEFAULT_REGISTRY_TOPIC
 
     def __post_init__(self) -> None:
+        register_config_secrets(self.client_config)
         if not self.bootstrap_servers.strip():
-            raise ConfigError("bootstrap servers must not be empty")
+            raise ConfigError("bootstrap servers must not be empty", setting="bootstrap_servers")
         for name in (
             "session_timeout_ms",
             "request_timeout_ms",
@@ -76,13 +86,26 @@ class KmqSettings:
             "fetch_wait_max_ms",
         ):
             if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+                raise ConfigError(
+                    f"{name} must be positive, got {getattr(self, name)}", setting=name
+                )
         if self.max_redeliveries < 0:
-            raise ConfigError(f"max_redeliveries must be >= 0, got {self.max_redeliveries}")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
-        if any(delay_ms <= 0 for delay_ms in self.retry_delays_ms):
-            raise ConfigError("retry delays must be positive")
+            raise ConfigError(
+                f"max_redeliveries must be >= 0, got {self.max_redeliveries}",
+                setting="max_redeliveries",
+            )
+        if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
+            raise ConfigError(
+                f"batch_size must be between 1 and {MAX_BATCH_SIZE:,}, got {self.batch_size}",
+                setting="batch_size",
+            )
+        if not self.retry_delays_ms or any(delay_ms <= 0 for delay_ms in self.retry_delays_ms):
+            raise ConfigError("retry delays must be positive", setting="retry_delays_ms")
+
+    def __repr__(self) -> str:
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["client_config"] = mask_config(self.client_config)
+        return f"KmqSettings({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> KmqSettings:
@@ -109,6 +132,8 @@ class KmqSettings:
                 values[name] = _parse_int(f"KMQ_{name.upper()}", raw)
         if (raw := env.get("KMQ_RETRY_DELAYS")) is not None:
             values["retry_delays_ms"] = parse_delay_list(raw)
+        if env.get("KMQ_REGISTRY_TOPIC"):
+            values["registry_topic"] = env["KMQ_REGISTRY_TOPIC"]
         values["client_config"] = {
             key[len(_CLIENT_PREFIX) :].lower().replace("_", "."): value
             for key, value in env.items()
@@ -176,25 +201,13 @@ def parse_client_options(options: Iterable[str]) -> dict[str, str]:
     for option in options:
         key, sep, value = option.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"-X takes key=value, got {option!r}")
+            raise ConfigError(f"client settings take key=value, got {option!r}", setting="-X")
         parsed[key.strip()] = value
     return parsed
-
-
-def parse_delay_list(text: str) -> tuple[int, ...]:
-    """Parse ``"10s,1m,10m"`` into milliseconds.
-
-    Raises:
-        ConfigError: an entry is not a positive duration.
-    """
-    delays_ms = tuple(parse_duration_ms(part) for part in text.split(",") if part.strip())
-    if not delays_ms or any(delay_ms <= 0 for delay_ms in delays_ms):
-        raise ConfigError(f"retry delays must be a comma-separated list of durations: {text!r}")
-    return delays_ms
 
 
 def _parse_int(name: str, raw: str) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+        raise ConfigError(f"{name} must be an integer, got {raw!r}", setting=name) from None

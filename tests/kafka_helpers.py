@@ -4,24 +4,46 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol, TypeVar
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Message, Producer
 
 from kmq_dagster.core.headers import replace_headers
-from kmq_dagster.core.naming import dlq_topic
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.replay import REPLAY_COUNT
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
-from kmq_dagster.kafka.clients import wall_clock_ms
-from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
-from kmq_dagster.kafka.retry_router import RetryRouter
-from kmq_dagster.kafka.topic_reader import records_and_ends
-from kmq_dagster.kafka.worker import run_worker
+from kmq_dagster.errors import KmqTimeoutError
+from kmq_dagster.kafka.consumer import KmqMessage
+from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.topic_reader import assigned_reader, read_to_end
+from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
+
+
+def new_queue(
+    settings: KmqSettings,
+    topic: str,
+    group: str = "g",
+    *,
+    partitions: int = 1,
+    retry_delays_ms: tuple[int, ...] = (10_000, 60_000, 600_000),
+    delay_queue: bool = False,
+    **definition: int,
+) -> Queue:
+    """Provision a queue (retry delays, visibility timeout, max redeliveries as given) and
+    return it."""
+    queue = Queue(
+        topic,
+        group,
+        partitions=partitions,
+        retry_policy=RetryPolicy.fixed(retry_delays_ms),
+        **definition,
+    )
+    provision_queue(settings, queue, delay_queue=delay_queue)
+    return queue
 
 
 def produce(
@@ -45,19 +67,20 @@ def read_topic(
     settings: KmqSettings, topic: str, partitions: int, *, at_least: int = 0, timeout_s: float = 30
 ) -> list[Message]:
     """Every record of ``topic`` from the start, without a group; waits for ``at_least``."""
-    consumer = Consumer(
-        settings.consumer_config(f"reader-{uuid.uuid4().hex}", **{"enable.partition.eof": True})
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    records: list[Message] = []
-    at_end: set[int] = set()
     deadline = time.monotonic() + timeout_s
+    consumer = assigned_reader(settings, topic, dict.fromkeys(range(partitions), 0))
+    records: list[Message] = []
     try:
-        while time.monotonic() < deadline:
-            records += records_and_ends(consumer.consume(500, 0.2), at_end)
-            if len(at_end) == partitions and len(records) >= at_least:
-                break
-        return records
+        while True:
+            try:
+                for batch in read_to_end(
+                    consumer, range(partitions), timeout_s=max(0.5, deadline - time.monotonic())
+                ):
+                    records += batch
+            except KmqTimeoutError:
+                return records
+            if len(records) >= at_least or time.monotonic() > deadline:
+                return records
     finally:
         consumer.close()
 
@@ -100,19 +123,17 @@ def wait_for(
 @contextmanager
 def running_worker(
     settings: KmqSettings,
-    topic: str,
-    group: str,
+    queue: Queue,
     handler: Callable[[KmqMessage], object],
-    policy: RetryPolicy,
-) -> Iterator[RetryRouter]:
-    """Run a worker (consumer, retry router, ``handler``) on a thread for the block."""
-    router = RetryRouter(settings, topic, group, policy, clock_ms=wall_clock_ms)
-    consumer = KmqConsumer(settings, topic, group, retry_topics=list(router.retry_topics.values()))
+    policy: RetryPolicy | None = None,
+) -> Iterator[Worker]:
+    """Run a :class:`Worker` of ``queue`` with ``handler`` on a thread for the block."""
+    worker = Worker(settings, queue, handler, retry_policy=policy)
     stop = threading.Event()
-    thread = threading.Thread(target=run_worker, args=(consumer, handler, stop, None, router))
+    thread = threading.Thread(target=worker.run, args=(stop,))
     thread.start()
     try:
-        yield router
+        yield worker
     finally:
         stop.set()
         thread.join(60)
@@ -121,24 +142,24 @@ def running_worker(
 
 def produce_dead_letters(
     settings: KmqSettings,
-    topic: str,
-    group: str,
+    queue: Queue,
     items: list[tuple[str, str]],
     *,
-    partitions: int,
     replayed: int = 0,
 ) -> None:
-    """Put (key, error type) dead letters in ``group``'s DLQ as the retry router writes them."""
+    """Put (key, error type) dead letters in ``queue``'s DLQ as the retry router writes them."""
     producer = Producer(settings.producer_config())
+    partitions = queue.partitions or 1
     for index, (key, error_type) in enumerate(items):
         partition = index % partitions
-        origin = Origin(topic, partition, 1_000 + index, 1_700_000_000_000)
+        origin = Origin(queue.topic, partition, 1_000 + index, 1_700_000_000_000)
         updates = copy_headers(
-            origin, group, Failure(error_type, "boom"), attempt=2, dlq_reason="failed 2 attempts"
-        )
+            origin, queue.group, Failure(error_type, "boom"), attempt=2,
+            dlq_reason="failed 2 attempts",
+        )  # fmt: skip
         extra = {REPLAY_COUNT: str(replayed)} if replayed else {}
         producer.produce(
-            dlq_topic(topic, group),
+            queue.dlq_topic,
             key=key,
             value=f"value-{key}",
             partition=partition,

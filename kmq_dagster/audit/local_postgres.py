@@ -16,9 +16,9 @@ import time
 import uuid
 from pathlib import Path
 
-from kmq_dagster.audit.store import AuditStoreError
 from kmq_dagster.broker.ports import free_port
 from kmq_dagster.broker.process import ManagedProcess
+from kmq_dagster.errors import AuditStoreError
 
 USER = "kmq"
 DATABASE = "kmq"

@@ -16,21 +16,23 @@ from collections.abc import Callable
 
 from kmq_dagster.audit.models import BreakerState
 from kmq_dagster.audit.store import AuditStore, now
-from kmq_dagster.core.breaker import CircuitBreaker, State, Transition
+from kmq_dagster.core.breaker import BreakerConfig, CircuitBreaker, State, Transition
+from kmq_dagster.core.queue import Queue
 
 log = logging.getLogger(__name__)
 
 AlertHook = Callable[[Transition], None]
+#: The longest an open breaker waits before probing again, however often probes failed.
+MAX_COOLDOWN_MS = 300_000
 
 
 class SharedBreaker:
-    """The breaker of ``topic``/``group`` as one worker sees it."""
+    """The breaker of ``queue`` (its topic and group) as one worker sees it."""
 
     def __init__(
         self,
         breaker: CircuitBreaker,
-        topic: str,
-        group: str,
+        queue: Queue,
         *,
         store: AuditStore | None = None,
         on_transition: AlertHook | None = None,
@@ -38,8 +40,9 @@ class SharedBreaker:
         probe_timeout_ms: int = 60_000,
     ) -> None:
         self.breaker = breaker
-        self.topic = topic
-        self.group = group
+        self.queue = queue
+        self.topic = queue.topic
+        self.group = queue.group
         self.store = store
         self.on_transition = on_transition
         self.sync_interval_ms = sync_interval_ms
@@ -48,6 +51,30 @@ class SharedBreaker:
         self._probing = True
         self._last_sync_ms: int | None = None
         self._seen_since_ms = 0
+
+    @classmethod
+    def for_queue(
+        cls,
+        queue: Queue,
+        store: AuditStore,
+        config: BreakerConfig | None = None,
+        *,
+        on_transition: AlertHook | None = None,
+    ) -> SharedBreaker:
+        """The breaker a group's workers share through ``store``; every transition is also
+        written to the store's alerts (then passed to ``on_transition``, e.g. to page someone).
+
+        Build ``config`` with :func:`breaker_config` to get the usual cooldown cap.
+        """
+        config = config or BreakerConfig()
+        record_alert = alert_in_store(store, queue)
+
+        def alert(transition: Transition) -> None:
+            record_alert(transition)
+            if on_transition is not None:
+                on_transition(transition)
+
+        return cls(CircuitBreaker(config), queue, store=store, on_transition=alert)
 
     @property
     def state(self) -> State:
@@ -65,6 +92,10 @@ class SharedBreaker:
 
     def started(self) -> None:
         self.breaker.started()
+
+    def released(self) -> None:
+        """The started message's outcome does not count (bad input)."""
+        self.breaker.released()
 
     def record(self, ok: bool, now_ms: int) -> None:
         moved = self.breaker.record(ok, now_ms)
@@ -164,15 +195,39 @@ class SharedBreaker:
             self._seen_since_ms = now_ms
 
 
-def alert_in_store(store: AuditStore, topic: str, group: str) -> AlertHook:
+def breaker_config(
+    *,
+    window_ms: int,
+    error_rate: float,
+    min_calls: int,
+    cooldown_ms: int,
+    probes: int,
+) -> BreakerConfig:
+    """A breaker configuration whose cooldown doubles per failed probe up to
+    :data:`MAX_COOLDOWN_MS`, or stays at ``cooldown_ms`` if that is longer.
+
+    Raises:
+        ConfigError: a value out of range.
+    """
+    return BreakerConfig(
+        window_ms=window_ms,
+        min_calls=min_calls,
+        error_rate=error_rate,
+        cooldown_ms=cooldown_ms,
+        max_cooldown_ms=max(cooldown_ms, MAX_COOLDOWN_MS),
+        probes=probes,
+    )
+
+
+def alert_in_store(store: AuditStore, queue: Queue) -> AlertHook:
     """An alert hook writing each transition to the store's ``alerts`` table: opening is
     critical, probing a warning, closing info."""
     severities = {State.OPEN: "critical", State.HALF_OPEN: "warning", State.CLOSED: "info"}
 
     def alert(transition: Transition) -> None:
         store.record_alert(
-            queue_topic=topic,
-            group_id=group,
+            queue_topic=queue.topic,
+            group_id=queue.group,
             severity=severities[transition.to_state],
             message=f"circuit breaker {transition.from_state.value} -> "
             f"{transition.to_state.value}: {transition.reason}",

@@ -1,30 +1,30 @@
-"""The audit store: one SQLAlchemy URL, migrated on first use, safe for several writers.
+"""The audit store: dead letters, operator actions, breaker states, alerts and snapshots.
 
-SQLite (the default, a file) runs in WAL mode with a busy timeout, so several processes can
-write; any other SQLAlchemy URL works (PostgreSQL is tested). Every query is built with
-SQLAlchemy expressions: values are always bound parameters, never spliced into SQL text.
+One SQLAlchemy URL (:mod:`kmq_dagster.audit.database`), migrated on first use, safe for several
+writers. Every query is built with SQLAlchemy expressions: values are always bound parameters,
+never spliced into SQL text.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, and_, create_engine, event, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import and_, func, insert, select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import NullPool
 
+from kmq_dagster.audit.database import (
+    HEAD_REVISION,
+    default_url,
+    engine_for,
+    failure_reason,
+    insert_ignoring_duplicates,
+    migrate,
+    schema_revision,
+)
 from kmq_dagster.audit.models import (
     STATUSES,
     Action,
@@ -34,26 +34,19 @@ from kmq_dagster.audit.models import (
     DeadLetter,
     QueueSnapshot,
 )
-from kmq_dagster.errors import ConfigError, KmqError
+from kmq_dagster.errors import AuditStoreError, ConfigError
+from kmq_dagster.secrets import mask_url, register_url_secrets
 
-#: Environment variable naming the store; default: a SQLite file in ``~/.kmq``.
-URL_ENV = "KMQ_AUDIT_URL"
-SQLITE_BUSY_TIMEOUT_MS = 30_000
-HEAD_REVISION = "0002"
-
-
-class AuditStoreError(KmqError):
-    """The audit store could not be opened or migrated."""
-
-
-def default_url() -> str:
-    """``$KMQ_AUDIT_URL``, else ``sqlite:///~/.kmq/audit.db``."""
-    configured = os.environ.get(URL_ENV)
-    if configured:
-        return configured
-    path = Path.home() / ".kmq" / "audit.db"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path}"
+__all__ = [
+    "HEAD_REVISION",
+    "AuditStore",
+    "AuditStoreError",
+    "DeadLetterFilter",
+    "default_url",
+    "migrate",
+    "now",
+    "schema_revision",
+]
 
 
 @dataclass(frozen=True)
@@ -85,19 +78,21 @@ class AuditStore:
 
     def __init__(self, url: str | None = None) -> None:
         self.url = url or default_url()
+        register_url_secrets(self.url)
+        self.engine = engine_for(self.url)
         try:
-            self.engine = _engine(self.url)
             migrate(self.engine)
-        except OperationalError as exc:
+        except (SQLAlchemyError, OSError) as exc:
+            self.engine.dispose()
             raise AuditStoreError(
-                f"cannot open the audit store {_safe(self.url)}: {exc.orig}"
+                f"cannot open the audit store {self.url_for_display}: {failure_reason(exc)}"
             ) from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @property
     def url_for_display(self) -> str:
-        """The URL without its password."""
-        return _safe(self.url)
+        """The URL with its secrets masked."""
+        return mask_url(self.url)
 
     def session(self) -> Session:
         return self._sessions()
@@ -113,7 +108,7 @@ class AuditStore:
         """
         if not rows:
             return 0
-        statement = _insert_ignoring_duplicates(
+        statement = insert_ignoring_duplicates(
             self.engine, DeadLetter, ["dlq_topic", "dlq_partition", "dlq_offset"]
         )
         with self.engine.begin() as connection:
@@ -265,7 +260,7 @@ class AuditStore:
         values = {"state": state, "opened_at_ms": opened_at_ms, "cooldown_ms": cooldown_ms}
         with self.engine.begin() as connection:
             if expected_version is None:
-                statement = _insert_ignoring_duplicates(
+                statement = insert_ignoring_duplicates(
                     self.engine, BreakerState, ["queue_topic", "group_id"]
                 )
                 row = {"queue_topic": queue_topic, "group_id": group_id, "version": 1, **values}
@@ -292,70 +287,6 @@ class AuditStore:
 
 def now() -> datetime:
     return datetime.now(UTC)
-
-
-def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest revision (idempotent; safe if several processes race:
-    PostgreSQL takes an advisory lock, a SQLite file a lock file beside it)."""
-    with _sqlite_migration_lock(engine):
-        _upgrade(engine)
-
-
-def _upgrade(engine: Engine) -> None:
-    config = Config()
-    config.set_main_option("script_location", "kmq_dagster.audit:migrations")
-    with engine.begin() as connection:
-        if engine.dialect.name == "postgresql":  # one migrator at a time
-            connection.exec_driver_sql("SELECT pg_advisory_xact_lock(4242001)")
-        current = MigrationContext.configure(connection).get_current_revision()
-        if current == HEAD_REVISION:
-            return
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
-
-
-@contextlib.contextmanager
-def _sqlite_migration_lock(engine: Engine) -> Iterator[None]:
-    database = engine.url.database if engine.dialect.name == "sqlite" else None
-    if not database or database == ":memory:":
-        yield
-        return
-    with open(f"{database}.migrate.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def schema_revision(engine: Engine) -> str | None:
-    with engine.connect() as connection:
-        return MigrationContext.configure(connection).get_current_revision()
-
-
-def _engine(url: str) -> Engine:
-    if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True)
-    engine = create_engine(
-        url, poolclass=NullPool, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
-    )
-
-    @event.listens_for(engine, "connect")
-    def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.close()
-
-    return engine
-
-
-def _insert_ignoring_duplicates(engine: Engine, model: type[Any], unique: list[str]) -> Any:
-    if engine.dialect.name == "postgresql":
-        return postgresql.insert(model).on_conflict_do_nothing(index_elements=unique)
-    if engine.dialect.name == "sqlite":
-        return sqlite.insert(model).on_conflict_do_nothing(index_elements=unique)
-    raise ConfigError(f"the audit store supports SQLite and PostgreSQL, not {engine.dialect.name}")
 
 
 def _existing(rows: Sequence[dict[str, Any]]) -> list[Any]:
@@ -399,12 +330,3 @@ def _conditions(where: DeadLetterFilter) -> list[Any]:
     if where.until is not None:
         conditions.append(DeadLetter.last_failure_at < where.until)
     return conditions
-
-
-def _safe(url: str) -> str:
-    """The URL without its password, for messages."""
-    scheme, sep, rest = url.partition("://")
-    if "@" in rest:
-        rest = rest.split("@", 1)[1]
-        return f"{scheme}{sep}***@{rest}"
-    return url

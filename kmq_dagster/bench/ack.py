@@ -20,10 +20,11 @@ from confluent_kafka import Consumer, Message, Producer
 from kmq_dagster.bench.common import Cluster, Report, fill_topic, percentile
 from kmq_dagster.core.inflight import PartitionInflight
 from kmq_dagster.core.markers import StartMarker
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry_headers import origin_of
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
-from kmq_dagster.kafka.provision import provision_queue
-from kmq_dagster.kafka.tracker import Tracker
+from kmq_dagster.kafka.provision import provision_queue, provision_topic
+from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
 
 GROUP = "bench"
@@ -63,10 +64,22 @@ def no_op_handler(_message: object) -> None:
     """The handler both consumers call per message: the benchmark measures the queue."""
 
 
-def _new_queue(settings: KmqSettings, partitions: int) -> str:
-    topic = f"bench-{uuid.uuid4().hex[:8]}"
-    provision_queue(settings, topic, partitions=partitions, group=GROUP, delay_queue=False)
-    return topic
+def _new_queue(
+    settings: KmqSettings,
+    partitions: int,
+    *,
+    visibility_timeout_ms: int = 30_000,
+    max_redeliveries: int = 3,
+) -> Queue:
+    queue = Queue(
+        f"bench-{uuid.uuid4().hex[:8]}",
+        GROUP,
+        partitions=partitions,
+        visibility_timeout_ms=visibility_timeout_ms,
+        max_redeliveries=max_redeliveries,
+    )
+    provision_queue(settings, queue, delay_queue=False)
+    return queue
 
 
 def plain_throughput(
@@ -77,7 +90,7 @@ def plain_throughput(
     With ``commit_async`` the commit does not wait for the broker (still at-least-once); the
     run's last commit does.
     """
-    topic = _new_queue(settings, partitions)
+    topic = _new_queue(settings, partitions).topic
     fill_topic(settings, topic, messages, partitions)
     consumer = Consumer(settings.consumer_config(f"plain-{topic}"))
     consumer.subscribe([topic])
@@ -116,13 +129,13 @@ def ack_throughput(
 
     Messages are handed out as confluent-kafka records, or with ``views`` as KmqMessage.
     """
-    topic = _new_queue(settings, partitions)
-    fill_topic(settings, topic, messages, partitions)
+    queue = _new_queue(settings, partitions)
+    fill_topic(settings, queue.topic, messages, partitions)
     stop = threading.Event()
-    tracker = Tracker(settings, topic, GROUP)
+    tracker = RedeliveryTracker(settings, queue)
     tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
     tracker_thread.start()
-    consumer = KmqConsumer(settings, topic, GROUP)
+    consumer = KmqConsumer(settings, queue)
     poll: Callable[[float], Sequence[KmqMessage | Message]] = (
         consumer.poll if views else consumer.poll_records
     )
@@ -149,8 +162,9 @@ def ack_latency_ms(
     settings: KmqSettings, rate_per_s: int, seconds: float, partitions: int
 ) -> list[float]:
     """Produce-to-ack latency at an offered load: produce call to ``ack()`` of that message."""
-    topic = _new_queue(settings, partitions)
-    consumer = KmqConsumer(settings, topic, GROUP)
+    queue = _new_queue(settings, partitions)
+    topic = queue.topic
+    consumer = KmqConsumer(settings, queue)
     # Join the group before the clock starts: a join is not part of per-message latency.
     while not consumer.assignment_ready():
         consumer.poll(timeout_s=0.2)
@@ -161,7 +175,7 @@ def ack_latency_ms(
     # An idempotent producer first fetches a producer id (about 0.5 s on the embedded broker):
     # a start-up cost, not per-message latency, so it is paid before the clock starts.
     warm_up_topic = f"{topic}-warm-up"
-    provision_queue(settings, warm_up_topic, partitions=1)
+    provision_topic(settings, warm_up_topic, partitions=1, delay_queue=False)
     producer.produce(warm_up_topic, value=b"warm-up")
     producer.flush(30)
 
@@ -195,13 +209,15 @@ def redelivery_lateness_ms(
     settings: KmqSettings, messages: int, visibility_timeout_ms: int, partitions: int
 ) -> list[float]:
     """How long after its deadline each never-acknowledged message comes back."""
-    topic = _new_queue(settings, partitions)
-    fill_topic(settings, topic, messages, partitions)
+    queue = _new_queue(
+        settings, partitions, visibility_timeout_ms=visibility_timeout_ms, max_redeliveries=10
+    )
+    fill_topic(settings, queue.topic, messages, partitions)
     stop = threading.Event()
-    tracker = Tracker(settings, topic, GROUP, max_redeliveries=10)
+    tracker = RedeliveryTracker(settings, queue)
     tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
     tracker_thread.start()
-    consumer = KmqConsumer(settings, topic, GROUP, visibility_timeout_ms=visibility_timeout_ms)
+    consumer = KmqConsumer(settings, queue)
     deadline_at: dict[tuple[int, int], float] = {}
     lateness: list[float] = []
     try:

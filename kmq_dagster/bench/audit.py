@@ -15,14 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Producer
-
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.bench.common import Report
 from kmq_dagster.core.headers import replace_headers
-from kmq_dagster.core.naming import dlq_topic
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
-from kmq_dagster.kafka.dlq_ingest import DlqIngester
+from kmq_dagster.errors import KmqError
+from kmq_dagster.kafka.clients import new_producer
+from kmq_dagster.kafka.delivery import produce
+from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.settings import KmqSettings
 
@@ -47,11 +48,12 @@ class AuditFigures:
         )
 
 
-def fill_dlq(settings: KmqSettings, rows: int) -> str:
-    """A new queue whose group DLQ holds ``rows`` dead letters; returns the queue topic."""
-    topic = f"bench-audit-{uuid.uuid4().hex[:8]}"
-    provision_queue(settings, topic, partitions=PARTITIONS, group=GROUP, delay_queue=False)
-    producer = Producer(settings.producer_config(**{"linger.ms": 20}))
+def fill_dlq(settings: KmqSettings, rows: int) -> Queue:
+    """A new queue whose group DLQ holds ``rows`` dead letters."""
+    queue = Queue(f"bench-audit-{uuid.uuid4().hex[:8]}", GROUP, partitions=PARTITIONS)
+    topic = queue.topic
+    provision_queue(settings, queue, delay_queue=False)
+    producer = new_producer(settings, **{"linger.ms": 20})
     failure = Failure("TimeoutError", "payments API timed out after 30 s", "Traceback ...\n" * 20)
     for n in range(rows):
         origin = Origin(topic, n % PARTITIONS, n, 1_795_000_000_000 + n)
@@ -59,27 +61,23 @@ def fill_dlq(settings: KmqSettings, rows: int) -> str:
             origin, GROUP, failure, attempt=4, dlq_reason="failed 4 attempts, the last with "
             "TimeoutError", first_failure_ms=1_795_000_000_000 + n,
         )  # fmt: skip
-        while True:
-            try:
-                producer.produce(
-                    dlq_topic(topic, GROUP),
-                    key=str(n).encode(),
-                    value=VALUE,
-                    partition=n % PARTITIONS,
-                    headers=[*replace_headers([("trace", b"abc")], headers)],
-                )
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce(
+            producer,
+            queue.dlq_topic,
+            key=str(n).encode(),
+            value=VALUE,
+            partition=n % PARTITIONS,
+            headers=[*replace_headers([("trace", b"abc")], headers)],
+        )
     producer.flush(120)
-    return topic
+    return queue
 
 
-def ingest_rate(settings: KmqSettings, topic: str, url: str, rows: int) -> float:
-    """Ingest the whole DLQ of ``topic`` into the store at ``url``; rows per second."""
+def ingest_rate(settings: KmqSettings, queue: Queue, url: str, rows: int) -> float:
+    """Ingest the whole DLQ of ``queue`` into the store at ``url``; rows per second."""
     store = AuditStore(url)
     ingester = DlqIngester(
-        settings, store, topic, GROUP, consumer_group=f"bench-ingest-{uuid.uuid4().hex[:8]}"
+        settings, store, queue, consumer_group=f"bench-ingest-{uuid.uuid4().hex[:8]}"
     )
     try:
         stats = ingester.ingest_available(timeout_s=600)
@@ -87,7 +85,7 @@ def ingest_rate(settings: KmqSettings, topic: str, url: str, rows: int) -> float
         ingester.close()
         store.close()
     if stats.stored != rows:
-        raise RuntimeError(f"stored {stats.stored} of {rows} rows")
+        raise KmqError(f"stored {stats.stored} of {rows} rows")
     return rows / stats.busy_s
 
 
@@ -99,14 +97,14 @@ def run_audit_benchmark(
     rounds: int = 3,
 ) -> AuditFigures:
     """``postgres_url()`` gives an empty PostgreSQL database for each measurement."""
-    topic = fill_dlq(settings, rows)
+    queue = fill_dlq(settings, rows)
     report(f"DLQ filled with {rows:,} dead letters; {rounds} rounds per store")
     figures = AuditFigures(rows, [], [])
     with tempfile.TemporaryDirectory(prefix="kmq-bench-audit-") as scratch:
         for round_number in range(1, rounds + 1):
             sqlite_url = f"sqlite:///{Path(scratch) / f'audit-{round_number}.db'}"
-            figures.sqlite_runs.append(ingest_rate(settings, topic, sqlite_url, rows))
-            figures.postgres_runs.append(ingest_rate(settings, topic, postgres_url(), rows))
+            figures.sqlite_runs.append(ingest_rate(settings, queue, sqlite_url, rows))
+            figures.postgres_runs.append(ingest_rate(settings, queue, postgres_url(), rows))
             report(
                 f"round {round_number}/{rounds}: SQLite {figures.sqlite_runs[-1]:,.0f} rows/s, "
                 f"PostgreSQL {figures.postgres_runs[-1]:,.0f} rows/s"

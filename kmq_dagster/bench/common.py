@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-from confluent_kafka import Producer
-
+from kmq_dagster.kafka.clients import new_producer
+from kmq_dagster.kafka.delivery import produce
 from kmq_dagster.settings import KmqSettings
 
 #: Payload of every benchmark message (the mqperf benchmark used 100 bytes too).
@@ -26,12 +26,7 @@ def percentile(values: list[float], share: float) -> float:
 
 def fill_topic(settings: KmqSettings, topic: str, count: int, partitions: int) -> None:
     """Produce ``count`` 100-byte messages round-robin over ``partitions`` and wait for acks."""
-    producer = Producer(settings.producer_config(**{"linger.ms": 20}))
+    producer = new_producer(settings, **{"linger.ms": 20})
     for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, value=VALUE, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce(producer, topic, value=VALUE, partition=i % partitions)
     producer.flush(120)

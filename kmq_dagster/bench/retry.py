@@ -20,20 +20,22 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
 from kmq_dagster.bench.common import Cluster, Report, percentile
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.retry_headers import read_attempt, read_due_ms
+from kmq_dagster.errors import KmqTimeoutError
 from kmq_dagster.kafka.clients import wall_clock_ms
-from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
-from kmq_dagster.kafka.delayer import DelayForwarder
+from kmq_dagster.kafka.consumer import KmqMessage
+from kmq_dagster.kafka.delay_forwarder import DelayForwarder
 from kmq_dagster.kafka.producer import KmqProducer
 from kmq_dagster.kafka.provision import provision_queue
-from kmq_dagster.kafka.retry_router import RetryRouter
-from kmq_dagster.kafka.worker import run_worker
+from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
 
 GROUP = "bench"
@@ -84,7 +86,7 @@ class RetryFigures:
         return json.dumps(figures)
 
 
-def _handler(lateness: Lateness, warmed: threading.Event) -> object:
+def _handler(lateness: Lateness, warmed: threading.Event) -> Callable[[KmqMessage], None]:
     lock = threading.Lock()
 
     def handle(message: KmqMessage) -> None:
@@ -120,24 +122,20 @@ def run_retry_benchmark(
     lateness = Lateness()
     warmed = threading.Event()
     with cluster() as settings:
-        topic = f"bench-retry-{uuid.uuid4().hex[:8]}"
-        provision_queue(
-            settings, topic, partitions=PARTITIONS, group=GROUP, retry_delays_ms=RETRY_DELAYS_MS
+        queue = Queue(
+            f"bench-retry-{uuid.uuid4().hex[:8]}",
+            GROUP,
+            partitions=PARTITIONS,
+            retry_policy=RetryPolicy.fixed(RETRY_DELAYS_MS),
         )
-        policy = RetryPolicy.fixed(RETRY_DELAYS_MS)
-        router = RetryRouter(settings, topic, GROUP, policy, clock_ms=wall_clock_ms)
-        consumer = KmqConsumer(
-            settings, topic, GROUP, retry_topics=list(router.retry_topics.values())
-        )
+        topic = queue.topic
+        provision_queue(settings, queue)
+        worker = Worker(settings, queue, _handler(lateness, warmed))
         forwarder = DelayForwarder(settings, topic)
         stop = threading.Event()
         threads = [
             threading.Thread(target=forwarder.run, args=(stop,), daemon=True),
-            threading.Thread(
-                target=run_worker,
-                args=(consumer, _handler(lateness, warmed), stop, None, router),
-                daemon=True,
-            ),
+            threading.Thread(target=worker.run, args=(stop,), daemon=True),
         ]
         for thread in threads:
             thread.start()
@@ -167,13 +165,13 @@ def _warm_up(
     deadline = time.monotonic() + 120
     while not forwarder.assignment_ready():
         if time.monotonic() > deadline:
-            raise TimeoutError("the delay forwarder got no partitions in 120 s")
+            raise KmqTimeoutError("the delay forwarder got no partitions in 120 s")
         time.sleep(0.1)
     producer = Producer(settings.producer_config())
     producer.produce(topic, value=WARM_UP)
     producer.flush(30)
     if not warmed.wait(120):
-        raise TimeoutError("the worker handled nothing in 120 s")
+        raise KmqTimeoutError("the worker handled nothing in 120 s")
 
 
 def _send(
@@ -228,4 +226,4 @@ def _wait(lateness: Lateness, expected: int, report: Report) -> None:
         if count != last_count:
             last_count, last_change = count, time.monotonic()
         elif time.monotonic() - last_change > 300:
-            raise TimeoutError(f"stuck at {count:,} of {expected:,} due deliveries")
+            raise KmqTimeoutError(f"stuck at {count:,} of {expected:,} due deliveries")

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kmq_dagster.bench.common import Report, fill_topic
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
-from kmq_dagster.kafka.clients import wall_clock_ms
-from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
+from kmq_dagster.errors import KmqTimeoutError
+from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.provision import provision_queue
-from kmq_dagster.kafka.retry_router import RetryRouter
-from kmq_dagster.kafka.worker import WorkerStats, run_worker
+from kmq_dagster.kafka.worker import Worker, WorkerStats
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import SparkQueueJob
 from kmq_dagster.spark.session import local_session
@@ -54,26 +54,24 @@ def no_op(_message: KmqMessage | SparkMessage) -> None:
 
 def run_spark_benchmark(settings: KmqSettings, messages: int, report: Report) -> SparkFigures:
     topic = f"bench-spark-{uuid.uuid4().hex[:8]}"
-    for group in ("worker", "spark"):
-        provision_queue(
-            settings, topic, partitions=PARTITIONS, group=group, retry_delays_ms=RETRY_DELAYS_MS,
-            delay_queue=False,
-        )  # fmt: skip
+    queues = {
+        group: Queue(topic, group, partitions=PARTITIONS,
+                     retry_policy=RetryPolicy.fixed(RETRY_DELAYS_MS))
+        for group in ("worker", "spark")
+    }  # fmt: skip
+    for queue in queues.values():
+        provision_queue(settings, queue, delay_queue=False)
     fill_topic(settings, topic, messages, PARTITIONS)
     report(f"{messages:,} messages of 100 bytes on {PARTITIONS} partitions")
-    worker = worker_throughput(settings, topic, messages)
+    worker = worker_throughput(settings, queues["worker"], messages)
     report(f"plain Python worker: {worker:,.0f} msg/s")
-    spark = spark_throughput(settings, topic, messages)
+    spark = spark_throughput(settings, queues["spark"], messages)
     report(f"Spark local[2]: {spark:,.0f} msg/s")
     return SparkFigures(messages, spark, worker)
 
 
-def worker_throughput(settings: KmqSettings, topic: str, messages: int) -> float:
-    policy = RetryPolicy.fixed(RETRY_DELAYS_MS)
-    router = RetryRouter(settings, topic, "worker", policy, clock_ms=wall_clock_ms)
-    consumer = KmqConsumer(
-        settings, topic, "worker", retry_topics=list(router.retry_topics.values())
-    )
+def worker_throughput(settings: KmqSettings, queue: Queue, messages: int) -> float:
+    worker = Worker(settings, queue, no_op)
     stop = threading.Event()
     started = [0.0]
 
@@ -83,21 +81,20 @@ def worker_throughput(settings: KmqSettings, topic: str, messages: int) -> float
         if stats.handled >= messages:
             stop.set()
 
-    run_worker(consumer, no_op, stop, on_batch, router)
+    worker.run(stop, on_batch)
     return messages / (time.perf_counter() - started[0])
 
 
-def spark_throughput(settings: KmqSettings, topic: str, messages: int) -> float:
+def spark_throughput(settings: KmqSettings, queue: Queue, messages: int) -> float:
     session = local_session("kmq bench spark")
     with tempfile.TemporaryDirectory(prefix="kmq-bench-spark-") as scratch:
         job = SparkQueueJob(
-            session, settings, topic, "spark", function=no_op,
+            session, settings, queue, function=no_op,
             output_path=str(Path(scratch) / "out.parquet"),
-            policy=RetryPolicy.fixed(RETRY_DELAYS_MS),
         )  # fmt: skip
         try:
             if not job.lease.wait_for_partitions(120):
-                raise TimeoutError("the Spark job got no partitions")
+                raise KmqTimeoutError("the Spark job got no partitions")
             started = time.perf_counter()
             read = 0
             while read < messages:

@@ -57,12 +57,6 @@ class EmbeddedBroker:
             return "in memory (lost when the broker stops)"
         return f"durable in {self.data_dir}"
 
-    @property
-    def pids(self) -> list[int]:
-        """PIDs of the running child processes (broker, and storage if durable)."""
-        children = (self._tansu, self._seaweed.process if self._seaweed else None)
-        return [child.pid for child in children if child is not None and child.pid is not None]
-
     def start(self, timeout_s: float = 60.0) -> str:
         """Start the broker and wait until it answers Kafka requests.
 

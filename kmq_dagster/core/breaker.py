@@ -111,6 +111,12 @@ class CircuitBreaker:
         if self.state is State.HALF_OPEN:
             self._probes_started += 1
 
+    def released(self) -> None:
+        """A started message ended with no outcome that counts (bad input, not the service):
+        in HALF_OPEN its probe slot is free again."""
+        if self.state is State.HALF_OPEN and self._probes_started > self._probes_succeeded:
+            self._probes_started -= 1
+
     def record(self, ok: bool, now_ms: int) -> Transition | None:
         """The outcome of one processed message."""
         self._outcomes.append((now_ms, ok))

@@ -8,12 +8,13 @@ between the DLQ and the queue for ever.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from kmq_dagster.core.durations import parse_duration_ms
+from kmq_dagster.core.durations import format_duration_ms, parse_duration_ms
 from kmq_dagster.core.headers import (
     DLQ_REASON,
     ERROR_MESSAGE,
@@ -64,25 +65,75 @@ def parse_offsets(text: str) -> dict[int, tuple[tuple[int, int], ...]]:
     return {partition: tuple(spans) for partition, spans in ranges.items()}
 
 
-def parse_time_ms(text: str, now_ms: int) -> int:
+#: Latest time kmq accepts: the end of year 9999 (Python's datetimes end there).
+MAX_TIME_MS = 253_402_300_799_999
+
+
+@dataclass(frozen=True)
+class Ago:
+    """A moment given relative to when a replay or discard runs: ``Ago(7_200_000)`` is two
+    hours before it starts. It stays relative in the replay's id, so running the same
+    command again later resumes the same replay."""
+
+    duration_ms: int
+
+    def __str__(self) -> str:
+        return f"{format_duration_ms(self.duration_ms)} ago"
+
+
+#: A moment: milliseconds since the epoch, or relative to the run.
+TimeBound = int | Ago
+
+
+def parse_time(text: str) -> TimeBound:
     """A point in time: ISO 8601 (``2026-11-23T10:00``, UTC unless an offset is given) or a
-    duration before now (``2h``).
+    duration before now (``2h`` or ``2h ago``).
 
     Raises:
-        ConfigError: neither form.
+        ConfigError: neither form, or outside 1970 to 9999.
     """
+    spec = text.strip()
     try:
-        moment = datetime.fromisoformat(text.strip())
+        moment = datetime.fromisoformat(spec)
     except ValueError:
+        relative = spec[: -len("ago")].strip() if spec.lower().endswith("ago") else spec
         try:
-            return now_ms - parse_duration_ms(text)
+            return Ago(parse_duration_ms(relative))
         except ConfigError:
             raise ConfigError(
-                f"not a time: {text!r} (examples: 2026-11-23T10:00, 2026-11-23T10:00+01:00, 2h)"
+                f"not a time: {text!r} (examples: 2026-11-23T10:00, 2026-11-23T10:00+01:00, "
+                "2h, 2h ago)",
+                setting="time",
             ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+    try:
+        moment_ms = int(moment.timestamp() * 1000)
+    except (OverflowError, ValueError):
+        moment_ms = -1
+    return _checked_time(moment_ms, text)
+
+
+def resolve_time(bound: TimeBound, now_ms: int) -> int:
+    """``bound`` in milliseconds since the epoch, relative ones counted back from ``now_ms``.
+
+    Raises:
+        ConfigError: the moment is before 1970.
+    """
+    if isinstance(bound, Ago):
+        return _checked_time(now_ms - bound.duration_ms, str(bound))
+    return bound
+
+
+def parse_time_ms(text: str, now_ms: int) -> int:
+    """:func:`parse_time`, resolved against ``now_ms``."""
+    return resolve_time(parse_time(text), now_ms)
+
+
+def _checked_time(moment_ms: int, text: str) -> int:
+    if not 0 <= moment_ms <= MAX_TIME_MS:
+        raise ConfigError(f"{text!r} is outside the years 1970 to 9999", setting="time")
+    return moment_ms
 
 
 @dataclass(frozen=True)
@@ -92,14 +143,29 @@ class ReplaySelection:
     offsets: OffsetRanges = field(default_factory=dict)
     key: bytes | None = None
     error_type: str | None = None
-    #: Dead-lettered at or after / before these times (ms since the epoch).
-    since_ms: int | None = None
-    until_ms: int | None = None
+    #: Dead-lettered at or after / before these moments.
+    since: TimeBound | None = None
+    until: TimeBound | None = None
 
     def __post_init__(self) -> None:
-        since_ms, until_ms = self.since_ms, self.until_ms
-        if since_ms is not None and until_ms is not None and since_ms >= until_ms:
-            raise ConfigError("--since must be before --until")
+        since, until = self.since, self.until
+        same_kind = isinstance(since, Ago) == isinstance(until, Ago)
+        if since is not None and until is not None and same_kind and _at_or_before(until, since):
+            raise ConfigError(
+                "the start of the time range must come before its end", setting="since"
+            )
+
+    def resolved(self, now_ms: int) -> ReplaySelection:
+        """This selection with relative moments fixed against ``now_ms``.
+
+        Raises:
+            ConfigError: a moment before 1970, or the range is empty.
+        """
+        return dataclasses.replace(
+            self,
+            since=None if self.since is None else resolve_time(self.since, now_ms),
+            until=None if self.until is None else resolve_time(self.until, now_ms),
+        )  # __post_init__ checks the resolved range
 
     def matches(
         self,
@@ -109,7 +175,8 @@ class ReplaySelection:
         headers: Headers | None,
         dead_lettered_ms: int,
     ) -> bool:
-        """Whether the dead letter at ``partition``/``offset`` is selected."""
+        """Whether the dead letter at ``partition``/``offset`` is selected (call on a
+        :meth:`resolved` selection)."""
         if self.offsets:
             spans = self.offsets.get(partition, ())
             if not any(first <= offset <= last for first, last in spans):
@@ -119,9 +186,11 @@ class ReplaySelection:
         wanted_type = self.error_type
         if wanted_type is not None and header_value(headers, ERROR_TYPE) != wanted_type.encode():
             return False
-        if self.since_ms is not None and dead_lettered_ms < self.since_ms:
+        since, until = self.since, self.until
+        assert not isinstance(since, Ago) and not isinstance(until, Ago), "resolve it first"
+        if since is not None and dead_lettered_ms < since:
             return False
-        return self.until_ms is None or dead_lettered_ms < self.until_ms
+        return until is None or dead_lettered_ms < until
 
     def describe(self) -> str:
         """A stable one-line description (also what the default replay id is made from)."""
@@ -137,16 +206,24 @@ class ReplaySelection:
             parts.append(f"key {self.key!r}")
         if self.error_type is not None:
             parts.append(f"error type {self.error_type}")
-        if self.since_ms is not None:
-            parts.append(f"since {self.since_ms}")
-        if self.until_ms is not None:
-            parts.append(f"until {self.until_ms}")
+        if self.since is not None:
+            parts.append(f"since {self.since}")
+        if self.until is not None:
+            parts.append(f"until {self.until}")
         return "; ".join(parts) or "every dead letter"
 
 
+def _at_or_before(first: TimeBound, second: TimeBound) -> bool:
+    """Whether moment ``first`` is at or before ``second`` (both absolute or both relative)."""
+    if isinstance(first, Ago) and isinstance(second, Ago):
+        return first.duration_ms >= second.duration_ms
+    assert isinstance(first, int) and isinstance(second, int)
+    return first <= second
+
+
 def default_replay_id(topic: str, group: str, selection: ReplaySelection, target: str) -> str:
-    """The same replay (queue, group, selection, target) always gets the same id, so running
-    the same command again resumes it."""
+    """The same replay (queue, group, selection as given, target) always gets the same id, so
+    running the same command again resumes it."""
     text = "\n".join((topic, group, selection.describe(), target))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 

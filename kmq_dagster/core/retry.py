@@ -14,13 +14,16 @@ stays small; the message's due time carries the jitter. Nothing is ever due befo
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kmq_dagster.core.durations import parse_duration_ms
+from kmq_dagster.core.durations import format_duration_ms, parse_duration_ms
 from kmq_dagster.errors import ConfigError
 
+#: Attempts in all (the first delivery included) of a backoff policy unless told otherwise.
+DEFAULT_BACKOFF_ATTEMPTS = 5
 #: Error types that never go to a retry topic: retrying cannot fix what cannot be decoded.
 ALWAYS_FATAL: frozenset[str] = frozenset(
     {"UnicodeDecodeError", "JSONDecodeError", "DeserializationError"}
@@ -114,6 +117,61 @@ class RetryPolicy:
                 f"--retry-backoff takes INITIAL,MULTIPLIER,MAX, e.g. 1s,2,10m; got {spec!r} ({exc})"
             ) from None
 
+    @classmethod
+    def from_options(
+        cls,
+        *,
+        delays: str | None = None,
+        backoff: str | None = None,
+        max_attempts: int | None = None,
+        jitter: float | None = None,
+        default_delays_ms: Iterable[int],
+    ) -> RetryPolicy:
+        """The policy that textual options describe (the CLI's, a config file's).
+
+        Args:
+            delays: ``"10s,1m,10m"``: one retry per delay.
+            backoff: ``"INITIAL,MULTIPLIER,MAX"`` instead of ``delays``.
+            max_attempts: attempts in all with ``backoff`` (default
+                :data:`DEFAULT_BACKOFF_ATTEMPTS`); with ``delays`` every delay is one retry.
+            jitter: spread of each due time, a share of its delay in [0, 1).
+            default_delays_ms: the delays when neither ``delays`` nor ``backoff`` is given.
+
+        Raises:
+            ConfigError: contradictory or malformed options.
+        """
+        if backoff is not None:
+            if delays is not None:
+                raise ConfigError(
+                    "give retry delays or a retry backoff, not both", setting="retry_backoff"
+                )
+            return cls.exponential(
+                backoff, max_attempts=max_attempts or DEFAULT_BACKOFF_ATTEMPTS, jitter=jitter or 0.0
+            )
+        if max_attempts is not None:
+            raise ConfigError(
+                "max attempts go with a retry backoff; with retry delays every delay is one retry",
+                setting="max_attempts",
+            )
+        delays_ms = tuple(default_delays_ms) if delays is None else parse_delay_list(delays)
+        return cls(delays_ms=delays_ms, jitter=jitter or 0.0)
+
+    def with_non_retryable(self, names: Iterable[str]) -> RetryPolicy:
+        """A copy whose ``non_retryable`` also holds ``names`` (exception type names)."""
+        extra = frozenset(name.strip() for name in names if name.strip())
+        return dataclasses.replace(self, non_retryable=self.non_retryable | extra)
+
+    def describe(self) -> str:
+        """The policy in a few words, e.g. ``retry delays 10s,1m,10m`` (no error types)."""
+        if self.delays_ms:
+            text = "retry delays " + ",".join(format_duration_ms(d) for d in self.delays_ms)
+        else:
+            text = (
+                f"backoff {format_duration_ms(self.initial_delay_ms)} x{self.multiplier:g} up to "
+                f"{format_duration_ms(self.max_delay_ms)}, {self.max_attempts} attempts"
+            )
+        return text + (f", jitter {self.jitter:g}" if self.jitter else "")
+
     @property
     def attempts(self) -> int:
         """Attempts in all, the first delivery included."""
@@ -146,3 +204,22 @@ class RetryPolicy:
         delay_ms = self.nominal_delay_ms(attempt)
         spread_ms = int(delay_ms * self.jitter * (2 * rng.random() - 1))
         return Retry(attempt + 1, delay_ms, failed_at_ms + delay_ms + spread_ms)
+
+
+def parse_delay_list(text: str) -> tuple[int, ...]:
+    """Parse ``"10s,1m,10m"`` into milliseconds.
+
+    Raises:
+        ConfigError: empty, or an entry is not a positive duration.
+    """
+    try:
+        delays_ms = tuple(parse_duration_ms(part) for part in text.split(",") if part.strip())
+    except ConfigError:
+        delays_ms = ()
+    if not delays_ms or any(delay_ms <= 0 for delay_ms in delays_ms):
+        raise ConfigError(
+            "retry delays are a comma-separated list of positive durations, e.g. 10s,1m,10m; "
+            f"got {text!r}",
+            setting="retry_delays",
+        )
+    return delays_ms

@@ -6,8 +6,9 @@ No ``from __future__ import annotations`` here: Dagster reads op signatures at r
 from dagster import Config, OpExecutionContext, job, op
 from pydantic import Field
 
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.defs.resources import KmqResource
-from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.provision import provision_queue, provision_topic
 
 
 class ProvisionConfig(Config):
@@ -23,9 +24,12 @@ def provision_queue_topics(
     context: OpExecutionContext, config: ProvisionConfig, kmq: KmqResource
 ) -> list[str]:
     """Create the queue's topics (idempotent); returns the topics it created."""
-    report = provision_queue(
-        kmq.settings(), config.topic, partitions=config.partitions, group=config.group
-    )
+    settings = kmq.settings()
+    if config.group is None:
+        report = provision_topic(settings, config.topic, partitions=config.partitions)
+    else:
+        queue = Queue(config.topic, config.group, partitions=config.partitions)
+        report = provision_queue(settings, queue)
     context.log.info(
         f"{len(report.created)} created, {len(report.unchanged)} already existed "
         f"({report.partitions} partitions): created {report.created}"

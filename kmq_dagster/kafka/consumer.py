@@ -16,16 +16,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from kmq_dagster.core.commits import CommitQueue
 from kmq_dagster.core.handouts import HandoutLedger, OffsetRun
 from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
-from kmq_dagster.core.naming import markers_topic, redelivery_topic
-from kmq_dagster.kafka.clients import CLIENT_LOGGER, ClientErrors, commit_offsets, wall_clock_ms
+from kmq_dagster.core.queue import Queue
+from kmq_dagster.kafka.clients import ClientErrors, new_consumer, new_producer, wall_clock_ms
+from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, produce
 from kmq_dagster.kafka.due_gate import DueGate, group_by_source
 from kmq_dagster.kafka.message import (
     KmqMessage,
@@ -35,7 +36,7 @@ from kmq_dagster.kafka.message import (
     record_source,
     views_of,
 )
-from kmq_dagster.kafka.provision import require_queue_topics
+from kmq_dagster.kafka.queues import ensure_provisioned
 from kmq_dagster.kafka.runs import fetched_runs, record_runs, run_bounds
 from kmq_dagster.settings import KmqSettings
 
@@ -46,8 +47,6 @@ ACK_FLUSH_INTERVAL_S = 0.02
 #: How long markers wait to share a produce request. Nothing waits on them: a batch is handed
 #: out before its start markers are acknowledged, and only its commit waits.
 MARKER_LINGER_MS = 10
-#: How long close() and a revocation wait for outstanding markers.
-FLUSH_TIMEOUT_S = 30.0
 
 __all__ = ["ConsumerStats", "KmqConsumer", "KmqMessage", "wall_clock_ms"]
 
@@ -81,10 +80,11 @@ class ConsumerStats:
 
 
 class KmqConsumer:
-    """Consume ``topic`` in ``group`` with per-message acknowledgement.
+    """Consume ``queue`` (its topic, redeliveries and retries) with per-message acknowledgement.
 
     Examples:
-        >>> consumer = KmqConsumer(settings, "orders", "billing")  # doctest: +SKIP
+        >>> consumer = KmqConsumer(settings, open_queue(settings, "orders", "billing"))
+        ...                                                         # doctest: +SKIP
         >>> for message in consumer.poll():                         # doctest: +SKIP
         ...     handle(message)
         ...     consumer.ack(message)
@@ -93,42 +93,30 @@ class KmqConsumer:
     def __init__(
         self,
         settings: KmqSettings,
-        topic: str,
-        group: str,
+        queue: Queue,
         *,
-        visibility_timeout_ms: int | None = None,
         batch_size: int | None = None,
-        retry_topics: Sequence[str] = (),
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        self.topic = topic
-        self.retry_topics = list(retry_topics)
-        self.group = group
-        self.markers_topic = markers_topic(topic, group)
-        self.redelivery_topic = redelivery_topic(topic, group)
-        self.visibility_timeout_ms = visibility_timeout_ms or settings.visibility_timeout_ms
+        self.queue = queue = ensure_provisioned(settings, queue)
+        self.retry_topics = list(queue.retry_topics.values())
+        self.markers_topic = queue.markers_topic
+        self.visibility_timeout_ms = queue.visibility_timeout_ms
         self.batch_size = batch_size or settings.batch_size
         self.stats = ConsumerStats()
         self._clock_ms = clock_ms
-        require_queue_topics(settings, topic, group, extra=self.retry_topics)
-        self._producer = Producer(
-            settings.producer_config(**{"linger.ms": MARKER_LINGER_MS, "logger": CLIENT_LOGGER})
-        )
-        self._consumer = Consumer(
-            settings.consumer_config(
-                group,
-                **{
-                    "partition.assignment.strategy": "cooperative-sticky",
-                    "logger": CLIENT_LOGGER,
-                    "error_cb": self.stats.client_errors.on_error,
-                    "on_commit": self._on_commit,
-                },
-            )
+        self._producer = new_producer(settings, **{"linger.ms": MARKER_LINGER_MS})
+        self._consumer = new_consumer(
+            settings,
+            queue.group,
+            **{
+                "partition.assignment.strategy": "cooperative-sticky",
+                "error_cb": self.stats.client_errors.on_error,
+                "on_commit": self._on_commit,
+            },
         )
         self._consumer.subscribe(
-            [topic, self.redelivery_topic, *self.retry_topics],
-            on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
+            queue.consumed_topics, on_revoke=self._on_revoke, on_lost=self._on_revoke
         )
         self._retry_set = frozenset(self.retry_topics)
         self._fetching_held = False
@@ -146,7 +134,7 @@ class KmqConsumer:
         self._drain_lock = threading.Lock()
         self._stop = threading.Event()
         self._flusher = threading.Thread(
-            target=self._flush_acks_periodically, name=f"kmq-acks-{topic}", daemon=True
+            target=self._flush_acks_periodically, name=f"kmq-acks-{queue.topic}", daemon=True
         )
         self._flusher.start()
 
@@ -218,7 +206,7 @@ class KmqConsumer:
         """True once the group has assigned this consumer at least one partition."""
         return bool(self._consumer.assignment())
 
-    def flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+    def flush(self, timeout_s: float = DELIVERY_TIMEOUT_S) -> None:
         """Write pending acknowledgements and markers, wait for the broker, commit what may be."""
         self._flush_acks()
         self._producer.flush(timeout_s)
@@ -296,7 +284,8 @@ class KmqConsumer:
                 self._commits.marker_delivered(batch_id, ok=error is None)
 
         for marker in starts:
-            self._producer.produce(
+            produce(
+                self._producer,
                 self.markers_topic,
                 value=encode_marker(marker),
                 partition=marker.partition,
@@ -320,7 +309,10 @@ class KmqConsumer:
             return
         offsets = [TopicPartition(t, p, offset) for (t, p), offset in ready.commit.items()]
         try:
-            commit_offsets(self._consumer, offsets, wait=not asynchronous)
+            if asynchronous:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+            else:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             # Start markers are written: if the partition moved, its new owner re-reads these
             # messages (duplicates, never losses), and the tracker covers them meanwhile.
@@ -328,8 +320,11 @@ class KmqConsumer:
             log.warning("offset commit failed, messages may be delivered twice: %s", exc)
 
     def _produce_marker(self, marker: StartMarker | EndMarker) -> None:
-        self._producer.produce(
-            self.markers_topic, value=encode_marker(marker), partition=marker.partition
+        produce(
+            self._producer,
+            self.markers_topic,
+            value=encode_marker(marker),
+            partition=marker.partition,
         )
         self._producer.poll(0)
 

@@ -33,6 +33,9 @@ class QueueMessage(Protocol):
     @property
     def headers(self) -> list[tuple[str, bytes | None]]: ...
 
+    @property
+    def timestamp_ms(self) -> int: ...
+
 
 class KmqMessage:
     """One message handed out by a :class:`~kmq_dagster.kafka.consumer.KmqConsumer`.
@@ -144,12 +147,13 @@ def offset_of(message: QueueMessage) -> int:
 
 
 def origin_or_own(message: QueueMessage) -> Origin:
-    """Where ``message`` was first produced; its own coordinates (no timestamp) if its headers
-    say nothing readable about that."""
+    """Where ``message`` was first produced, and when; its own coordinates and timestamp if its
+    headers say nothing readable about that."""
+    own = (message.topic, message.partition, message.offset, message.timestamp_ms)
     try:
-        return origin_of(message.headers, message.topic, message.partition, message.offset, 0)
+        return origin_of(message.headers, *own)
     except ValueError:
-        return Origin(message.topic, message.partition, message.offset, 0)
+        return Origin(*own)
 
 
 def origin_coordinates(message: QueueMessage) -> tuple[str, int, int]:

@@ -5,18 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message
 
 from kmq_dagster.core.delay import DELAY_LEVELS_MS, check_delay_ms, delay_headers, enqueue
 from kmq_dagster.core.headers import RawHeaders, normalize_headers, replace_headers
-from kmq_dagster.core.naming import delay_topic, delay_topics
+from kmq_dagster.core.naming import delay_topic, delay_topics, validate_topic_name
 from kmq_dagster.errors import ProvisionError
-from kmq_dagster.kafka.clients import (
-    CLIENT_LOGGER,
-    admin_client,
-    cluster_metadata,
-    wall_clock_ms,
-)
+from kmq_dagster.kafka.clients import cluster_metadata, new_producer, wall_clock_ms
+from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, produce
 from kmq_dagster.settings import KmqSettings
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
@@ -47,8 +43,9 @@ class KmqProducer:
     def __init__(self, settings: KmqSettings, *, clock_ms: Callable[[], int] = wall_clock_ms):
         self._settings = settings
         self._clock_ms = clock_ms
-        self._producer = Producer(settings.producer_config(logger=CLIENT_LOGGER))
+        self._producer = new_producer(settings)
         self._checked_topics: set[str] = set()
+        self._checked_delay_queues: set[str] = set()
 
     def send(
         self,
@@ -65,11 +62,13 @@ class KmqProducer:
         Asynchronous: call :meth:`flush` to wait for the broker, or pass ``on_delivery``.
 
         Raises:
-            ConfigError: the delay is out of range.
-            ProvisionError: ``topic`` has no delay-level topics (run ``kmq provision``).
+            ConfigError: the topic name is illegal or the delay is out of range.
+            ProvisionError: ``topic`` does not exist (producing would create it with the
+                broker's defaults), or has no delay-level topics (run ``kmq provision``).
         """
         pairs = normalize_headers(headers)
         target = topic
+        self._require_topic(topic)
         if delay is not None:
             delay_ms = delay_to_ms(delay)
             self._require_delay_topics(topic)
@@ -78,19 +77,30 @@ class KmqProducer:
             first_hop = enqueue(due_ms, now_ms)
             target = delay_topic(topic, first_hop.level_ms)
             pairs = replace_headers(pairs, delay_headers(first_hop, due_ms))
-        self._producer.produce(
-            target, value=value, key=key, headers=[*pairs], on_delivery=on_delivery
+        produce(
+            self._producer, target, value=value, key=key, headers=[*pairs], on_delivery=on_delivery
         )
         self._producer.poll(0)
 
-    def flush(self, timeout_s: float = 30.0) -> int:
+    def flush(self, timeout_s: float = DELIVERY_TIMEOUT_S) -> int:
         """Wait for every sent message to be acknowledged; returns how many are still pending."""
         return int(self._producer.flush(timeout_s))
 
-    def _require_delay_topics(self, topic: str) -> None:
+    def _require_topic(self, topic: str) -> None:
         if topic in self._checked_topics:
             return
-        metadata = cluster_metadata(admin_client(self._settings), self._settings)
+        validate_topic_name(topic)
+        if topic not in cluster_metadata(self._settings).topics:
+            raise ProvisionError(
+                f"topic {topic} does not exist; create it with `kmq provision --topic {topic} "
+                "--partitions N`"
+            )
+        self._checked_topics.add(topic)
+
+    def _require_delay_topics(self, topic: str) -> None:
+        if topic in self._checked_delay_queues:
+            return
+        metadata = cluster_metadata(self._settings)
         missing = [
             name for name in delay_topics(topic, DELAY_LEVELS_MS) if name not in metadata.topics
         ]
@@ -99,4 +109,4 @@ class KmqProducer:
                 f"{topic} has no delay queue ({', '.join(missing[:2])}... missing); "
                 f"run `kmq provision --topic {topic}` first"
             )
-        self._checked_topics.add(topic)
+        self._checked_delay_queues.add(topic)

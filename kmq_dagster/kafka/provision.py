@@ -1,5 +1,5 @@
-"""Create a queue's topics idempotently: the queue and its delay levels, and per group markers,
-redelivery, retry and DLQ topics.
+"""Create a queue's topics idempotently and record its definition: the queue topic and its delay
+levels, and per group the markers, redelivery, retry and DLQ topics.
 
 Every topic of a queue has the queue's partition count: a message at partition ``p`` of any of
 them has its markers in markers partition ``p``, so one tracker owns it end to end.
@@ -8,23 +8,23 @@ them has its markers in markers partition ``p``, so one tracker owns it end to e
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from kmq_dagster.core.delay import DELAY_LEVELS_MS
-from kmq_dagster.core.naming import (
-    delay_topics,
-    group_topics,
-    markers_topic,
-    redelivery_topic,
-    validate_topic_name,
-)
-from kmq_dagster.errors import ProvisionError
+from kmq_dagster.core.naming import validate_topic_name
+from kmq_dagster.core.queue import Queue, conflicts, describe_conflicts, topic_family
+from kmq_dagster.errors import ConfigError, ProvisionError, QueueConflictError
 from kmq_dagster.kafka.clients import admin_client, cluster_metadata
+from kmq_dagster.kafka.registry import (
+    REGISTRY_TOPIC_CONFIG,
+    load_registry,
+    save_definition,
+    save_topic,
+)
 from kmq_dagster.settings import KmqSettings
 
 #: Let the cluster choose (``default.replication.factor``); works on Kafka >= 2.4.
@@ -38,97 +38,142 @@ class ProvisionReport:
     partitions: int
     created: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    #: Whether the queue's definition was stored anew (first time, or redefined).
+    defined: bool = False
 
     @property
     def changed(self) -> bool:
-        return bool(self.created)
+        return bool(self.created) or self.defined
 
 
 def provision_queue(
     settings: KmqSettings,
-    topic: str,
+    queue: Queue,
     *,
-    partitions: int | None = None,
-    group: str | None = None,
-    retry_delays_ms: tuple[int, ...] | None = None,
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
     delay_queue: bool = True,
+    redefine: bool = False,
 ) -> ProvisionReport:
-    """Create the queue topic and, with ``group``, the group's topics; existing ones are kept.
+    """Create ``queue``'s topics (existing ones are kept) and store its definition.
 
-    Args:
-        partitions: partition count for new topics; ``None`` adopts the existing queue's.
-        retry_delays_ms: one retry topic per distinct delay; default ``settings.retry_delays_ms``.
-        delay_queue: also create the delay-level topics that ``send(..., delay=...)`` uses.
+    ``queue.partitions`` is the count for new topics; ``None`` adopts the existing queue
+    topic's.
 
     Raises:
-        ConfigError: a topic name would be illegal.
+        QueueConflictError: the queue's topics would be shared with another queue, or it is
+            defined already with other settings (pass ``redefine=True`` to change them).
         ProvisionError: an existing topic's partition count does not match, or creation failed.
         KafkaUnavailableError: the cluster did not answer.
     """
-    validate_topic_name(topic)
-    if partitions is not None and partitions < 1:
-        raise ProvisionError(f"--partitions must be at least 1, got {partitions}")
-    delays_ms = settings.retry_delays_ms if retry_delays_ms is None else retry_delays_ms
-    wanted = [
-        topic,
-        *(delay_topics(topic, DELAY_LEVELS_MS) if delay_queue else []),
-        *(group_topics(topic, group, list(delays_ms)) if group else []),
-    ]
-
-    admin = admin_client(settings)
-    existing = _partition_counts(admin, settings)
-    partitions = _resolve_partitions(topic, partitions, existing)
-    _check_partition_counts(topic, wanted, partitions, existing)
-
-    report = ProvisionReport(partitions=partitions)
-    missing = [name for name in wanted if name not in existing]
-    report.unchanged = [name for name in wanted if name in existing]
-    if missing:
-        raced = _create(admin, settings, missing, partitions, replication_factor)
-        report.created = [name for name in missing if name not in raced]
-        report.unchanged += raced
-        _wait_until_visible(admin, settings, topic, missing, partitions)
+    registered = load_registry(settings)
+    stored = registered.queues.get((queue.topic, queue.group))
+    if stored is not None and not redefine:
+        differences = stored.contradictions(
+            retry_policy=queue.retry_policy,
+            visibility_timeout_ms=queue.visibility_timeout_ms,
+            max_redeliveries=queue.max_redeliveries,
+        )
+        if differences:
+            raise QueueConflictError(
+                f"queue {queue} is already defined with other settings: {'; '.join(differences)}"
+                " (provision again with --redefine, or redefine=True in Python, to change them)"
+            )
+    _refuse_conflicts(conflicts(queue, registered.queues.values(), registered.topics), queue)
+    wanted = [queue.topic, *(queue.delay_topics if delay_queue else []), *queue.group_topics]
+    report = _create_topics(settings, queue.topic, wanted, queue.partitions, replication_factor)
+    defined = queue.replace(partitions=report.partitions)
+    if stored is None or stored.definition() != defined.definition():
+        save_definition(settings, defined)
+        report.defined = True
     return report
 
 
-def require_queue_topics(
-    settings: KmqSettings, topic: str, group: str, extra: Sequence[str] = ()
-) -> int:
-    """Check a group's topics of the queue exist with one partition count; returns that count.
+def provision_topic(
+    settings: KmqSettings,
+    topic: str,
+    *,
+    partitions: int | None = None,
+    replication_factor: int = BROKER_DEFAULT_REPLICATION,
+    delay_queue: bool = True,
+) -> ProvisionReport:
+    """Create a queue topic (and its delay queue) without any group's topics.
 
     Raises:
-        ProvisionError: a topic is missing or the counts differ (with the command that fixes it).
-        KafkaUnavailableError: the cluster did not answer.
+        QueueConflictError: the topic is another queue's derived topic.
+        ProvisionError, KafkaUnavailableError: as :func:`provision_queue`.
     """
-    needed = [markers_topic(topic, group), redelivery_topic(topic, group), *extra]
-    note = " (with the same --retry-delays)" if extra else ""
-    return require_topics(settings, topic, needed, options=f" --group {group}", note=note)
+    validate_topic_name(topic)
+    if partitions is not None and partitions < 1:
+        raise ConfigError(f"partitions must be at least 1, got {partitions}", setting="partitions")
+    registered = load_registry(settings)
+    _refuse_conflicts(conflicts(topic, registered.queues.values()), topic)
+    wanted = sorted(topic_family(topic)) if delay_queue else [topic]
+    report = _create_topics(settings, topic, wanted, partitions, replication_factor)
+    if registered.topics.get(topic) != report.partitions:
+        save_topic(settings, topic, report.partitions)
+        report.defined = True
+    return report
 
 
 def require_topics(
-    settings: KmqSettings, topic: str, needed: Sequence[str], *, options: str = "", note: str = ""
+    settings: KmqSettings, topic: str, needed: Sequence[str], *, fix: str = ""
 ) -> int:
     """Check ``topic`` and ``needed`` exist with one partition count; returns that count.
 
+    Args:
+        fix: the command that creates what is missing, for the error message.
+
     Raises:
-        ProvisionError: a topic is missing or the counts differ (with the command that fixes it).
+        ProvisionError: a topic is missing or the counts differ.
         KafkaUnavailableError: the cluster did not answer.
     """
     wanted = [topic, *needed]
-    existing = _partition_counts(admin_client(settings), settings)
+    existing = _partition_counts(settings)
     missing = [name for name in wanted if name not in existing]
     if missing:
-        raise ProvisionError(
-            f"topics missing: {', '.join(missing)}; "
-            f"run `kmq provision --topic {topic}{options}` first{note}"
-        )
+        hint = fix or f"kmq provision --topic {topic}"
+        raise ProvisionError(f"topics missing: {', '.join(missing)}; run `{hint}` first")
     _check_partition_counts(topic, wanted, existing[topic], existing)
     return existing[topic]
 
 
-def _partition_counts(admin: AdminClient, settings: KmqSettings) -> dict[str, int]:
-    metadata = cluster_metadata(admin, settings)
+def _refuse_conflicts(clashes: dict[str, list[str]], what: Queue | str) -> None:
+    if clashes:
+        raise QueueConflictError(
+            f"{what} cannot be provisioned: its topic names are taken "
+            f"({describe_conflicts(clashes)}); choose another topic or group name"
+        )
+
+
+def _create_topics(
+    settings: KmqSettings,
+    topic: str,
+    wanted: list[str],
+    partitions: int | None,
+    replication_factor: int,
+) -> ProvisionReport:
+    existing = _partition_counts(settings)
+    partitions = _resolve_partitions(topic, partitions, existing)
+    _check_partition_counts(topic, wanted, partitions, existing)
+    report = ProvisionReport(partitions=partitions)
+    missing = [name for name in wanted if name not in existing]
+    report.unchanged = [name for name in wanted if name in existing]
+    admin = admin_client(settings)
+    if missing:
+        counts = dict.fromkeys(missing, partitions)
+        raced = _create(admin, settings, counts, replication_factor)
+        report.created = [name for name in missing if name not in raced]
+        report.unchanged += raced
+        _wait_until_visible(settings, topic, missing, partitions)
+    if settings.registry_topic not in existing:
+        _create(admin, settings, {settings.registry_topic: 1}, replication_factor,
+                config=REGISTRY_TOPIC_CONFIG)  # fmt: skip
+        _wait_until_visible(settings, settings.registry_topic, [settings.registry_topic], 1)
+    return report
+
+
+def _partition_counts(settings: KmqSettings) -> dict[str, int]:
+    metadata = cluster_metadata(settings)
     return {name: len(info.partitions) for name, info in metadata.topics.items()}
 
 
@@ -137,16 +182,16 @@ def _resolve_partitions(topic: str, partitions: int | None, existing: dict[str, 
         if partitions is not None and existing[topic] != partitions:
             raise ProvisionError(
                 f"topic {topic} exists with {existing[topic]} partitions, not {partitions}; "
-                "kmq does not change partition counts (omit --partitions to adopt it)"
+                "kmq does not change partition counts (omit the partition count to adopt it)"
             )
         return existing[topic]
     if partitions is None:
-        raise ProvisionError(f"topic {topic} does not exist: give --partitions to create it")
+        raise ProvisionError(f"topic {topic} does not exist: give a partition count to create it")
     return partitions
 
 
 def _check_partition_counts(
-    topic: str, wanted: list[str], partitions: int, existing: dict[str, int]
+    topic: str, wanted: list[str], partitions: int, existing: Mapping[str, int]
 ) -> None:
     wrong = [
         f"{name} has {existing[name]}"
@@ -164,13 +209,16 @@ def _check_partition_counts(
 def _create(
     admin: AdminClient,
     settings: KmqSettings,
-    names: list[str],
-    partitions: int,
+    partitions_by_name: dict[str, int],
     replication_factor: int,
+    config: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Create topics; returns those another client created first (checked afterwards)."""
     futures = admin.create_topics(
-        [NewTopic(name, partitions, replication_factor) for name in names],
+        [
+            NewTopic(name, count, replication_factor, config=dict(config or {}))
+            for name, count in partitions_by_name.items()
+        ],
         request_timeout=settings.request_timeout_ms / 1000,
     )
     raced: list[str] = []
@@ -190,12 +238,12 @@ def _create(
 
 
 def _wait_until_visible(
-    admin: AdminClient, settings: KmqSettings, topic: str, names: list[str], partitions: int
+    settings: KmqSettings, topic: str, names: list[str], partitions: int
 ) -> None:
     """Wait until metadata shows the new topics; check topics another client raced to create."""
     deadline = time.monotonic() + settings.request_timeout_ms / 1000
     while True:
-        existing = _partition_counts(admin, settings)
+        existing = _partition_counts(settings)
         if all(name in existing for name in names):
             _check_partition_counts(topic, names, partitions, existing)
             return

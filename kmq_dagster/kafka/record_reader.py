@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from kmq_dagster.kafka.clients import CLIENT_LOGGER
+from kmq_dagster.kafka.clients import new_consumer
 from kmq_dagster.settings import KmqSettings
 
 
@@ -27,11 +27,8 @@ class RecordReader:
 
     def __init__(self, settings: KmqSettings, client_group: str) -> None:
         # librdkafka wants a group.id even for assign(); nothing is ever committed under it.
-        self._consumer = Consumer(
-            settings.consumer_config(
-                client_group,
-                **{"enable.partition.eof": True, "logger": CLIENT_LOGGER},
-            )
+        self._consumer: Consumer = new_consumer(
+            settings, client_group, **{"enable.partition.eof": True}
         )
 
     def read(

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.headers import (
@@ -28,7 +28,7 @@ from kmq_dagster.core.headers import (
     normalize_headers,
     replace_headers,
 )
-from kmq_dagster.core.naming import dlq_topic, retry_topic
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.replay import (
     DEFAULT_MAX_REPLAYS,
     TARGETS,
@@ -38,15 +38,11 @@ from kmq_dagster.core.replay import (
     read_replay_count,
     replay_headers,
 )
-from kmq_dagster.errors import BrokerError, ConfigError
-from kmq_dagster.kafka.clients import (
-    CLIENT_LOGGER,
-    commit_offsets,
-    positions_after,
-    wall_clock_ms,
-)
-from kmq_dagster.kafka.provision import require_topics
-from kmq_dagster.kafka.topic_reader import records_and_ends
+from kmq_dagster.errors import ConfigError, DeliveryError
+from kmq_dagster.kafka.clients import new_consumer, new_producer, positions_after, wall_clock_ms
+from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, Deliveries
+from kmq_dagster.kafka.queues import ensure_provisioned
+from kmq_dagster.kafka.topic_reader import read_to_end
 from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
@@ -59,10 +55,8 @@ DRY_RUN_LISTED = 20
 
 @dataclass(frozen=True)
 class ReplayRequest:
-    """One replay: what to move, where, how fast."""
+    """One replay of a queue's dead letters: what to move, where, how fast."""
 
-    topic: str
-    group: str
     selection: ReplaySelection = field(default_factory=ReplaySelection)
     target: str = TO_RETRY
     dry_run: bool = False
@@ -70,21 +64,23 @@ class ReplayRequest:
     rate_per_s: float | None = None
     max_replays: int = DEFAULT_MAX_REPLAYS
     replay_id: str | None = None
-    #: The group's retry delays; the first one names the retry topic.
-    retry_delays_ms: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
-            raise ConfigError(f"replay target must be one of {', '.join(TARGETS)}")
-        if self.rate_per_s is not None and self.rate_per_s <= 0:
-            raise ConfigError("--rate must be positive")
+            raise ConfigError(
+                f"the replay target must be one of {', '.join(TARGETS)}", setting="target"
+            )
+        if self.rate_per_s is not None and not 0 < self.rate_per_s < float("inf"):
+            raise ConfigError("the replay rate must be a positive number", setting="rate_per_s")
         if self.max_replays < 1:
-            raise ConfigError("--max-replays must be at least 1")
+            raise ConfigError("max replays must be at least 1", setting="max_replays")
+        if self.replay_id is not None and not self.replay_id.strip():
+            raise ConfigError("a replay id must not be blank", setting="replay_id")
 
-    @property
-    def id(self) -> str:
+    def id_for(self, queue: Queue) -> str:
+        """The replay's id: given, or derived from the queue, selection and target."""
         return self.replay_id or default_replay_id(
-            self.topic, self.group, self.selection, self.target
+            queue.topic, queue.group, self.selection, self.target
         )
 
 
@@ -131,6 +127,7 @@ Progress = Callable[[ReplayReport], None]
 
 def replay_dead_letters(
     settings: KmqSettings,
+    queue: Queue,
     request: ReplayRequest,
     *,
     progress: Progress | None = None,
@@ -144,24 +141,21 @@ def replay_dead_letters(
     replay (dry run or not, finished or failed) is written as one action by ``actor``.
 
     Raises:
-        ConfigError: a bad request (unknown partition in the selection, no retry delays).
-        ProvisionError: the DLQ or the target topic is missing.
-        BrokerError: the broker refused copies; progress stops before them, rerun to resume.
+        ConfigError: a bad request (unknown partition in the selection).
+        ProvisionError: the queue's topics are missing.
+        DeliveryError: the broker refused copies; progress stops before them, rerun to resume.
     """
-    source = dlq_topic(request.topic, request.group)
-    target = target_topic(request)
-    partitions = require_topics(
-        settings,
-        request.topic,
-        [source, target],
-        options=f" --group {request.group}",
-        note=" (or give replay the group's --retry-delays)" if request.target == TO_RETRY else "",
-    )
+    queue = ensure_provisioned(settings, queue)
+    source = queue.dlq_topic
+    target = target_topic(queue, request)
+    partitions = queue.partitions or 1
     unknown = sorted(p for p in request.selection.offsets if not 0 <= p < partitions)
     if unknown:
-        raise ConfigError(f"{source} has {partitions} partitions; no partition {unknown}")
-    report = ReplayReport(request.id, request.target, request.dry_run)
-    run = _ReplayRun(settings, request, report, partitions=partitions, clock_ms=clock_ms)
+        raise ConfigError(
+            f"{source} has {partitions} partitions; no partition {unknown}", setting="offsets"
+        )
+    report = ReplayReport(request.id_for(queue), request.target, request.dry_run)
+    run = _ReplayRun(settings, queue, request, report, clock_ms=clock_ms)
     run.audit = audit
     outcome = "failed"
     try:
@@ -176,9 +170,9 @@ def replay_dead_letters(
             audit.record_action(
                 kind="replay",
                 actor=actor,
-                queue_topic=request.topic,
-                group_id=request.group,
-                selection=f"{request.selection.describe()} (replay id {request.id})",
+                queue_topic=queue.topic,
+                group_id=queue.group,
+                selection=f"{request.selection.describe()} (replay id {report.replay_id})",
                 count=report.movable if request.dry_run else report.replayed,
                 target=target,
                 dry_run=request.dry_run,
@@ -187,13 +181,9 @@ def replay_dead_letters(
     return report
 
 
-def target_topic(request: ReplayRequest) -> str:
-    """The topic a replay writes to."""
-    if request.target != TO_RETRY:
-        return request.topic
-    if not request.retry_delays_ms:
-        raise ConfigError("replaying to the retry topic needs the group's retry delays")
-    return retry_topic(request.topic, request.group, request.retry_delays_ms[0])
+def target_topic(queue: Queue, request: ReplayRequest) -> str:
+    """The topic a replay writes to: the group's first retry topic, or the queue topic."""
+    return queue.first_retry_topic if request.target == TO_RETRY else queue.topic
 
 
 def _progress_groups(replay_id: str) -> tuple[str, str]:
@@ -205,23 +195,23 @@ class _ReplayRun:
     def __init__(
         self,
         settings: KmqSettings,
+        queue: Queue,
         request: ReplayRequest,
         report: ReplayReport,
         *,
-        partitions: int,
         clock_ms: Callable[[], int],
     ) -> None:
         self.request = request
-        self.source = dlq_topic(request.topic, request.group)
-        self.target = target_topic(request)
+        self.selection = request.selection.resolved(clock_ms())
+        self.source = queue.dlq_topic
+        self.target = target_topic(queue, request)
         self.report = report
         self.clock_ms = clock_ms
-        done_group, intent_group = _progress_groups(request.id)
-        config = {"enable.partition.eof": True, "logger": CLIENT_LOGGER}
-        self.done = Consumer(settings.consumer_config(done_group, **config))
-        self.intent = Consumer(settings.consumer_config(intent_group, **config))
-        self.producer = Producer(settings.producer_config(logger=CLIENT_LOGGER))
-        self.partitions = list(range(partitions))
+        done_group, intent_group = _progress_groups(report.replay_id)
+        self.done = new_consumer(settings, done_group, **{"enable.partition.eof": True})
+        self.intent = new_consumer(settings, intent_group, **{"enable.partition.eof": True})
+        self.producer = new_producer(settings)
+        self.partitions = list(range(queue.partitions or 1))
         self.audit: AuditStore | None = None
         self._sent = 0
         self._started = time.monotonic()
@@ -236,19 +226,16 @@ class _ReplayRun:
                 log.warning(
                     "replay %s was interrupted: %d dead letters may have been replayed already "
                     "and are replayed again",
-                    request.id,
+                    report.replay_id,
                     report.possible_duplicates,
                 )
         self.done.assign([TopicPartition(self.source, p, done_at[p]) for p in self.partitions])
 
     def scan(self, progress: Progress | None) -> None:
-        at_end: set[int] = set()
-        while len(at_end) < len(self.partitions):
-            chunk = records_and_ends(self.done.consume(CHUNK, 1.0), at_end)
-            if chunk:
-                self._handle(chunk)
-                if progress is not None:
-                    progress(self.report)
+        for chunk in read_to_end(self.done, self.partitions, timeout_s=None, batch=CHUNK):
+            self._handle(chunk)
+            if progress is not None:
+                progress(self.report)
 
     def _handle(self, chunk: list[Message]) -> None:
         report, request = self.report, self.request
@@ -258,7 +245,7 @@ class _ReplayRun:
         for record in chunk:
             headers = normalize_headers(record.headers())
             partition, offset = record.partition() or 0, record.offset() or 0
-            if not request.selection.matches(
+            if not self.selection.matches(
                 partition, offset, record.key(), headers, record.timestamp()[1]
             ):
                 continue
@@ -280,9 +267,9 @@ class _ReplayRun:
             return
         positions = positions_after(chunk)
         if moving:
-            commit_offsets(self.intent, positions, wait=True)
+            self.intent.commit(offsets=positions, asynchronous=False)
             self._produce(moving)
-        commit_offsets(self.done, positions, wait=True)
+        self.done.commit(offsets=positions, asynchronous=False)
         if moving and self.audit is not None:
             coordinates = [(r.partition() or 0, r.offset() or 0) for r in moving]
             self.audit.set_status(self.source, coordinates, "replayed")
@@ -301,34 +288,27 @@ class _ReplayRun:
         return found
 
     def _produce(self, records: list[Message]) -> None:
-        failures: list[KafkaError] = []
-
-        def on_delivery(error: KafkaError | None, _record: Message) -> None:
-            if error is not None:
-                failures.append(error)
-
+        copies = Deliveries(self.producer)
         for record in records:
             self._wait_for_rate()
             headers = normalize_headers(record.headers())
             plan = replay_headers(self.request.target, read_replay_count(headers), self.clock_ms())
             kept = [(k, v) for k, v in headers if k not in plan.drop]
-            self.producer.produce(
+            copies.produce(
                 self.target,
                 key=record.key(),
                 value=record.value(),
                 headers=[*replace_headers(kept, plan.updates)],
                 partition=self._target_partition(record, headers),
-                on_delivery=on_delivery,
             )
             self.producer.poll(0)
             self._sent += 1
-        remaining = self.producer.flush(30)
-        if failures or remaining:
-            first = failures[0].str() if failures else "no answer within 30 s"
-            raise BrokerError(
-                f"{len(failures) + remaining} replayed copies were not written ({first}); "
-                "nothing after them was marked done: run the same replay again to resume"
-            )
+        try:
+            copies.wait_all("replayed copies")
+        except DeliveryError as exc:
+            raise DeliveryError(
+                f"{exc}; nothing after them was marked done: run the same replay again to resume"
+            ) from None
         self.report.replayed += len(records)
 
     def _target_partition(self, record: Message, headers: list[tuple[str, bytes | None]]) -> int:
@@ -361,6 +341,6 @@ class _ReplayRun:
         return {tp.partition: max(tp.offset, 0) for tp in found}
 
     def close(self) -> None:
-        self.producer.flush(30)
+        self.producer.flush(DELIVERY_TIMEOUT_S)
         self.done.close()
         self.intent.close()

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import Producer
 
 from kmq_dagster.core.headers import REDELIVERY_COUNT, replace_headers
-from kmq_dagster.core.naming import dlq_topic, retry_topic
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import DeadLetter, RetryPolicy
 from kmq_dagster.core.retry_headers import (
     ATTEMPT,
@@ -31,7 +31,9 @@ from kmq_dagster.core.retry_headers import (
     read_due_ms,
     read_first_failure_ms,
 )
-from kmq_dagster.kafka.clients import CLIENT_LOGGER
+from kmq_dagster.errors import ConfigError
+from kmq_dagster.kafka.clients import new_producer
+from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, Deliveries
 from kmq_dagster.kafka.message import QueueMessage, origin_or_own
 from kmq_dagster.settings import KmqSettings
 
@@ -54,29 +56,44 @@ class RouterStats:
 
 
 class RetryRouter:
-    """Retry and dead-letter routing for ``group`` consuming ``topic`` under ``policy``."""
+    """Retry and dead-letter routing of ``queue``'s failed messages.
+
+    Args:
+        policy: the queue's retry policy unless given; it may differ only in which error types
+            are fatal (its retry topics must be the queue's).
+        producer: the producer to write copies with (a fake in unit tests); by default one of
+            its own, made from ``settings``.
+
+    Raises:
+        ConfigError: ``policy`` needs retry topics the queue does not have.
+    """
 
     def __init__(
         self,
         settings: KmqSettings,
-        topic: str,
-        group: str,
-        policy: RetryPolicy,
+        queue: Queue,
         *,
+        policy: RetryPolicy | None = None,
         clock_ms: Callable[[], int],
         rng: random.Random | None = None,
+        producer: Producer | None = None,
     ) -> None:
-        self.topic = topic
-        self.group = group
-        self.policy = policy
-        self.retry_topics = {
-            delay_ms: retry_topic(topic, group, delay_ms) for delay_ms in policy.topic_delays_ms()
-        }
-        self.dlq_topic = dlq_topic(topic, group)
+        self.queue = queue
+        self.group = queue.group
+        self.policy = policy or queue.retry_policy
+        self.retry_topics = queue.retry_topics
+        unknown = set(self.policy.topic_delays_ms()) - set(self.retry_topics)
+        if unknown:
+            raise ConfigError(
+                f"the retry policy needs delays the queue {queue} has no retry topics for: "
+                f"{sorted(unknown)} ms",
+                setting="retry_policy",
+            )
+        self.dlq_topic = queue.dlq_topic
         self.stats = RouterStats()
         self._clock_ms = clock_ms
         self._rng = rng or random.Random()
-        self._producer = Producer(settings.producer_config(logger=CLIENT_LOGGER))
+        self._producer = producer if producer is not None else new_producer(settings)
 
     def metadata_problem(self, message: QueueMessage) -> str | None:
         """Why a retried message's ``kmq-*`` headers cannot be trusted, or ``None``.
@@ -87,7 +104,9 @@ class RetryRouter:
         try:
             attempt = read_attempt(headers)
             due_ms = read_due_ms(headers)
-            origin_of(headers, message.topic, message.partition, message.offset, 0)
+            origin_of(
+                headers, message.topic, message.partition, message.offset, message.timestamp_ms
+            )
         except ValueError as exc:
             return f"{CORRUPT_RETRY_METADATA}: {exc}"
         from_retry_topic = message.topic in self.retry_topics.values()
@@ -101,28 +120,20 @@ class RetryRouter:
         Returns:
             The messages whose copy the broker acknowledged: only these may be acked.
         """
-        outcome: dict[int, bool] = {}
-
-        def delivered(index: int) -> Callable[[KafkaError | None, Message], None]:
-            def report(error: KafkaError | None, _record: Message) -> None:
-                outcome[index] = error is None
-                if error is not None:
-                    log.warning("retry copy not written: %s", error)
-
-            return report
-
-        for index, (message, failure) in enumerate(failed):
+        copies = Deliveries(self._producer)
+        for message, failure in failed:
             target, updates = self._plan(message, failure)
-            self._producer.produce(
+            copies.produce(
                 target,
                 key=message.key,
                 value=message.value,
                 headers=[*replace_headers(message.headers, updates)],
                 partition=message.partition,
-                on_delivery=delivered(index),
             )
-        self._producer.flush(30)
-        routed = [message for index, (message, _) in enumerate(failed) if outcome.get(index)]
+        delivered = copies.wait().delivered
+        for error in copies.failed.values():
+            log.warning("retry copy not written: %s", error.str())
+        routed = [message for index, (message, _) in enumerate(failed) if index in delivered]
         self.stats.write_failures += len(failed) - len(routed)
         return routed
 
@@ -166,4 +177,4 @@ class RetryRouter:
         return self.retry_topics[decision.topic_delay_ms], {**updates, REDELIVERY_COUNT: "0"}
 
     def close(self) -> None:
-        self._producer.flush(30)
+        self._producer.flush(DELIVERY_TIMEOUT_S)

@@ -1,21 +1,22 @@
-"""Reading partitions to their end: partition EOF events, never ListOffsets."""
+"""Reading partitions to their end: partition EOF events, never ListOffsets (BROKER.md)."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from kmq_dagster.kafka.clients import CLIENT_LOGGER
+from kmq_dagster.errors import KmqTimeoutError
+from kmq_dagster.kafka.clients import new_consumer
 from kmq_dagster.settings import KmqSettings
+
+ErrorHook = Callable[[KafkaError], None]
 
 
 def records_and_ends(
-    fetched: list[Message],
-    at_end: set[int],
-    on_error: Callable[[KafkaError], None] | None = None,
+    fetched: list[Message], at_end: set[int], on_error: ErrorHook | None = None
 ) -> list[Message]:
     """The records among ``fetched`` (from a consumer with ``enable.partition.eof``).
 
@@ -41,29 +42,61 @@ def records_and_ends(
     return records
 
 
+def read_to_end(
+    consumer: Consumer,
+    partitions: Collection[int],
+    *,
+    timeout_s: float | None = 60.0,
+    batch: int = 1_000,
+    poll_s: float = 0.5,
+    on_error: ErrorHook | None = None,
+) -> Iterator[list[Message]]:
+    """Yield the records ``consumer`` fetches, a batch at a time, until each of ``partitions``
+    has reported its end. The consumer needs ``enable.partition.eof``; stop iterating early to
+    read less.
+
+    Raises:
+        KmqTimeoutError: not every partition reached its end within ``timeout_s``.
+        KafkaException: a fatal client error.
+    """
+    at_end: set[int] = set()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while not at_end >= set(partitions):
+        if deadline is not None and time.monotonic() > deadline:
+            waiting = sorted(set(partitions) - at_end)
+            raise KmqTimeoutError(
+                f"partitions {waiting} were not read to their end within {timeout_s:g} s"
+            )
+        records = records_and_ends(consumer.consume(batch, poll_s), at_end, on_error)
+        if records:
+            yield records
+
+
+def assigned_reader(
+    settings: KmqSettings, topic: str, start_offsets: Mapping[int, int], **extra: object
+) -> Consumer:
+    """A consumer that reads ``topic`` from ``start_offsets`` (partition -> offset), belongs to
+    no working group and never commits. Close it when done."""
+    consumer = new_consumer(
+        settings, f"kmq-reader-{uuid.uuid4().hex}", **{"enable.partition.eof": True, **extra}
+    )
+    consumer.assign([TopicPartition(topic, p, offset) for p, offset in start_offsets.items()])
+    return consumer
+
+
 def count_records(
     settings: KmqSettings, topic: str, partitions: int, timeout_s: float = 60.0
 ) -> int:
     """How many records ``topic`` holds now (read from the start, without a group).
 
     Raises:
-        TimeoutError: not every partition reached its end in time.
+        KmqTimeoutError: not every partition reached its end in time.
     """
-    consumer = Consumer(
-        settings.consumer_config(
-            f"kmq-count-{uuid.uuid4().hex}",
-            **{"enable.partition.eof": True, "logger": CLIENT_LOGGER},
-        )
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    count = 0
-    at_end: set[int] = set()
-    deadline = time.monotonic() + timeout_s
+    consumer = assigned_reader(settings, topic, dict.fromkeys(range(partitions), 0))
     try:
-        while len(at_end) < partitions:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic} not read to its end in {timeout_s:.0f} s")
-            count += len(records_and_ends(consumer.consume(1_000, 0.5), at_end))
+        return sum(
+            len(records)
+            for records in read_to_end(consumer, range(partitions), timeout_s=timeout_s)
+        )
     finally:
         consumer.close()
-    return count

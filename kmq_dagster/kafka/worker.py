@@ -1,20 +1,30 @@
-"""The worker loop behind ``kmq worker``: a handler per message, an ack when it returns."""
+"""The worker: a handler per message, an ack when it returns (what ``kmq worker`` runs).
+
+Examples:
+    >>> queue = open_queue(settings, "orders", "billing")               # doctest: +SKIP
+    >>> Worker(settings, queue, charge).run(stop_event)                  # doctest: +SKIP
+"""
 
 from __future__ import annotations
 
 import importlib
 import logging
+import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.core.breaker import State
+from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.retry_router import RetryRouter, failure_of
+from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
 
@@ -27,63 +37,128 @@ class WorkerStats:
     failed: int = 0
 
 
+class HandlerExit(Exception):
+    """A handler raised ``SystemExit``: the worker stopped cleanly and passes its code on."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"the handler asked to exit with code {code}")
+        self.code = code
+
+
 def load_handler(spec: str) -> Handler:
-    """Import ``package.module:function``.
+    """Import ``package.module:function``; the current directory is importable, as with
+    ``python -m``.
 
     Raises:
-        ConfigError: malformed spec, module not importable, or attribute not callable.
+        ConfigError: malformed spec, module not importable (a syntax error or an exception
+            while importing it included), or attribute not callable.
     """
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
-        raise ConfigError(f"--handler takes package.module:function, got {spec!r}")
+        raise ConfigError(
+            f"a handler is named package.module:function, got {spec!r}", setting="handler"
+        )
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"cannot import handler module {module_name!r}: {exc}") from None
+        raise ConfigError(
+            f"cannot import handler module {module_name!r}: {exc}", setting="handler"
+        ) from None
+    except SyntaxError as exc:
+        where = f"{exc.filename}, line {exc.lineno}" if exc.filename else "unknown place"
+        raise ConfigError(
+            f"handler module {module_name!r} has a syntax error ({where}): {exc.msg}",
+            setting="handler",
+        ) from None
+    except Exception as exc:
+        raise ConfigError(
+            f"importing handler module {module_name!r} raised {type(exc).__name__}: {exc}",
+            setting="handler",
+        ) from None
     handler = getattr(module, attribute, None)
     if not callable(handler):
-        raise ConfigError(f"{module_name} has no callable {attribute!r}")
+        raise ConfigError(f"{module_name} has no callable {attribute!r}", setting="handler")
     return handler  # type: ignore[no-any-return]
 
 
-def run_worker(
-    consumer: KmqConsumer,
-    handler: Handler,
-    stop: threading.Event,
-    on_batch: Callable[[WorkerStats], None] | None = None,
-    router: RetryRouter | None = None,
-    *,
-    breaker: SharedBreaker | None = None,
-    clock_ms: Callable[[], int] = wall_clock_ms,
-) -> WorkerStats:
-    """Handle messages until ``stop`` is set.
+class Worker:
+    """Handle ``queue``'s messages with ``handler`` until stopped.
 
-    Returning acknowledges a message. Raising sends it to its retry topic or the DLQ through
-    ``router`` (acknowledged once the copy is durable); without a router it is redelivered.
-    ``KeyboardInterrupt`` and ``SystemExit`` in a handler stop the worker; the message they
-    interrupted is neither acknowledged nor lost: its visibility timeout redelivers it.
+    Returning acknowledges a message. Raising sends it to its retry topic or the DLQ (errors
+    the retry policy calls fatal go straight to the DLQ); it is acknowledged once the copy is
+    durable. ``KeyboardInterrupt`` in a handler stops the worker; ``SystemExit`` stops it and
+    :meth:`run` raises :class:`HandlerExit` with its code. The message either interrupted is
+    neither acknowledged nor lost: its visibility timeout redelivers it.
 
-    With a ``breaker``, handler outcomes feed it (errors the retry policy treats as fatal are
-    bad input, not an outage, and do not count). While it does not allow processing, the
-    worker stops fetching and holds the messages it has, extending their visibility; nothing
-    is acknowledged, routed or lost meanwhile. A message that fails while the breaker is open
-    (the one that opened it, a failed probe) is held too, at the back, rather than sent to a
-    retry topic: the outage is not its fault and must not use up its retries.
+    With a ``breaker``, handler outcomes feed it (fatal errors are bad input, not an outage,
+    and do not count). While it does not allow processing, the worker stops fetching and holds
+    the messages it has, extending their visibility; nothing is acknowledged, routed or lost
+    meanwhile. A message that fails while the breaker is open (the one that opened it, a failed
+    probe) is held too, rather than sent to a retry topic: the outage is not its fault and must
+    not use up its retries.
+
+    Args:
+        retry_policy: the queue's unless given; may differ only in ``non_retryable``.
+        breaker: the group's shared circuit breaker (:meth:`SharedBreaker.for_queue`).
+        batch_size: messages per fetch; default ``settings.batch_size``.
     """
-    loop = _WorkerLoop(consumer, handler, stop, router=router, breaker=breaker, clock_ms=clock_ms)
-    try:
-        while not stop.is_set():
-            loop.step()
-            if on_batch is not None:
-                on_batch(loop.stats)
-    finally:
-        consumer.close()
-        if router is not None:
-            router.close()
-    return loop.stats
+
+    def __init__(
+        self,
+        settings: KmqSettings,
+        queue: Queue,
+        handler: Handler,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        breaker: SharedBreaker | None = None,
+        batch_size: int | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.consumer = KmqConsumer(settings, queue, batch_size=batch_size, clock_ms=clock_ms)
+        self.queue = self.consumer.queue
+        self.router = RetryRouter(settings, self.queue, policy=retry_policy, clock_ms=clock_ms)
+        self.handler = handler
+        self.breaker = breaker
+        self.clock_ms = clock_ms
+
+    def run(
+        self,
+        stop: threading.Event,
+        on_batch: Callable[[WorkerStats], None] | None = None,
+    ) -> WorkerStats:
+        """Handle messages until ``stop`` is set; then write acks, leave the group, return
+        the counts.
+
+        Raises:
+            HandlerExit: the handler raised ``SystemExit`` (after the clean stop).
+        """
+        loop = WorkerLoop(
+            self.consumer,
+            self.handler,
+            stop,
+            router=self.router,
+            breaker=self.breaker,
+            clock_ms=self.clock_ms,
+        )
+        try:
+            while not stop.is_set():
+                loop.step()
+                if on_batch is not None:
+                    on_batch(loop.stats)
+        finally:
+            self.consumer.close()
+            self.router.close()
+        if loop.exit_code is not None:
+            raise HandlerExit(loop.exit_code)
+        return loop.stats
 
 
-class _WorkerLoop:
+class WorkerLoop:
+    """One worker's steps, on any consumer and router with the :class:`KmqConsumer` and
+    :class:`RetryRouter` interface (the unit tests run it on fakes)."""
+
     def __init__(
         self,
         consumer: KmqConsumer,
@@ -101,6 +176,7 @@ class _WorkerLoop:
         self.breaker = breaker
         self.clock_ms = clock_ms
         self.stats = WorkerStats()
+        self.exit_code: int | None = None
         self.held: list[KmqMessage] = []
         #: Failed while the breaker is open: kept to be probed or handled after recovery.
         self._requeued: list[KmqMessage] = []
@@ -141,29 +217,47 @@ class _WorkerLoop:
             self.breaker.started()
         try:
             self.handler(message)
-        except (KeyboardInterrupt, SystemExit):
+        except KeyboardInterrupt:
             log.warning("handler interrupted on %r; stopping, it will be redelivered", message)
             self.stop.set()
+        except SystemExit as exc:
+            self.exit_code = exc.code if isinstance(exc.code, int) else 1
+            log.warning(
+                "handler called exit(%s) on %r; stopping, it will be redelivered", exc.code, message
+            )
+            self.stop.set()
         except Exception as exc:
-            self.stats.failed += 1
-            log.info("handler failed on %r: %s: %s", message, type(exc).__name__, exc)
-            if self.breaker is not None:
-                fatal = self.router is not None and not self.router.policy.is_retryable(exc)
-                self.breaker.record(fatal, self.clock_ms())
-                if not fatal and self.breaker.state is not State.CLOSED:
-                    # The outage, not the message: keep it for a probe or for after recovery
-                    # instead of spending one of its retries.
-                    self._requeued.append(message)
-                    return
-            if self.router is None:
-                self.consumer.nack(message)
-            else:
-                failed.append((message, failure_of(exc)))
+            self._failed(message, exc, failed)
         else:
             self.consumer.ack(message)
             self.stats.handled += 1
             if self.breaker is not None:
                 self.breaker.record(True, self.clock_ms())
+
+    def _failed(
+        self,
+        message: KmqMessage,
+        exc: Exception,
+        failed: list[tuple[KmqMessage, Failure | str]],
+    ) -> None:
+        self.stats.failed += 1
+        log.info("handler failed on %r: %s: %s", message, type(exc).__name__, exc)
+        fatal = self.router is not None and not self.router.policy.is_retryable(exc)
+        if self.breaker is not None and fatal:
+            self.breaker.released()
+        elif self.breaker is not None:
+            # Bad input (a fatal error) says nothing about the downstream service: it is not
+            # recorded at all, neither as a failure nor as a success.
+            self.breaker.record(False, self.clock_ms())
+            if self.breaker.state is not State.CLOSED:
+                # The outage, not the message: keep it for a probe or for after recovery
+                # instead of spending one of its retries.
+                self._requeued.append(message)
+                return
+        if self.router is None:
+            self.consumer.nack(message)
+        else:
+            failed.append((message, failure_of(exc)))
 
     def _keep_held_visible(self) -> None:
         if not self.held:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,11 +35,11 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from kmq_dagster.core.naming import redelivery_topic, retry_topic
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
-from kmq_dagster.errors import ConfigError
-from kmq_dagster.kafka.lease import GroupLease
-from kmq_dagster.kafka.provision import require_queue_topics
+from kmq_dagster.errors import ConfigError, KmqTimeoutError
+from kmq_dagster.kafka.group_lease import GroupLease
+from kmq_dagster.kafka.queues import ensure_provisioned
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.tasks import (
     Function,
@@ -89,6 +90,22 @@ Transform = Callable[[DataFrame], DataFrame]
 
 
 @dataclass
+class RunTotals:
+    """What several batches did, added up."""
+
+    batches: int = 0
+    read: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+    def add(self, report: BatchReport) -> None:
+        self.batches += 1
+        self.read += report.read
+        self.succeeded += report.succeeded
+        self.failed += report.failed
+
+
+@dataclass
 class BatchReport:
     batch_id: str
     slices: int
@@ -100,55 +117,65 @@ class BatchReport:
 
 
 class SparkQueueJob:
-    """Process ``topic`` for ``group`` on Spark, writing results to ``output_path``.
+    """Process ``queue`` on Spark, writing results to ``output_path``.
+
+    Args:
+        function: called per message on the executors; its return value is the result.
+        transform: instead of ``function``, a DataFrame transform of the whole batch.
+        policy: the queue's retry policy unless given; it may differ only in which error
+            types are fatal.
+        max_messages_per_partition: messages per partition and batch (a batch must finish
+            within the queue's visibility timeout).
 
     Examples:
-        >>> job = SparkQueueJob(spark, settings, "orders", "billing",
+        >>> job = SparkQueueJob(spark, settings, open_queue(settings, "orders", "billing"),
         ...                     function=price, output_path="/data/priced")  # doctest: +SKIP
-        >>> job.run_batch()   # doctest: +SKIP
-        >>> job.close()       # doctest: +SKIP
+        >>> job.run_until_idle()   # doctest: +SKIP
+        >>> job.close()            # doctest: +SKIP
     """
 
     def __init__(
         self,
         spark: SparkSession,
         settings: KmqSettings,
-        topic: str,
-        group: str,
+        queue: Queue,
         *,
         output_path: str,
         function: Function | None = None,
         transform: Transform | None = None,
         policy: RetryPolicy | None = None,
-        visibility_timeout_ms: int | None = None,
         max_messages_per_partition: int = 50_000,
     ) -> None:
         if (function is None) == (transform is None):
             raise ConfigError("give the job a per-message function or a DataFrame transform")
+        if max_messages_per_partition < 1:
+            raise ConfigError(
+                "max messages per partition must be at least 1",
+                setting="max_messages_per_partition",
+            )
+        self.queue = queue = ensure_provisioned(settings, queue)
         self.spark = spark
         self.transform = transform
-        self.topic = topic
-        self.group = group
+        self.topic = queue.topic
+        self.group = queue.group
         self.function = function
         self.output_path = output_path
         self.max_messages_per_partition = max_messages_per_partition
-        policy = policy or RetryPolicy.fixed(settings.retry_delays_ms)
-        self.retry_topics = [retry_topic(topic, group, ms) for ms in policy.topic_delays_ms()]
-        require_queue_topics(settings, topic, group, extra=self.retry_topics)
-        self.config = TaskConfig(
-            settings=settings,
-            queue_topic=topic,
-            group=group,
-            visibility_timeout_ms=visibility_timeout_ms or settings.visibility_timeout_ms,
-            policy=policy,
-        )
-        sources = [topic, redelivery_topic(topic, group), *self.retry_topics]
-        self.lease = GroupLease(settings, sources, group)
+        self.retry_topics = list(queue.retry_topics.values())
+        self.config = TaskConfig(settings, queue, policy or queue.retry_policy)
+        self.lease = GroupLease(settings, queue.consumed_topics, queue.group)
 
     def run_batch(self, wait_for_partitions_s: float = 60.0) -> BatchReport:
-        """Process up to ``max_messages_per_partition`` from every owned partition."""
+        """Process up to ``max_messages_per_partition`` from every owned partition.
+
+        Raises:
+            KmqTimeoutError: the group gave this job no partition in time.
+        """
         if not self.lease.wait_for_partitions(wait_for_partitions_s):
-            raise TimeoutError(f"group {self.group} gave this job no partition")
+            raise KmqTimeoutError(
+                f"group {self.group} gave this job no partition within "
+                f"{wait_for_partitions_s:g} s (are other members holding them all?)"
+            )
         owned = sorted(self.lease.owned())
         committed = self.lease.committed(owned)
         slices = [
@@ -201,14 +228,34 @@ class SparkQueueJob:
             frame = frame.withColumn("batch_id", lit(batch_id))
         frame.write.mode("append").parquet(self.output_path)
 
-    def run_until_idle(self, max_batches: int = 1_000) -> list[BatchReport]:
-        """Run batches until one reads nothing."""
-        reports: list[BatchReport] = []
-        for _ in range(max_batches):
-            reports.append(self.run_batch())
-            if reports[-1].read == 0:
-                break
-        return reports
+    def run(
+        self,
+        stop: threading.Event,
+        *,
+        until_idle: bool = True,
+        on_batch: Callable[[BatchReport], None] | None = None,
+        idle_wait_s: float = 1.0,
+    ) -> RunTotals:
+        """Run batches until ``stop`` is set, or (``until_idle``) until one reads nothing.
+
+        Returns:
+            The totals over every batch.
+        """
+        totals = RunTotals()
+        while not stop.is_set():
+            report = self.run_batch()
+            totals.add(report)
+            if on_batch is not None:
+                on_batch(report)
+            if report.read == 0:
+                if until_idle:
+                    break
+                stop.wait(idle_wait_s)
+        return totals
+
+    def run_until_idle(self) -> RunTotals:
+        """Run batches until one reads nothing; returns the totals."""
+        return self.run(threading.Event())
 
     def close(self) -> None:
         self.lease.close()

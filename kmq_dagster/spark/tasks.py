@@ -16,7 +16,7 @@ from typing import Any
 
 from kmq_dagster.core.due import split_due
 from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
-from kmq_dagster.core.naming import markers_topic
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.ranges import offset_runs
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.retry_headers import Failure
@@ -42,11 +42,15 @@ class Slice:
 
 @dataclass(frozen=True)
 class TaskConfig:
+    """What every task of a job needs: where Kafka is, the queue, the retry policy in use."""
+
     settings: KmqSettings
-    queue_topic: str
-    group: str
-    visibility_timeout_ms: int
+    queue: Queue
     policy: RetryPolicy
+
+    @property
+    def visibility_timeout_ms(self) -> int:
+        return self.queue.visibility_timeout_ms
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ def run_slice(work: Slice, config: TaskConfig, function: Function) -> Iterator[R
     succeeded: list[int] = []
     failed: list[tuple[SparkMessage, Failure | str]] = []
     router = RetryRouter(
-        config.settings, config.queue_topic, config.group, config.policy, clock_ms=wall_clock_ms
+        config.settings, config.queue, policy=config.policy, clock_ms=wall_clock_ms
     )
     for message in messages:
         problem = router.metadata_problem(message)
@@ -232,7 +236,7 @@ def _produce_markers(config: TaskConfig, markers: list[StartMarker] | list[EndMa
         if error is not None:
             errors.append(error)
 
-    topic = markers_topic(config.queue_topic, config.group)
+    topic = config.queue.markers_topic
     for marker in markers:
         producer.produce(
             topic, value=encode_marker(marker), partition=marker.partition, on_delivery=delivered

@@ -13,7 +13,11 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 
 def test_kmq_demo_drains_the_stream_and_loses_nothing(tmp_path: Path) -> None:
-    result = run_kmq("demo", "--orders", "400", "--output-dir", str(tmp_path), timeout_s=600)
+    home = tmp_path / "home"
+    result = run_kmq(
+        "demo", "--orders", "400", "--output-dir", str(tmp_path), timeout_s=600,
+        env={"HOME": str(home)},
+    )  # fmt: skip
 
     assert result.returncode == 0, result.stderr[-3000:]
     lines = {
@@ -29,3 +33,8 @@ def test_kmq_demo_drains_the_stream_and_loses_nothing(tmp_path: Path) -> None:
     assert lines["output"] == str(tmp_path / "orders_priced.parquet")
     assert any((tmp_path / "orders_priced.parquet").glob("*.parquet"))
     assert "produced 400 orders" in result.stderr and "batch " in result.stderr
+    # progress for people only: the components' and Spark's logs went to the log file
+    for noise in (" INFO ", " WARN", "Warning", "log level", "incubator"):
+        assert noise not in result.stderr, result.stderr
+    log = (home / ".kmq" / "logs" / "demo.log").read_text()
+    assert "lease of pricing got" in log and "Setting default log level" in log

@@ -17,10 +17,8 @@ from pathlib import Path
 import pytest
 
 from kmq_dagster.core.headers import DLQ_REASON, header_value, normalize_headers
-from kmq_dagster.core.naming import dlq_topic
-from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import produce, read_topic, wait_for
+from tests.kafka_helpers import new_queue, produce, read_topic, wait_for
 from tests.processes import kmq_argv
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -62,13 +60,9 @@ class Fleet:
             "worker",
             "--handler",
             "tests.support.flaky_handler:handle",
-            "--visibility-timeout",
-            "5s",
             "--batch-size",
             "200",
-            "--retry-delays",
-            "1s,2s",
-        )
+        )  # the visibility timeout and retry delays come from the stored definition
 
     def tracker(self) -> subprocess.Popen[bytes]:
         return self.start("tracker")
@@ -104,9 +98,8 @@ def has_processed(out_dir: Path, pid: int, count: int) -> bool:
 def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
-    provision_queue(
-        settings, topic_name, partitions=PARTITIONS, group=GROUP, retry_delays_ms=(1_000, 2_000)
-    )
+    queue = new_queue(settings, topic_name, GROUP, partitions=PARTITIONS,
+                      retry_delays_ms=(1_000, 2_000), visibility_timeout_ms=5_000)  # fmt: skip
     ids = [f"id-{i:05d}".encode() for i in range(MESSAGES)]
     fleet = Fleet(settings, topic_name, tmp_path)
     try:
@@ -127,7 +120,7 @@ def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
         tracker.wait()
         fleet.tracker()
 
-        dlq = dlq_topic(topic_name, GROUP)
+        dlq = queue.dlq_topic
 
         def all_accounted() -> bool:
             dead = {m.value() for m in read_topic(settings, dlq, PARTITIONS, timeout_s=5)}
@@ -138,7 +131,7 @@ def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
         fleet.stop_all()
 
     processed = processed_counts(tmp_path)
-    dead_letters = read_topic(settings, dlq_topic(topic_name, GROUP), PARTITIONS, timeout_s=5)
+    dead_letters = read_topic(settings, queue.dlq_topic, PARTITIONS, timeout_s=5)
     dead = {
         m.value(): header_value(normalize_headers(m.headers()), DLQ_REASON) for m in dead_letters
     }

@@ -13,16 +13,13 @@ import pytest
 from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.breaker import BreakerConfig, CircuitBreaker, State, Transition
-from kmq_dagster.core.naming import dlq_topic, retry_topic
-from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.core.naming import retry_topic
 from kmq_dagster.kafka.clients import wall_clock_ms
-from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
-from kmq_dagster.kafka.provision import provision_queue
-from kmq_dagster.kafka.retry_router import RetryRouter
-from kmq_dagster.kafka.tracker import Tracker
-from kmq_dagster.kafka.worker import run_worker
+from kmq_dagster.kafka.consumer import KmqMessage
+from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
+from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import produce, read_topic, running_service, wait_for
+from tests.kafka_helpers import new_queue, produce, read_topic, running_service, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -50,8 +47,8 @@ class DownstreamError(RuntimeError):
 def test_an_outage_opens_the_breaker_and_then_nothing_reaches_the_retry_topics(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
-    provision_queue(
-        settings, topic_name, partitions=PARTITIONS, group=GROUP, retry_delays_ms=RETRY_DELAYS_MS
+    queue = new_queue(
+        settings, topic_name, GROUP, partitions=PARTITIONS, retry_delays_ms=RETRY_DELAYS_MS
     )
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     processed: set[bytes] = set()
@@ -66,22 +63,12 @@ def test_an_outage_opens_the_breaker_and_then_nothing_reaches_the_retry_topics(
             raise DownstreamError("payments API answers 503")
         processed.add(message.value or b"")
 
-    router = RetryRouter(
-        settings, topic_name, GROUP, RetryPolicy.fixed(RETRY_DELAYS_MS), clock_ms=wall_clock_ms
-    )
-    consumer = KmqConsumer(
-        settings, topic_name, GROUP, retry_topics=list(router.retry_topics.values())
-    )
-    breaker = SharedBreaker(
-        CircuitBreaker(CONFIG), topic_name, GROUP, store=store, on_transition=alerts.append
-    )
+    breaker = SharedBreaker(CircuitBreaker(CONFIG), queue, store=store, on_transition=alerts.append)
+    service = Worker(settings, queue, handler, breaker=breaker)
+    router = service.router
     stop = threading.Event()
-    worker = threading.Thread(
-        target=run_worker,
-        args=(consumer, handler, stop, None, router),
-        kwargs={"breaker": breaker},
-    )
-    with running_service(Tracker(settings, topic_name, GROUP)):
+    worker = threading.Thread(target=service.run, args=(stop,))
+    with running_service(RedeliveryTracker(settings, queue)):
         worker.start()
         try:
             outage_ends_ms[0] = wall_clock_ms() + OUTAGE_S * 1000
@@ -104,7 +91,7 @@ def test_an_outage_opens_the_breaker_and_then_nothing_reaches_the_retry_topics(
     half_opens = [t for t in transitions if t.to_state == "half_open"]
     copies = [
         record
-        for name in [*router.retry_topics.values(), dlq_topic(topic_name, GROUP)]
+        for name in [*router.retry_topics.values(), queue.dlq_topic]
         for record in read_topic(settings, name, PARTITIONS, timeout_s=5)
     ]
     failed_after_open = [ms for ms in failures_ms if ms > opened_ms]
@@ -119,6 +106,6 @@ def test_an_outage_opens_the_breaker_and_then_nothing_reaches_the_retry_topics(
     assert len(copies) == len(failures_ms) - len(failed_after_open) - 1
     assert len(copies) < CONFIG.consecutive_failures
     assert max(r.timestamp()[1] for r in copies) <= opened_ms + 1_000  # routed as it opened
-    assert read_topic(settings, dlq_topic(topic_name, GROUP), PARTITIONS, timeout_s=3) == []
+    assert read_topic(settings, queue.dlq_topic, PARTITIONS, timeout_s=3) == []
     assert (alerts[0].from_state, alerts[0].to_state) == (State.CLOSED, State.OPEN)
     assert retry_topic(topic_name, GROUP, 2_000) in router.retry_topics.values()

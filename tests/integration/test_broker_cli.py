@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kmq_dagster.broker.ports import free_port
-from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.provision import provision_topic
 from kmq_dagster.settings import KmqSettings
 from tests.processes import BrokerProcess, pid_alive, run_kmq
 
@@ -50,7 +50,7 @@ def test_broker_serves_clients_and_stops_on_sigterm_with_children_reaped(tmp_pat
     try:
         children = broker.child_pids()
         settings = _settings(broker.bootstrap_servers)
-        provision_queue(settings, "served", partitions=1)
+        provision_topic(settings, "served", partitions=1)
         producer = Producer(settings.producer_config())
         producer.produce("served", value=b"hello")
         assert producer.flush(30) == 0
@@ -120,7 +120,7 @@ def test_data_dir_keeps_topics_messages_and_offsets_across_restart(tmp_path: Pat
     try:
         children = first.child_pids()
         settings = _settings(first.bootstrap_servers)
-        provision_queue(settings, "durable", partitions=1)
+        provision_topic(settings, "durable", partitions=1)
         producer = Producer(settings.producer_config())
         for i in range(20):
             producer.produce("durable", key=str(i), value=f"v{i}", headers={"n": str(i)})
@@ -144,7 +144,7 @@ def test_data_dir_keeps_topics_messages_and_offsets_across_restart(tmp_path: Pat
     try:
         settings = _settings(second.bootstrap_servers)
         # then the topic, every record and the committed offset are still there
-        assert provision_queue(settings, "durable").changed is False
+        assert provision_topic(settings, "durable").changed is False
         assert _read_all(settings, "durable", "fresh") == [f"v{i}".encode() for i in range(20)]
         assert _read_all(settings, "durable", "keeper") == [f"v{i}".encode() for i in range(8, 20)]
     finally:

@@ -10,12 +10,10 @@ from confluent_kafka import Producer
 
 from kmq_dagster.audit.store import AuditStore, DeadLetterFilter
 from kmq_dagster.core.headers import ERROR_TYPE
-from kmq_dagster.core.naming import dlq_topic
-from kmq_dagster.kafka import dlq_ingest
-from kmq_dagster.kafka.dlq_ingest import DlqIngester
-from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.core.queue import Queue
+from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import produce_dead_letters
+from tests.kafka_helpers import new_queue, produce_dead_letters
 
 pytestmark = pytest.mark.kafka
 
@@ -23,54 +21,49 @@ GROUP = "billing"
 
 
 @pytest.fixture
-def queue(settings: KmqSettings, topic_name: str) -> str:
-    provision_queue(settings, topic_name, partitions=2, group=GROUP, delay_queue=False)
-    return topic_name
+def queue(settings: KmqSettings, topic_name: str) -> Queue:
+    return new_queue(settings, topic_name, GROUP, partitions=2)
 
 
 def test_every_dead_letter_is_stored_once_across_reruns(
-    settings: KmqSettings, queue: str, tmp_path: Path
+    settings: KmqSettings, queue: Queue, tmp_path: Path
 ) -> None:
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
-    produce_dead_letters(
-        settings, queue, GROUP, [(f"k{i}", "TimeoutError") for i in range(30)], partitions=2
-    )
+    produce_dead_letters(settings, queue, [(f"k{i}", "TimeoutError") for i in range(30)])
 
-    first = DlqIngester(settings, store, queue, GROUP)
+    first = DlqIngester(settings, store, queue)
     stats = first.ingest_available()
     first.close()
-    produce_dead_letters(settings, queue, GROUP, [("late", "KeyError")], partitions=2)
-    second = DlqIngester(settings, store, queue, GROUP)
+    produce_dead_letters(settings, queue, [("late", "KeyError")])
+    second = DlqIngester(settings, store, queue)
     later = second.ingest_available()
     second.close()
 
     assert (stats.read, stats.stored) == (30, 30)
     assert (later.read, later.stored) == (1, 1)  # resumed where the first one stopped
-    assert store.count_dead_letters(DeadLetterFilter(queue_topic=queue)) == 31
+    assert store.count_dead_letters(DeadLetterFilter(queue_topic=queue.topic)) == 31
     (late,) = store.dead_letters(DeadLetterFilter(key=b"late"))
     assert (late.error_type, late.reason, late.attempts) == ("KeyError", "failed 2 attempts", 2)
-    assert (late.original_topic, late.status, late.group_id) == (queue, "new", GROUP)
+    assert (late.original_topic, late.status, late.group_id) == (queue.topic, "new", GROUP)
 
 
 def test_a_crash_after_the_store_commit_duplicates_nothing(
-    settings: KmqSettings, queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    settings: KmqSettings, queue: Queue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
-    produce_dead_letters(
-        settings, queue, GROUP, [(f"k{i}", "TimeoutError") for i in range(40)], partitions=2
-    )
+    produce_dead_letters(settings, queue, [(f"k{i}", "TimeoutError") for i in range(40)])
 
     def crash(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("killed between the store's commit and Kafka's")
 
-    monkeypatch.setattr(dlq_ingest, "commit_offsets", crash)
-    doomed = DlqIngester(settings, store, queue, GROUP)
+    monkeypatch.setattr(DlqIngester, "_commit", crash)
+    doomed = DlqIngester(settings, store, queue)
     with pytest.raises(RuntimeError, match="killed"):
         doomed.ingest_available()
     doomed.close()
     stored_before_crash = store.count_dead_letters()
     monkeypatch.undo()
-    restarted = DlqIngester(settings, store, queue, GROUP)
+    restarted = DlqIngester(settings, store, queue)
     stats = restarted.ingest_available()
     restarted.close()
 
@@ -80,17 +73,17 @@ def test_a_crash_after_the_store_commit_duplicates_nothing(
 
 
 def test_garbage_in_the_dlq_gets_a_row_and_ingestion_goes_on(
-    settings: KmqSettings, queue: str, tmp_path: Path
+    settings: KmqSettings, queue: Queue, tmp_path: Path
 ) -> None:
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     producer = Producer(settings.producer_config())
-    target = dlq_topic(queue, GROUP)
+    target = queue.dlq_topic
     producer.produce(target, value=None, key=None, partition=0)
     producer.produce(target, value=b"\xff" * 100_000, partition=0, headers=[(ERROR_TYPE, b"\xfe")])
     producer.produce(target, value=b"ok", partition=1, headers=[("kmq-attempt", b"NaN")])
     assert producer.flush(30) == 0
 
-    ingester = DlqIngester(settings, store, queue, GROUP)
+    ingester = DlqIngester(settings, store, queue)
     stats = ingester.ingest_available()
     ingester.close()
 

@@ -7,7 +7,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.provision import provision_topic
 from kmq_dagster.settings import KmqSettings
 
 pytestmark = pytest.mark.kafka
@@ -30,7 +30,7 @@ def test_headers_keys_and_values_survive_the_round_trip(
 ) -> None:
     # given a topic and a record with binary headers, a null key and a value
     # near the 1,000,000-byte default of message.max.bytes
-    provision_queue(settings, topic_name, partitions=1)
+    provision_topic(settings, topic_name, partitions=1)
     producer = Producer(settings.producer_config())
     big_value = bytes(range(256)) * 3800
     producer.produce(
@@ -60,7 +60,7 @@ def test_headers_keys_and_values_survive_the_round_trip(
 
 def test_a_group_resumes_from_its_committed_offset(settings: KmqSettings, topic_name: str) -> None:
     # given 10 records on two partitions
-    provision_queue(settings, topic_name, partitions=2)
+    provision_topic(settings, topic_name, partitions=2)
     producer = Producer(settings.producer_config())
     for i in range(10):
         producer.produce(topic_name, key=str(i), value=f"v{i}", partition=i % 2)
@@ -97,7 +97,7 @@ def test_a_group_resumes_from_its_committed_offset(settings: KmqSettings, topic_
 def test_two_members_of_a_group_share_the_partitions(
     settings: KmqSettings, topic_name: str
 ) -> None:
-    provision_queue(settings, topic_name, partitions=2)
+    provision_topic(settings, topic_name, partitions=2)
     consumers = [Consumer(settings.consumer_config("shared")) for _ in range(2)]
     for consumer in consumers:
         consumer.subscribe([topic_name])

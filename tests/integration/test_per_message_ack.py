@@ -20,12 +20,12 @@ from kmq_dagster.core.headers import (
     normalize_headers,
 )
 from kmq_dagster.core.markers import StartMarker, encode_marker
-from kmq_dagster.core.naming import dlq_topic, markers_topic, redelivery_topic
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.provision import provision_queue
-from kmq_dagster.kafka.tracker import Tracker
+from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import produce, read_topic, running_service, wait_for
+from tests.kafka_helpers import new_queue, produce, read_topic, running_service, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -34,17 +34,23 @@ GROUP = "workers"
 
 
 @pytest.fixture
-def queue(settings: KmqSettings, topic_name: str) -> str:
-    provision_queue(settings, topic_name, partitions=PARTITIONS, group=GROUP)
-    return topic_name
+def queue(settings: KmqSettings, topic_name: str) -> Queue:
+    return new_queue(settings, topic_name, GROUP, partitions=PARTITIONS)
 
 
 @pytest.fixture
-def consumer_factory(settings: KmqSettings, queue: str) -> Iterator[Callable[..., KmqConsumer]]:
+def consumer_factory(settings: KmqSettings, queue: Queue) -> Iterator[Callable[..., KmqConsumer]]:
+    """Consumers of ``queue``, redefined with the visibility timeout and redeliveries given."""
     made: list[KmqConsumer] = []
 
-    def make(**options: Any) -> KmqConsumer:
-        consumer = KmqConsumer(settings, queue, GROUP, **options)
+    def make(
+        *, visibility_timeout_ms: int, max_redeliveries: int = 3, **options: Any
+    ) -> KmqConsumer:
+        defined = queue.replace(
+            visibility_timeout_ms=visibility_timeout_ms, max_redeliveries=max_redeliveries
+        )
+        provision_queue(settings, defined, delay_queue=False, redefine=True)
+        consumer = KmqConsumer(settings, defined, **options)
         made.append(consumer)
         return consumer
 
@@ -62,12 +68,12 @@ def poll_until(consumer: KmqConsumer, count: int, timeout_s: float = 30) -> list
 
 
 def test_acks_from_many_threads_in_any_order_are_never_redelivered(
-    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+    settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
     # given 300 messages fetched in batches of 50 with a 1.5 s visibility timeout
-    produce(settings, queue, [f"m{i}".encode() for i in range(300)], partitions=PARTITIONS)
+    produce(settings, queue.topic, [f"m{i}".encode() for i in range(300)], partitions=PARTITIONS)
     consumer = consumer_factory(visibility_timeout_ms=1_500, batch_size=50)
-    tracker = Tracker(settings, queue, GROUP)
+    tracker = RedeliveryTracker(settings, consumer.queue)
     with running_service(tracker):
         messages = poll_until(consumer, 300)
         # when they are acknowledged in random order from four threads
@@ -83,16 +89,16 @@ def test_acks_from_many_threads_in_any_order_are_never_redelivered(
         assert tracker.stats.redelivered == 0
     assert len(messages) == 300
     assert {m.value for m in messages} == {f"m{i}".encode() for i in range(300)}
-    assert read_topic(settings, redelivery_topic(queue, GROUP), PARTITIONS) == []
+    assert read_topic(settings, queue.redelivery_topic, PARTITIONS) == []
 
 
 def test_records_acked_whole_in_part_twice_or_never_only_the_never_acked_come_back(
-    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+    settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
     # given 400 messages handed out as confluent-kafka records in batches of 40
-    produce(settings, queue, [f"r{i}".encode() for i in range(400)], partitions=PARTITIONS)
+    produce(settings, queue.topic, [f"r{i}".encode() for i in range(400)], partitions=PARTITIONS)
     consumer = consumer_factory(visibility_timeout_ms=1_500, batch_size=40)
-    tracker = Tracker(settings, queue, GROUP)
+    tracker = RedeliveryTracker(settings, consumer.queue)
     skipped: set[bytes] = set()
     with running_service(tracker):
         batches: list[list[Message]] = []
@@ -137,13 +143,13 @@ def test_records_acked_whole_in_part_twice_or_never_only_the_never_acked_come_ba
 
 def test_acking_something_that_is_not_a_message_is_reported_and_harms_nothing(
     settings: KmqSettings,
-    queue: str,
+    queue: Queue,
     consumer_factory: Callable[..., KmqConsumer],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    produce(settings, queue, [b"a", b"b"])
+    produce(settings, queue.topic, [b"a", b"b"])
     consumer = consumer_factory(visibility_timeout_ms=1_500)
-    tracker = Tracker(settings, queue, GROUP)
+    tracker = RedeliveryTracker(settings, consumer.queue)
     with running_service(tracker):
         messages = poll_until(consumer, 2)
         # when garbage is acknowledged between two real messages
@@ -162,17 +168,17 @@ def test_acking_something_that_is_not_a_message_is_reported_and_harms_nothing(
 
 
 def test_unacknowledged_message_is_redelivered_after_its_timeout_not_before(
-    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+    settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
     # given 10 messages with user headers, of which one is never acknowledged
     produce(
         settings,
-        queue,
+        queue.topic,
         [f"v{i}".encode() for i in range(10)],
         headers=[("trace", b"\xff\x00"), ("tenant", b"acme")],
     )
     consumer = consumer_factory(visibility_timeout_ms=2_000)
-    tracker = Tracker(settings, queue, GROUP)
+    tracker = RedeliveryTracker(settings, consumer.queue)
     with running_service(tracker):
         first = poll_until(consumer, 10)
         fetched_at = time.monotonic()
@@ -190,26 +196,26 @@ def test_unacknowledged_message_is_redelivered_after_its_timeout_not_before(
     assert [m.value for m in again] == [b"v3"]
     copy = again[0]
     assert redelivered_after_s >= 2.0
-    assert copy.topic == redelivery_topic(queue, GROUP)
+    assert copy.topic == queue.redelivery_topic
     assert copy.key == dropped.key
     assert copy.redelivery_count == 1
     assert header_value(copy.headers, "trace") == b"\xff\x00"
     assert header_value(copy.headers, "tenant") == b"acme"
-    assert header_value(copy.headers, ORIGINAL_TOPIC) == queue.encode()
+    assert header_value(copy.headers, ORIGINAL_TOPIC) == queue.topic.encode()
     assert header_value(copy.headers, ORIGINAL_OFFSET) == str(dropped.offset).encode()
     assert tracker.stats.redelivered == 1
 
 
 def test_after_max_redeliveries_a_message_goes_to_the_dlq_with_its_reason(
-    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+    settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
-    produce(settings, queue, [b"poison"])
-    consumer = consumer_factory(visibility_timeout_ms=1_000)
-    tracker = Tracker(settings, queue, GROUP, max_redeliveries=1)
+    produce(settings, queue.topic, [b"poison"])
+    consumer = consumer_factory(visibility_timeout_ms=1_000, max_redeliveries=1)
+    tracker = RedeliveryTracker(settings, consumer.queue)
     with running_service(tracker):
         # delivered, never acknowledged; redelivered once, never acknowledged
         deliveries = poll_until(consumer, 2, timeout_s=30)
-        dead = read_topic(settings, dlq_topic(queue, GROUP), PARTITIONS, at_least=1)
+        dead = read_topic(settings, queue.dlq_topic, PARTITIONS, at_least=1)
 
     assert [m.redelivery_count for m in deliveries] == [0, 1]
     assert [m.value() for m in dead] == [b"poison"]
@@ -220,11 +226,11 @@ def test_after_max_redeliveries_a_message_goes_to_the_dlq_with_its_reason(
 
 
 def test_nack_redelivers_at_once_instead_of_after_the_timeout(
-    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+    settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
-    produce(settings, queue, [b"retry-me"])
+    produce(settings, queue.topic, [b"retry-me"])
     consumer = consumer_factory(visibility_timeout_ms=120_000)
-    with running_service(Tracker(settings, queue, GROUP)):
+    with running_service(RedeliveryTracker(settings, consumer.queue)):
         [message] = poll_until(consumer, 1)
         consumer.nack(message)
         started = time.monotonic()
@@ -235,11 +241,11 @@ def test_nack_redelivers_at_once_instead_of_after_the_timeout(
 
 
 def test_extend_keeps_a_long_running_message_from_being_redelivered(
-    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+    settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
-    produce(settings, queue, [b"slow"])
+    produce(settings, queue.topic, [b"slow"])
     consumer = consumer_factory(visibility_timeout_ms=1_500)
-    tracker = Tracker(settings, queue, GROUP)
+    tracker = RedeliveryTracker(settings, consumer.queue)
     with running_service(tracker):
         [message] = poll_until(consumer, 1)
         consumer.extend(message, seconds=8)
@@ -252,10 +258,10 @@ def test_extend_keeps_a_long_running_message_from_being_redelivered(
 
 
 def test_tracker_survives_garbage_markers_and_still_redelivers(
-    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+    settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
     # given garbage on partition 0 of the markers topic
-    markers = markers_topic(queue, GROUP)
+    markers = queue.markers_topic
     rng = random.Random(3)
     garbage = [
         b"",
@@ -263,15 +269,15 @@ def test_tracker_survives_garbage_markers_and_still_redelivers(
         b"\xff" * 40,
         bytes(rng.randrange(256) for _ in range(64)),
         encode_marker(StartMarker("someone-elses-topic", 0, 0, 5, 0)),
-        encode_marker(StartMarker(queue, 0, 10_000, 2, 0)),  # offsets that do not exist
+        encode_marker(StartMarker(queue.topic, 0, 10_000, 2, 0)),  # offsets that do not exist
     ]
     producer = Producer(settings.producer_config())
     for value in garbage:
         producer.produce(markers, value=value, partition=0)
     assert producer.flush(30) == 0
-    produce(settings, queue, [b"real"])
+    produce(settings, queue.topic, [b"real"])
     consumer = consumer_factory(visibility_timeout_ms=1_000)
-    tracker = Tracker(settings, queue, GROUP)
+    tracker = RedeliveryTracker(settings, consumer.queue)
 
     # when a real message is left unacknowledged behind the garbage
     with running_service(tracker):
@@ -288,11 +294,11 @@ def test_tracker_survives_garbage_markers_and_still_redelivers(
 
 
 def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknowledged(
-    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+    settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
-    produce(settings, queue, [f"m{i}".encode() for i in range(100)], partitions=PARTITIONS)
+    produce(settings, queue.topic, [f"m{i}".encode() for i in range(100)], partitions=PARTITIONS)
     consumer = consumer_factory(visibility_timeout_ms=1_000, batch_size=20)
-    first = Tracker(settings, queue, GROUP)
+    first = RedeliveryTracker(settings, consumer.queue)
     with running_service(first):
         for message in poll_until(consumer, 100):
             consumer.ack(message)
@@ -303,7 +309,7 @@ def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknow
 
     # when a new tracker starts after every deadline has passed
     time.sleep(1.5)
-    second = Tracker(settings, queue, GROUP)
+    second = RedeliveryTracker(settings, consumer.queue)
     with running_service(second):
         time.sleep(4)
 
@@ -311,22 +317,24 @@ def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknow
     assert markers_read_first > 0
     assert second.stats.markers == 0
     assert second.stats.redelivered == 0
-    assert read_topic(settings, redelivery_topic(queue, GROUP), PARTITIONS) == []
+    assert read_topic(settings, queue.redelivery_topic, PARTITIONS) == []
 
 
 def test_null_keys_and_values_1mib_values_and_binary_headers_survive_redelivery(
-    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+    settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
     producer = Producer(settings.producer_config())
     big = bytes(range(256)) * 4096  # 1 MiB
-    producer.produce(queue, key=None, value=None, partition=0)
-    producer.produce(queue, key=b"k", value=big, partition=0, headers=[("h", b"\xc3\x28")])
-    producer.produce(queue, key=b"k", value=b"v", partition=0, headers=[(REDELIVERY_COUNT, b"x")])
+    producer.produce(queue.topic, key=None, value=None, partition=0)
+    producer.produce(queue.topic, key=b"k", value=big, partition=0, headers=[("h", b"\xc3\x28")])
+    producer.produce(
+        queue.topic, key=b"k", value=b"v", partition=0, headers=[(REDELIVERY_COUNT, b"x")]
+    )
     assert producer.flush(30) == 0
     consumer = consumer_factory(visibility_timeout_ms=1_000)
 
     # delivered; the null and the 1 MiB message are left for the tracker to redeliver
-    with running_service(Tracker(settings, queue, GROUP)):
+    with running_service(RedeliveryTracker(settings, consumer.queue)):
         messages = poll_until(consumer, 3)
         consumer.ack(messages[2])
         copies = poll_until(consumer, 2)
@@ -344,16 +352,16 @@ def test_null_keys_and_values_1mib_values_and_binary_headers_survive_redelivery(
 
 
 def test_garbage_redelivery_count_goes_to_the_dlq_with_its_reason(
-    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+    settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
     producer = Producer(settings.producer_config())
-    producer.produce(queue, value=b"odd", partition=0, headers=[(REDELIVERY_COUNT, b"\xff")])
+    producer.produce(queue.topic, value=b"odd", partition=0, headers=[(REDELIVERY_COUNT, b"\xff")])
     assert producer.flush(30) == 0
     consumer = consumer_factory(visibility_timeout_ms=1_000)
-    tracker = Tracker(settings, queue, GROUP)
+    tracker = RedeliveryTracker(settings, consumer.queue)
     with running_service(tracker):
         assert len(poll_until(consumer, 1)) == 1  # and never acknowledged
-        dead = read_topic(settings, dlq_topic(queue, GROUP), PARTITIONS, at_least=1)
+        dead = read_topic(settings, queue.dlq_topic, PARTITIONS, at_least=1)
     assert [m.value() for m in dead] == [b"odd"]
     reason = header_value(normalize_headers(dead[0].headers()), DLQ_REASON) or b""
     assert reason.startswith(b"corrupt redelivery metadata")
@@ -361,12 +369,12 @@ def test_garbage_redelivery_count_goes_to_the_dlq_with_its_reason(
 
 
 def test_acks_of_revoked_partitions_still_count(
-    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+    settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
     # given consumer A holding messages of both partitions, all in flight at the tracker
-    produce(settings, queue, [f"m{i}".encode() for i in range(20)], partitions=PARTITIONS)
+    produce(settings, queue.topic, [f"m{i}".encode() for i in range(20)], partitions=PARTITIONS)
     first = consumer_factory(visibility_timeout_ms=60_000)
-    tracker = Tracker(settings, queue, GROUP)
+    tracker = RedeliveryTracker(settings, first.queue)
     with running_service(tracker):
         held = poll_until(first, 20)
         assert wait_for(lambda: tracker.inflight_count() == 20)
@@ -377,7 +385,9 @@ def test_acks_of_revoked_partitions_still_count(
         while time.monotonic() < deadline and not second.assignment_ready():
             extra += second.poll(timeout_s=0.2) + first.poll(timeout_s=0.2)
         assert second.assignment_ready(), "B never got a partition"
-        assert len(first.assigned_partitions()) < 2 * PARTITIONS  # A lost some
+        assert (
+            len(first.assigned_partitions()) < len(queue.consumed_topics) * PARTITIONS
+        )  # A lost some
         # then A's acks after the revocation are honoured: nothing is left to redeliver
         for message in held:
             first.ack(message)
@@ -389,11 +399,14 @@ def test_acks_of_revoked_partitions_still_count(
 
 
 def test_trackers_share_partitions_and_one_takes_over_when_another_stops(
-    settings: KmqSettings, queue: str, consumer_factory: Callable[..., KmqConsumer]
+    settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
-    produce(settings, queue, [b"a", b"b"], partitions=PARTITIONS)  # one per partition
+    produce(settings, queue.topic, [b"a", b"b"], partitions=PARTITIONS)  # one per partition
     consumer = consumer_factory(visibility_timeout_ms=4_000)
-    first, second = Tracker(settings, queue, GROUP), Tracker(settings, queue, GROUP)
+    first, second = (
+        RedeliveryTracker(settings, consumer.queue),
+        RedeliveryTracker(settings, consumer.queue),
+    )
     with running_service(first):
         with running_service(second):
             # both trackers own one markers partition each

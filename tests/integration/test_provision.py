@@ -14,8 +14,16 @@ from kmq_dagster.core.naming import (
     redelivery_topic,
     retry_topic,
 )
-from kmq_dagster.errors import ConfigError, KafkaUnavailableError, ProvisionError
-from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.errors import (
+    ConfigError,
+    KafkaUnavailableError,
+    ProvisionError,
+    QueueConflictError,
+)
+from kmq_dagster.kafka.provision import provision_queue, provision_topic
+from kmq_dagster.kafka.queues import open_queue
 from kmq_dagster.settings import KmqSettings
 from tests.processes import run_kmq
 
@@ -28,8 +36,9 @@ def _partition_counts(settings: KmqSettings) -> dict[str, int]:
 
 
 def test_provision_creates_every_topic_of_a_group(settings: KmqSettings, topic_name: str) -> None:
+    policy = RetryPolicy.fixed((5_000, 300_000))
     report = provision_queue(
-        settings, topic_name, partitions=3, group="billing", retry_delays_ms=(5_000, 300_000)
+        settings, Queue(topic_name, "billing", partitions=3, retry_policy=policy)
     )
 
     expected = [
@@ -66,9 +75,9 @@ def test_cli_provision_twice_changes_nothing_the_second_time(
 
 
 def test_a_second_group_adds_only_its_own_topics(settings: KmqSettings, topic_name: str) -> None:
-    provision_queue(settings, topic_name, partitions=2, group="a")
+    provision_queue(settings, Queue(topic_name, "a", partitions=2))
 
-    report = provision_queue(settings, topic_name, group="b")
+    report = provision_queue(settings, Queue(topic_name, "b"))
 
     assert report.partitions == 2  # adopted from the existing queue topic
     assert report.unchanged == [topic_name, *delay_topics(topic_name, DELAY_LEVELS_MS)]
@@ -101,28 +110,92 @@ def test_markers_topic_with_other_partition_count_is_a_clear_error(
     assert f"{markers} has 1" in result.stderr
     assert topic_name not in _partition_counts(settings)
     with pytest.raises(ProvisionError, match="same count"):
-        provision_queue(settings, topic_name, partitions=3, group="g")
+        provision_queue(settings, Queue(topic_name, "g", partitions=3))
 
 
 def test_partition_count_other_than_the_existing_queue_is_refused(
     settings: KmqSettings, topic_name: str
 ) -> None:
-    provision_queue(settings, topic_name, partitions=2)
+    provision_topic(settings, topic_name, partitions=2)
     with pytest.raises(ProvisionError, match="exists with 2 partitions, not 4"):
-        provision_queue(settings, topic_name, partitions=4)
+        provision_topic(settings, topic_name, partitions=4)
 
 
 def test_a_new_queue_needs_a_partition_count(settings: KmqSettings, topic_name: str) -> None:
-    with pytest.raises(ProvisionError, match="give --partitions"):
-        provision_queue(settings, topic_name, group="g")
+    with pytest.raises(ProvisionError, match="give a partition count"):
+        provision_queue(settings, Queue(topic_name, "g"))
 
 
 def test_a_group_name_that_makes_an_illegal_topic_is_refused(
     settings: KmqSettings, topic_name: str
 ) -> None:
     with pytest.raises(ConfigError, match="illegal topic name"):
-        provision_queue(settings, topic_name, partitions=1, group="has space")
+        provision_queue(settings, Queue(topic_name, "has space", partitions=1))
     assert topic_name not in _partition_counts(settings)
+
+
+def test_queues_whose_names_would_share_topics_are_refused(
+    settings: KmqSettings, topic_name: str
+) -> None:
+    # given queue "<t>.b" worked by group "c": its topics are "<t>.b.c.*"
+    first = Queue(f"{topic_name}.b", "c", partitions=1)
+    provision_queue(settings, first)
+    before = _partition_counts(settings)
+
+    # when queue "<t>" with group "b.c" (the same "<t>.b.c.*" names) is provisioned or opened
+    result = run_kmq(
+        "provision", "-t", topic_name, "-p", "1", "-g", "b.c",
+        env={"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers},
+    )  # fmt: skip
+
+    # then both refuse with one line naming the owner, and nothing is created
+    assert result.returncode == 1, result.stdout
+    assert result.stderr.count("\n") == 1
+    assert f"of queue {topic_name}.b / c" in result.stderr
+    assert f"{topic_name}.b.c.markers" in result.stderr
+    assert _partition_counts(settings) == before
+    with pytest.raises(QueueConflictError, match=f"queue {topic_name}.b / c"):
+        open_queue(settings, topic_name, "b.c")
+    # and a queue topic named like another queue's DLQ is refused too
+    with pytest.raises(QueueConflictError, match="dlq"):
+        provision_topic(settings, first.dlq_topic, partitions=1)
+
+
+def test_the_definition_is_stored_and_contradictions_are_errors(
+    settings: KmqSettings, topic_name: str
+) -> None:
+    # given a queue provisioned with its own retry policy and timeouts
+    policy = RetryPolicy.fixed((2_000, 7_000))
+    defined = Queue(topic_name, "g", partitions=2, retry_policy=policy, visibility_timeout_ms=9_000,
+                    max_redeliveries=5)  # fmt: skip
+    provision_queue(settings, defined)
+
+    # when it is opened by name, the stored definition comes back
+    opened = open_queue(settings, topic_name, "g")
+    assert opened == defined
+
+    # and a value that contradicts it is an error, not a silent override
+    with pytest.raises(QueueConflictError, match=r"visibility timeout 9s \(given: 10s\)"):
+        open_queue(settings, topic_name, "g", visibility_timeout_ms=10_000)
+    with pytest.raises(QueueConflictError, match=r"retry delays 2s,7s \(given: retry delays 2s\)"):
+        provision_queue(settings, defined.replace(retry_policy=RetryPolicy.fixed((2_000,))))
+    # while agreeing values and the caller's own fatal error types are fine
+    fatal = policy.with_non_retryable(["ValueError"])
+    assert open_queue(settings, topic_name, "g", retry_policy=fatal).retry_policy == fatal
+
+    # and redefining is explicit: new retry topics are created, the definition replaced
+    report = provision_queue(
+        settings, defined.replace(retry_policy=RetryPolicy.fixed((3_000,))), redefine=True
+    )
+    assert report.created == [f"{topic_name}.g.retry.3s"]
+    assert open_queue(settings, topic_name, "g").retry_policy.delays_ms == (3_000,)
+
+
+def test_a_queue_that_was_never_provisioned_says_how_to_provision_it(
+    settings: KmqSettings, topic_name: str
+) -> None:
+    with pytest.raises(ProvisionError, match=f"run `kmq provision --topic {topic_name} --group g`"):
+        open_queue(settings, topic_name, "g")
 
 
 def test_unreachable_broker_is_one_line_not_a_traceback() -> None:
@@ -141,6 +214,6 @@ def test_unreachable_broker_is_one_line_not_a_traceback() -> None:
     assert result.stderr.startswith(f"kmq: error: cannot reach Kafka at {address}")
     assert "Traceback" not in result.stderr
     with pytest.raises(KafkaUnavailableError):
-        provision_queue(
+        provision_topic(
             KmqSettings(bootstrap_servers=address, request_timeout_ms=1000), "x", partitions=1
         )

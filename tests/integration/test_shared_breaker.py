@@ -7,13 +7,16 @@ from pathlib import Path
 from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.breaker import BreakerConfig, CircuitBreaker, State
+from kmq_dagster.core.queue import Queue
 
 CONFIG = BreakerConfig(min_calls=4, consecutive_failures=4, cooldown_ms=1_000, probes=1)
 
 
 def workers(store: AuditStore, count: int) -> list[SharedBreaker]:
     return [
-        SharedBreaker(CircuitBreaker(CONFIG), "orders", "billing", store=store, sync_interval_ms=0)
+        SharedBreaker(
+            CircuitBreaker(CONFIG), Queue("orders", "billing"), store=store, sync_interval_ms=0
+        )
         for _ in range(count)
     ]
 

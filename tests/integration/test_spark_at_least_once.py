@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from kmq_dagster.kafka.provision import provision_queue
-from kmq_dagster.kafka.tracker import Tracker
+from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.session import local_session
-from tests.kafka_helpers import produce, running_service, wait_for
+from tests.kafka_helpers import new_queue, produce, running_service, wait_for
 from tests.processes import kmq_argv
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
@@ -39,16 +38,13 @@ def spark() -> Iterator[SparkSession]:
 def test_a_driver_killed_mid_batch_loses_nothing(
     spark: SparkSession, settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
-    provision_queue(
-        settings, topic_name, partitions=2, group=GROUP, retry_delays_ms=(1_000,),
-        delay_queue=False,
-    )  # fmt: skip
+    queue = new_queue(settings, topic_name, GROUP, partitions=2, retry_delays_ms=(1_000,),
+                      visibility_timeout_ms=5_000)  # fmt: skip
     produce(settings, topic_name, [str(i).encode() for i in range(MESSAGES)], partitions=2)
     output = tmp_path / "out"
     argv = kmq_argv(
         "spark", "--topic", topic_name, "--group", GROUP, "--output", str(output),
         "--function", "tests.support.spark_functions:slow_echo", "--max-per-partition", "300",
-        "--visibility-timeout", "5s", "--retry-delays", "1s",
     )  # fmt: skip
     env = {
         **os.environ,
@@ -75,7 +71,7 @@ def test_a_driver_killed_mid_batch_loses_nothing(
     assert before < MESSAGES, "the kill must land mid-way"
 
     # past the visibility timeout, the tracker redelivers what the killed batch had started
-    with running_service(Tracker(settings, topic_name, GROUP)) as tracker:
+    with running_service(RedeliveryTracker(settings, queue)) as tracker:
         assert wait_for(lambda: tracker.stats.redelivered > 0, timeout_s=60)
     second = subprocess.run(
         argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False

@@ -11,16 +11,14 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import col, upper
 
-from kmq_dagster.core.naming import dlq_topic, redelivery_topic
-from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.errors import ConfigError
-from kmq_dagster.kafka.provision import provision_queue
-from kmq_dagster.kafka.tracker import Tracker
+from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import SparkQueueJob
 from kmq_dagster.spark.session import local_session
 from kmq_dagster.spark.tasks import SparkMessage
-from tests.kafka_helpers import produce, read_topic, running_service, wait_for
+from tests.kafka_helpers import new_queue, produce, read_topic, running_service, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -36,12 +34,9 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture
-def queue(settings: KmqSettings, topic_name: str) -> str:
-    provision_queue(
-        settings, topic_name, partitions=PARTITIONS, group=GROUP, retry_delays_ms=(1_000,),
-        delay_queue=False,
-    )  # fmt: skip
-    return topic_name
+def queue(settings: KmqSettings, topic_name: str) -> Queue:
+    return new_queue(settings, topic_name, GROUP, partitions=PARTITIONS, retry_delays_ms=(1_000,),
+                     visibility_timeout_ms=2_000)  # fmt: skip
 
 
 def shout(message: SparkMessage) -> dict[str, object]:
@@ -53,15 +48,14 @@ def shout(message: SparkMessage) -> dict[str, object]:
 
 
 def test_a_batch_writes_successes_with_coordinates_dead_letters_failures_and_acks_all(
-    spark: SparkSession, settings: KmqSettings, queue: str, tmp_path: Path
+    spark: SparkSession, settings: KmqSettings, queue: Queue, tmp_path: Path
 ) -> None:
-    topic_name = queue
+    topic_name = queue.topic
     produce(settings, topic_name, [str(i).encode() for i in range(400)], partitions=PARTITIONS)
     output = str(tmp_path / "out")
     job = SparkQueueJob(
-        spark, settings.with_overrides(visibility_timeout_ms=2_000), topic_name, GROUP,
-        function=shout, output_path=output,
-        policy=RetryPolicy.fixed([1_000], non_retryable=["ValueError"]),
+        spark, settings, queue, function=shout, output_path=output,
+        policy=queue.retry_policy.with_non_retryable(["ValueError"]),
     )  # fmt: skip
     try:
         report = job.run_batch()
@@ -76,30 +70,29 @@ def test_a_batch_writes_successes_with_coordinates_dead_letters_failures_and_ack
     assert {(r["topic"], r["partition"]) for r in rows} == {(topic_name, 0), (topic_name, 1)}
     assert len({(r["partition"], r["offset"]) for r in rows}) == 360
     assert '"loud": "7!"' in next(r["result"] for r in rows if r["key"] == b"7")
-    dead = read_topic(settings, dlq_topic(topic_name, GROUP), PARTITIONS, at_least=40)
+    dead = read_topic(settings, queue.dlq_topic, PARTITIONS, at_least=40)
     assert sorted(int(r.value() or b"-1") for r in dead) == list(range(0, 400, 10))
     # every message was acknowledged: past the 2 s visibility timeout, nothing is redelivered
-    with running_service(Tracker(settings, topic_name, GROUP)) as tracker:
+    with running_service(RedeliveryTracker(settings, queue)) as tracker:
         time.sleep(6)
     assert tracker.stats.redelivered == 0
-    assert read_topic(settings, redelivery_topic(topic_name, GROUP), PARTITIONS, timeout_s=3) == []
+    assert read_topic(settings, queue.redelivery_topic, PARTITIONS, timeout_s=3) == []
 
 
 def test_two_jobs_of_one_group_never_own_the_same_partition(
-    spark: SparkSession, settings: KmqSettings, queue: str, tmp_path: Path
+    spark: SparkSession, settings: KmqSettings, queue: Queue, tmp_path: Path
 ) -> None:
-    topic_name = queue
+    topic_name = queue.topic
     produce(settings, topic_name, [str(i).encode() for i in range(1, 300)], partitions=PARTITIONS)
     output = str(tmp_path / "out")
-    policy = RetryPolicy.fixed([1_000], non_retryable=["ValueError"])  # failures: DLQ, no re-read
-    first = SparkQueueJob(
-        spark, settings, topic_name, GROUP, function=shout, output_path=output, policy=policy
-    )
+    # failures go to the DLQ, so nothing is read twice
+    policy = queue.retry_policy.with_non_retryable(["ValueError"])
+    first = SparkQueueJob(spark, settings, queue, function=shout, output_path=output, policy=policy)
     second = SparkQueueJob(
-        spark, settings, topic_name, GROUP, function=shout, output_path=output, policy=policy
+        spark, settings, queue, function=shout, output_path=output, policy=policy
     )
     try:
-        every = {(t, p) for t in [topic_name, *_group_topics(topic_name)] for p in range(2)}
+        every = {(t, p) for t in queue.consumed_topics for p in range(2)}
         assert wait_for(
             lambda: (
                 first.lease.owned() | second.lease.owned() == every
@@ -119,43 +112,37 @@ def test_two_jobs_of_one_group_never_own_the_same_partition(
     assert len({(r["partition"], r["offset"]) for r in rows}) == len(rows)
 
 
-def _group_topics(topic: str) -> list[str]:
-    return [redelivery_topic(topic, GROUP), f"{topic}.{GROUP}.retry.1s"]
-
-
 def test_a_dataframe_transform_is_written_and_its_messages_acknowledged(
-    spark: SparkSession, settings: KmqSettings, queue: str, tmp_path: Path
+    spark: SparkSession, settings: KmqSettings, queue: Queue, tmp_path: Path
 ) -> None:
-    produce(settings, queue, [f"order-{i}".encode() for i in range(300)], partitions=PARTITIONS)
+    produce(settings, queue.topic, [f"order-{i}".encode() for i in range(300)],
+            partitions=PARTITIONS)  # fmt: skip
     output = str(tmp_path / "out")
 
     def loud(frame: DataFrame) -> DataFrame:
         return frame.select("topic", "partition", "offset", upper(col("value").cast("string")))
 
-    job = SparkQueueJob(
-        spark, settings.with_overrides(visibility_timeout_ms=2_000), queue, GROUP,
-        transform=loud, output_path=output, policy=RetryPolicy.fixed([1_000]),
-    )  # fmt: skip
+    job = SparkQueueJob(spark, settings, queue, transform=loud, output_path=output)
     try:
-        report = job.run_batch()
+        totals = job.run_until_idle()
     finally:
         job.close()
 
     rows = spark.read.parquet(output).collect()
-    assert report.read == 300 and len(rows) == 300
+    assert (totals.batches, totals.read, len(rows)) == (2, 300, 300)  # the second read nothing
     assert {r[3] for r in rows} == {f"ORDER-{i}" for i in range(300)}
-    with running_service(Tracker(settings, queue, GROUP)) as tracker:
+    with running_service(RedeliveryTracker(settings, queue)) as tracker:
         time.sleep(6)
     assert tracker.stats.redelivered == 0
 
 
 def test_a_transform_must_keep_the_coordinates(
-    spark: SparkSession, settings: KmqSettings, queue: str, tmp_path: Path
+    spark: SparkSession, settings: KmqSettings, queue: Queue, tmp_path: Path
 ) -> None:
-    produce(settings, queue, [b"x"], partitions=PARTITIONS)
+    produce(settings, queue.topic, [b"x"], partitions=PARTITIONS)
     job = SparkQueueJob(
-        spark, settings, queue, GROUP, transform=lambda frame: frame.select("value"),
-        output_path=str(tmp_path / "out"), policy=RetryPolicy.fixed([1_000]),
+        spark, settings, queue, transform=lambda frame: frame.select("value"),
+        output_path=str(tmp_path / "out"),
     )  # fmt: skip
     try:
         with pytest.raises(ConfigError, match="lacks topic, partition, offset"):

@@ -27,9 +27,9 @@ HANDLER = "tests.support.flaky_handler:handle"
 @pytest.mark.parametrize(
     ("handler", "message"),
     [
-        ("no_colon", "--handler takes package.module:function"),
-        ("no.such.module:f", "cannot import handler module 'no.such.module'"),
-        ("json:no_such_function", "json has no callable 'no_such_function'"),
+        ("no_colon", "--handler: a handler is named package.module:function"),
+        ("no.such.module:f", "--handler: cannot import handler module 'no.such.module'"),
+        ("json:no_such_function", "--handler: json has no callable 'no_such_function'"),
     ],
 )
 def test_bad_handler_is_a_one_line_error(settings: KmqSettings, handler: str, message: str) -> None:
@@ -99,15 +99,19 @@ def test_worker_with_exponential_backoff_retries_on_its_backoff_topics(
 
 def test_conflicting_retry_flags_are_a_one_line_error(settings: KmqSettings) -> None:
     env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
-    both = run_kmq(
-        "provision", "-t", "x", "--retry-delays", "1s", "--retry-backoff", "1s,2,1m", env=env
-    )
-    bad = run_kmq("provision", "-t", "x", "--retry-backoff", "1s,2", env=env)
-    stray = run_kmq("provision", "-t", "x", "--max-attempts", "3", env=env)
+    base = ("provision", "-t", "x", "-g", "g")
+    both = run_kmq(*base, "--retry-delays", "1s", "--retry-backoff", "1s,2,1m", env=env)
+    bad = run_kmq(*base, "--retry-backoff", "1s,2", env=env)
+    stray = run_kmq(*base, "--max-attempts", "3", env=env)
 
-    assert both.stderr.strip() == "kmq: error: give --retry-delays or --retry-backoff, not both"
-    assert bad.stderr.strip().startswith("kmq: error: --retry-backoff takes INITIAL,MULTIPLIER,MAX")
-    assert stray.stderr.strip().startswith("kmq: error: --max-attempts goes with --retry-backoff")
+    assert both.stderr.strip() == (
+        "kmq: error: --retry-backoff: give retry delays or a retry backoff, not both"
+    )
+    assert bad.stderr.strip().startswith("kmq: error: --retry-backoff")
+    assert "INITIAL,MULTIPLIER,MAX" in bad.stderr
+    assert stray.stderr.strip().startswith(
+        "kmq: error: --max-attempts: max attempts go with a retry backoff"
+    )
     assert {both.returncode, bad.returncode, stray.returncode} == {1}
 
 

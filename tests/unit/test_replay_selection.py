@@ -9,9 +9,11 @@ from kmq_dagster.core.replay import (
     REPLAY_COUNT,
     TO_ORIGINAL,
     TO_RETRY,
+    Ago,
     ReplaySelection,
     default_replay_id,
     parse_offsets,
+    parse_time,
     parse_time_ms,
     read_replay_count,
     replay_headers,
@@ -43,7 +45,7 @@ def test_times_are_iso_utc_by_default_or_durations_ago() -> None:
 
 def test_every_filter_must_match() -> None:
     selection = ReplaySelection(
-        offsets={0: ((10, 20),)}, key=b"k", error_type="TimeoutError", since_ms=100, until_ms=200
+        offsets={0: ((10, 20),)}, key=b"k", error_type="TimeoutError", since=100, until=200
     )
 
     assert selection.matches(0, 15, b"k", TIMEOUT, 150)
@@ -63,8 +65,35 @@ def test_no_filter_selects_everything_and_injection_strings_are_just_values() ->
 
 
 def test_since_must_come_before_until() -> None:
-    with pytest.raises(ConfigError, match="--since must be before --until"):
-        ReplaySelection(since_ms=200, until_ms=100)
+    with pytest.raises(ConfigError, match="must come before its end"):
+        ReplaySelection(since=200, until=100)
+    with pytest.raises(ConfigError, match="must come before its end"):
+        ReplaySelection(since=Ago(3_600_000), until=Ago(7_200_000))  # 1 h ago, 2 h ago
+    with pytest.raises(ConfigError, match="must come before its end"):
+        ReplaySelection(since=Ago(3_600_000), until=NOW_MS - 7_200_000).resolved(NOW_MS)
+
+
+def test_relative_times_stay_relative_so_the_same_command_is_the_same_replay() -> None:
+    # given "--since 2h" typed at two different moments
+    selection = ReplaySelection(since=parse_time("2h ago"))
+
+    # then the replay id does not depend on when it runs, and each run resolves it itself
+    assert selection == ReplaySelection(since=parse_time("2h"))
+    assert selection.describe() == "since 2h ago"
+    assert default_replay_id("t", "g", selection, TO_RETRY) == default_replay_id(
+        "t", "g", ReplaySelection(since=Ago(7_200_000)), TO_RETRY
+    )
+    assert selection.resolved(NOW_MS).since == NOW_MS - 7_200_000
+    assert not selection.resolved(NOW_MS).matches(0, 0, None, TIMEOUT, NOW_MS - 7_200_001)
+    assert selection.resolved(NOW_MS).matches(0, 0, None, TIMEOUT, NOW_MS - 7_200_000)
+
+
+@pytest.mark.parametrize(
+    "text", ["1000000d", "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-05:00", "1969-12-31"]
+)
+def test_times_outside_1970_to_9999_are_clear_errors(text: str) -> None:
+    with pytest.raises(ConfigError, match="outside the years 1970 to 9999"):
+        parse_time_ms(text, NOW_MS)
 
 
 def test_the_same_replay_gets_the_same_id_and_another_one_another() -> None:

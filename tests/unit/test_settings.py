@@ -59,7 +59,7 @@ def test_client_passthrough_tunes_defaults_but_cannot_turn_on_auto_commit() -> N
     [
         ({"KMQ_SESSION_TIMEOUT_MS": "ten"}, "KMQ_SESSION_TIMEOUT_MS must be an integer"),
         ({"KMQ_VISIBILITY_TIMEOUT": "soon"}, "not a duration"),
-        ({"KMQ_BATCH_SIZE": "0"}, "batch_size must be >= 1"),
+        ({"KMQ_BATCH_SIZE": "0"}, "batch_size must be between 1 and 1,000,000"),
         ({"KMQ_FETCH_WAIT_MAX_MS": "0"}, "fetch_wait_max_ms must be positive"),
         ({"KMQ_RETRY_DELAYS": ","}, "retry delays"),
         ({"KMQ_BOOTSTRAP_SERVERS": " "}, "bootstrap servers must not be empty"),

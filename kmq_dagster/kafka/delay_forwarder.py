@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from kmq_dagster.core.commits import CommitQueue
 from kmq_dagster.core.delay import (
@@ -32,7 +32,8 @@ from kmq_dagster.core.delay import (
 )
 from kmq_dagster.core.headers import DLQ_REASON, normalize_headers, replace_headers
 from kmq_dagster.core.naming import delay_dlq_topic, delay_topic, delay_topics
-from kmq_dagster.kafka.clients import CLIENT_LOGGER, ClientErrors, commit_offsets, wall_clock_ms
+from kmq_dagster.kafka.clients import ClientErrors, new_consumer, new_producer, wall_clock_ms
+from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, produce
 from kmq_dagster.kafka.due_gate import DueGate, group_by_source
 from kmq_dagster.kafka.message import record_offset, record_source
 from kmq_dagster.kafka.provision import require_topics
@@ -42,7 +43,6 @@ log = logging.getLogger(__name__)
 
 #: Longest a poll waits, so held messages and paused partitions are served on time.
 MAX_POLL_WAIT_S = 0.1
-FLUSH_TIMEOUT_S = 30.0
 
 
 def delayer_group(topic: str) -> str:
@@ -90,18 +90,14 @@ class DelayForwarder:
         self._batch_size = batch_size or settings.batch_size
         self._clock_ms = clock_ms
         require_topics(settings, topic, delay_topics(topic, DELAY_LEVELS_MS))
-        self._producer = Producer(
-            settings.producer_config(**{"linger.ms": 5, "logger": CLIENT_LOGGER})
-        )
-        self._consumer = Consumer(
-            settings.consumer_config(
-                delayer_group(topic),
-                **{
-                    "partition.assignment.strategy": "cooperative-sticky",
-                    "logger": CLIENT_LOGGER,
-                    "error_cb": self.stats.client_errors.on_error,
-                },
-            )
+        self._producer = new_producer(settings, **{"linger.ms": 5})
+        self._consumer = new_consumer(
+            settings,
+            delayer_group(topic),
+            **{
+                "partition.assignment.strategy": "cooperative-sticky",
+                "error_cb": self.stats.client_errors.on_error,
+            },
         )
         #: Partitions the group gave this forwarder; kept here because other threads may ask
         #: (``Consumer.assignment()`` can block for a long time while another thread consumes).
@@ -151,6 +147,14 @@ class DelayForwarder:
             self._forward(record, now_ms, batch_id)
         self._producer.poll(0)
 
+    def describe_stats(self) -> str:
+        """One line of the forwarder's counters, for its log."""
+        stats = self.stats
+        return (
+            f"delivered {stats.delivered}, moved between levels {stats.hopped}, "
+            f"corrupt {stats.corrupt}"
+        )
+
     def assignment_ready(self) -> bool:
         """True once the group has assigned this forwarder at least one partition; any thread."""
         return bool(self._assigned)
@@ -161,7 +165,7 @@ class DelayForwarder:
         Messages held in memory are not committed: the next owner of their partition reads
         them again from the level topic.
         """
-        self._producer.flush(FLUSH_TIMEOUT_S)
+        self._producer.flush(DELIVERY_TIMEOUT_S)
         self._settle(asynchronous=False)
         self._consumer.close()
 
@@ -224,7 +228,8 @@ class DelayForwarder:
                 log.warning("delayed message not forwarded (%s); it is read again", error)
             self._commits.marker_delivered(batch_id, ok=error is None)
 
-        self._producer.produce(
+        produce(
+            self._producer,
             target,
             key=record.key(),
             value=record.value(),
@@ -245,7 +250,10 @@ class DelayForwarder:
         if ready.commit:
             offsets = [TopicPartition(t, p, offset) for (t, p), offset in ready.commit.items()]
             try:
-                commit_offsets(self._consumer, offsets, wait=not asynchronous)
+                if asynchronous:
+                    self._consumer.commit(offsets=offsets, asynchronous=True)
+                else:
+                    self._consumer.commit(offsets=offsets, asynchronous=False)
             except KafkaException as exc:
                 log.warning("offset commit failed, messages may be forwarded twice: %s", exc)
 
@@ -281,7 +289,7 @@ class DelayForwarder:
         sources = {(p.topic, p.partition) for p in partitions}
         self._assigned -= sources
         log.info("delay partitions revoked: %s", sorted(sources))
-        self._producer.flush(FLUSH_TIMEOUT_S)
+        self._producer.flush(DELIVERY_TIMEOUT_S)
         self._settle(asynchronous=False)
         self._commits.forget(sources)
         self._gate.forget(sources)

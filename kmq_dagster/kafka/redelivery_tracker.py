@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from kmq_dagster.core.headers import (
     DLQ_REASON,
@@ -37,11 +37,11 @@ from kmq_dagster.core.headers import (
 )
 from kmq_dagster.core.inflight import MessageRef, PartitionInflight
 from kmq_dagster.core.markers import EndMarker, StartMarker, decode_marker, encode_marker
-from kmq_dagster.core.naming import dlq_topic, markers_topic, redelivery_topic
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.errors import MarkerDecodeError
-from kmq_dagster.kafka.clients import CLIENT_LOGGER, ClientErrors
-from kmq_dagster.kafka.consumer import wall_clock_ms
-from kmq_dagster.kafka.provision import require_queue_topics
+from kmq_dagster.kafka.clients import ClientErrors, new_consumer, new_producer, wall_clock_ms
+from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, Deliveries, produce
+from kmq_dagster.kafka.queues import ensure_provisioned
 from kmq_dagster.kafka.record_reader import RecordReader
 from kmq_dagster.settings import KmqSettings
 
@@ -76,42 +76,45 @@ class _PartitionState:
     undecided_reads: dict[MessageRef, int] = field(default_factory=lambda: defaultdict(int))
 
 
-class Tracker:
-    """Redelivery tracker for ``group`` consuming ``topic``; several may run side by side."""
+def tracker_group(queue: Queue) -> str:
+    """The consumer group the trackers of ``queue`` share the markers partitions in."""
+    return f"kmq-tracker.{queue.topic}.{queue.group}"
+
+
+class RedeliveryTracker:
+    """Redelivers ``queue``'s messages that were not acknowledged within their visibility
+    timeout; several may run side by side (they share the markers partitions).
+
+    Examples:
+        >>> tracker = RedeliveryTracker(settings, open_queue(settings, "orders", "billing"))
+        ...                                                   # doctest: +SKIP
+        >>> tracker.run(stop_event)                           # doctest: +SKIP
+    """
 
     def __init__(
         self,
         settings: KmqSettings,
-        topic: str,
-        group: str,
+        queue: Queue,
         *,
-        max_redeliveries: int | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        self.topic = topic
-        self.group = group
-        self.max_redeliveries = (
-            settings.max_redeliveries if max_redeliveries is None else max_redeliveries
-        )
-        self.markers_topic = markers_topic(topic, group)
-        self.redelivery_topic = redelivery_topic(topic, group)
-        self.dlq_topic = dlq_topic(topic, group)
+        self.queue = queue = ensure_provisioned(settings, queue)
+        self.topic = queue.topic
+        self.group = queue.group
+        self.max_redeliveries = queue.max_redeliveries
+        self.markers_topic = queue.markers_topic
+        self.redelivery_topic = queue.redelivery_topic
+        self.dlq_topic = queue.dlq_topic
         self.stats = TrackerStats()
         self._clock_ms = clock_ms
-        require_queue_topics(settings, topic, group)
         self._partitions: dict[int, _PartitionState] = {}
-        self._consumer = Consumer(
-            settings.consumer_config(
-                f"kmq-tracker.{topic}.{group}",
-                **{
-                    "enable.partition.eof": True,
-                    "logger": CLIENT_LOGGER,
-                    "error_cb": self.stats.client_errors.on_error,
-                },
-            )
+        self._consumer = new_consumer(
+            settings,
+            tracker_group(queue),
+            **{"enable.partition.eof": True, "error_cb": self.stats.client_errors.on_error},
         )
-        self._producer = Producer(settings.producer_config(logger=CLIENT_LOGGER))
-        self._reader = RecordReader(settings, f"kmq-tracker-reader.{topic}.{group}")
+        self._producer = new_producer(settings)
+        self._reader = RecordReader(settings, f"kmq-tracker-reader.{queue.topic}.{queue.group}")
 
     def run(self, stop: threading.Event) -> None:
         """Track until ``stop`` is set; then commit and leave the group."""
@@ -134,11 +137,19 @@ class Tracker:
             self._commit(list(self._partitions))
             self._consumer.close()
             self._reader.close()
-            self._producer.flush(30)
+            self._producer.flush(DELIVERY_TIMEOUT_S)
 
     def owned_partitions(self) -> list[int]:
         """Markers partitions this tracker is assigned now."""
         return sorted(self._partitions)
+
+    def describe_stats(self) -> str:
+        """One line of the tracker's counters, for its log."""
+        stats = self.stats
+        return (
+            f"in flight {self.inflight_count()}, redelivered {stats.redelivered}, "
+            f"dead-lettered {stats.dead_lettered}, bad markers {stats.bad_markers}"
+        )
 
     def inflight_count(self) -> int:
         """Unacknowledged messages this tracker knows of."""
@@ -205,16 +216,11 @@ class Tracker:
         for ref in refs:
             by_source[(ref.topic, ref.partition)].append(ref.offset)
         done: list[MessageRef] = []
-        failures: list[KafkaError] = []
-
-        def on_delivery(error: KafkaError | None, _message: Message) -> None:
-            if error is not None:
-                failures.append(error)
-
+        copies = Deliveries(self._producer)
         for (topic, partition), offsets in by_source.items():
             read = self._reader.read(topic, partition, offsets)
             for offset, record in sorted(read.found.items()):
-                self._produce_copy(record, on_delivery)
+                self._produce_copy(record, copies)
                 done.append(MessageRef(topic, partition, offset))
             for offset in read.gone:
                 self._record_gone(MessageRef(topic, partition, offset))
@@ -226,23 +232,25 @@ class Tracker:
                     del state.undecided_reads[ref]
                     self._record_gone(ref)
                     done.append(ref)
-        if self._producer.flush(30) or failures:
+        if len(copies.wait().delivered) < len(copies):
             # Nothing is ended: every message stays in flight and is tried again next check.
             self.stats.produce_failures += 1
-            log.warning("redelivery not acknowledged by the broker; will retry: %s", failures[:1])
+            failures = list(copies.failed.values())[:1] or "no answer in time"
+            log.warning("redelivery not acknowledged by the broker; will retry: %s", failures)
             return 0
         for ref in done:
             end = EndMarker(ref.topic, ref.partition, ref.offset, 1)
-            self._producer.produce(
-                self.markers_topic, value=encode_marker(end), partition=markers_partition
+            produce(
+                self._producer,
+                self.markers_topic,
+                value=encode_marker(end),
+                partition=markers_partition,
             )
             state.inflight.record_end(end)
         self._producer.poll(0)
         return len(done)
 
-    def _produce_copy(
-        self, record: Message, on_delivery: Callable[[KafkaError | None, Message], None]
-    ) -> None:
+    def _produce_copy(self, record: Message, copies: Deliveries) -> None:
         headers = normalize_headers(record.headers())
         updates = {GROUP: self.group}
         if header_value(headers, ORIGINAL_TOPIC) is None:
@@ -266,13 +274,12 @@ class Tracker:
                     f"not acknowledged within its visibility timeout after "
                     f"{self.max_redeliveries} redeliveries"
                 )
-        self._producer.produce(
+        copies.produce(
             target,
             key=record.key(),
             value=record.value(),
             headers=[*replace_headers(headers, updates)],
             partition=record.partition() or 0,
-            on_delivery=on_delivery,
         )
         if target == self.dlq_topic:
             self.stats.dead_lettered += 1

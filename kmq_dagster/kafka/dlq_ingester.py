@@ -12,15 +12,15 @@ import threading
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Message
 
 from kmq_dagster.audit.dead_letters import dead_letter_row
 from kmq_dagster.audit.store import AuditStore, now
 from kmq_dagster.core.headers import normalize_headers
-from kmq_dagster.core.naming import dlq_topic
-from kmq_dagster.kafka.clients import CLIENT_LOGGER, ClientErrors, commit_offsets, positions_after
-from kmq_dagster.kafka.provision import require_topics
-from kmq_dagster.kafka.topic_reader import records_and_ends
+from kmq_dagster.core.queue import Queue
+from kmq_dagster.kafka.clients import ClientErrors, new_consumer, positions_after
+from kmq_dagster.kafka.queues import ensure_provisioned
+from kmq_dagster.kafka.topic_reader import read_to_end, records_and_ends
 from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 BATCH = 1_000
 
 
-def ingester_group(topic: str, group: str) -> str:
-    return f"{dlq_topic(topic, group)}.kmq-ingester"
+def ingester_group(queue: Queue) -> str:
+    """The consumer group the DLQ ingesters of ``queue`` share."""
+    return f"{queue.dlq_topic}.kmq-ingester"
 
 
 @dataclass
@@ -44,47 +45,52 @@ class IngestStats:
 
 
 class DlqIngester:
-    """Copy ``topic``/``group``'s DLQ into ``store``."""
+    """Copy ``queue``'s DLQ into ``store``."""
 
     def __init__(
         self,
         settings: KmqSettings,
         store: AuditStore,
-        topic: str,
-        group: str,
+        queue: Queue,
         *,
         consumer_group: str | None = None,
     ) -> None:
-        self.topic = topic
-        self.group = group
-        self.dlq_topic = dlq_topic(topic, group)
+        self.queue = queue = ensure_provisioned(settings, queue)
+        self.topic = queue.topic
+        self.group = queue.group
+        self.dlq_topic = queue.dlq_topic
         self.store = store
         self.stats = IngestStats()
         self.client_errors = ClientErrors()
-        partitions = require_topics(settings, topic, [self.dlq_topic], options=f" --group {group}")
-        self._partitions = list(range(partitions))
-        self._consumer = Consumer(
-            settings.consumer_config(
-                consumer_group or ingester_group(topic, group),
-                **{
-                    "enable.partition.eof": True,
-                    "logger": CLIENT_LOGGER,
-                    "error_cb": self.client_errors.on_error,
-                },
-            )
+        self._partitions = list(range(queue.partitions or 1))
+        self._consumer = new_consumer(
+            settings,
+            consumer_group or ingester_group(queue),
+            **{"enable.partition.eof": True, "error_cb": self.client_errors.on_error},
         )
         self._consumer.subscribe([self.dlq_topic])
         self._first_batch_at: float | None = None
 
     def ingest_available(self, timeout_s: float = 60) -> IngestStats:
-        """Ingest until every partition of the DLQ has been read to its end (EOF)."""
-        at_end: set[int] = set()
-        deadline = time.monotonic() + timeout_s
-        while len(at_end) < len(self._partitions):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.dlq_topic} not read to its end within {timeout_s} s")
-            self._step(at_end)
+        """Ingest until every partition of the DLQ has been read to its end (EOF).
+
+        Raises:
+            KmqTimeoutError: not read to its end within ``timeout_s``.
+        """
+        for records in read_to_end(
+            self._consumer,
+            self._partitions,
+            timeout_s=timeout_s,
+            batch=BATCH,
+            on_error=self.client_errors.record,
+        ):
+            self._store(records)
         return self.stats
+
+    def describe_stats(self) -> str:
+        """One line of the ingester's counters, for its log."""
+        stats = self.stats
+        return f"read {stats.read}, stored {stats.stored}, already stored {stats.already_stored}"
 
     def run(self, stop: threading.Event) -> None:
         """Ingest until ``stop`` is set."""
@@ -126,5 +132,9 @@ class DlqIngester:
         self.stats.read += len(rows)
         self.stats.stored += stored
         self.stats.already_stored += len(rows) - stored
-        commit_offsets(self._consumer, positions_after(records), wait=True)
+        self._commit(records)
         self.stats.busy_s = time.monotonic() - self._first_batch_at
+
+    def _commit(self, records: list[Message]) -> None:
+        """Only after the rows are stored: a crash before this re-reads, never loses."""
+        self._consumer.commit(offsets=positions_after(records), asynchronous=False)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from kmq_dagster.kafka.clients import CLIENT_LOGGER, ClientErrors
+from kmq_dagster.kafka.clients import ClientErrors, new_consumer
 from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
@@ -29,15 +29,13 @@ class GroupLease:
         self.client_errors = ClientErrors()
         self._lock = threading.Lock()
         self._owned: set[tuple[str, int]] = set()
-        self._consumer = Consumer(
-            settings.consumer_config(
-                group,
-                **{
-                    "partition.assignment.strategy": "cooperative-sticky",
-                    "logger": CLIENT_LOGGER,
-                    "error_cb": self.client_errors.on_error,
-                },
-            )
+        self._consumer = new_consumer(
+            settings,
+            group,
+            **{
+                "partition.assignment.strategy": "cooperative-sticky",
+                "error_cb": self.client_errors.on_error,
+            },
         )
         self._consumer.subscribe(
             list(topics), on_assign=self._on_assign, on_revoke=self._on_revoke,

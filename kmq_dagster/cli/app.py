@@ -1,0 +1,211 @@
+"""The root of the ``kmq`` command: connection options, logging, and one-line errors."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from kmq_dagster.errors import ConfigError, KmqError
+from kmq_dagster.secrets import mask_text
+from kmq_dagster.settings import KmqSettings, parse_client_options
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Exit code of an error (a bad value, an unreachable broker, missing topics, ...).
+EXIT_ERROR = 1
+#: Exit code of a malformed command line (an unknown option, a missing required one); click's
+#: and argparse's convention.
+EXIT_USAGE = 2
+
+#: Library setting -> the option that sets it, so errors name what the user typed.
+OPTION_FOR_SETTING = {
+    "bootstrap_servers": "--bootstrap-servers",
+    "client_config": "-X",
+    "-X": "-X",
+    "retry_delays": "--retry-delays",
+    "retry_delays_ms": "--retry-delays",
+    "retry_backoff": "--retry-backoff",
+    "max_attempts": "--max-attempts",
+    "jitter": "--retry-jitter",
+    "visibility_timeout_ms": "--visibility-timeout",
+    "max_redeliveries": "--max-redeliveries",
+    "partitions": "--partitions",
+    "batch_size": "--batch-size",
+    "handler": "--handler",
+    "time": "--since/--until",
+    "since": "--since/--until",
+    "offsets": "--offsets",
+    "rate_per_s": "--rate",
+    "max_replays": "--max-replays",
+    "replay_id": "--replay-id",
+    "redefine": "--redefine",
+    "group": "--group",
+    "max_messages_per_partition": "--max-per-partition",
+}
+
+
+def connection_options(command: F) -> F:
+    """``-b``, ``-X`` and ``-v`` on ``command`` (and on the root): where Kafka is, client
+    settings, and verbose logs. The command then takes ``settings`` from :func:`settings_of`."""
+
+    def remember(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        store = ctx.find_root().ensure_object(dict)
+        if param.name == "client_options":
+            store.setdefault("client_options", []).extend(value)
+        elif value:
+            store[param.name] = value
+        if param.name == "verbose" and value:
+            configure_logging(verbose=True)
+
+    options = [
+        click.option(
+            "--bootstrap-servers",
+            "-b",
+            metavar="HOST:PORT",
+            expose_value=False,
+            callback=remember,
+            help="Kafka to use [env KMQ_BOOTSTRAP_SERVERS; default: the embedded broker, "
+            "127.0.0.1:9092].",
+        ),
+        click.option(
+            "-X",
+            "client_options",
+            multiple=True,
+            metavar="KEY=VALUE",
+            expose_value=False,
+            callback=remember,
+            help="confluent-kafka setting, e.g. -X security.protocol=SASL_SSL [env KMQ_KAFKA_*].",
+        ),
+        click.option(
+            "--verbose",
+            "-v",
+            is_flag=True,
+            expose_value=False,
+            callback=remember,
+            help="Show debug logs, the Kafka client's and Spark's.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kmq-dagster", prog_name="kmq")
+@connection_options
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """A reliable work queue on Kafka: per-message ack, redelivery, retries, DLQ.
+
+    -b, -X and -v go before or after the command name.
+    """
+    ctx.ensure_object(dict)
+
+
+def settings_of(ctx: click.Context) -> KmqSettings:
+    """The settings ``KMQ_*`` and the connection options describe.
+
+    Raises:
+        ConfigError: a malformed value.
+    """
+    given = ctx.find_root().ensure_object(dict)
+    return KmqSettings.from_env(
+        bootstrap_servers=given.get("bootstrap_servers"),
+        client_config=parse_client_options(given.get("client_options", [])),
+    )
+
+
+def verbose(ctx: click.Context) -> bool:
+    return bool(ctx.find_root().ensure_object(dict).get("verbose"))
+
+
+def configure_logging(
+    *, verbose: bool = False, quiet: bool = False, log_file: Path | None = None
+) -> None:
+    """Logs on stderr: INFO (WARNING when ``quiet``, for commands whose own progress display is
+    their report), DEBUG and the Kafka client's with ``verbose``; everything from INFO on also
+    into ``log_file`` when given."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(formatter)
+    stderr.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
+    root.addHandler(stderr)
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        to_file = logging.FileHandler(log_file)
+        to_file.setFormatter(formatter)
+        to_file.setLevel(logging.DEBUG if verbose else logging.INFO)
+        root.addHandler(to_file)
+    # librdkafka reports connection failures itself; without -v kmq reports them as one line.
+    logging.getLogger("kmq.kafka.client").setLevel(
+        logging.DEBUG if verbose else logging.CRITICAL + 1
+    )
+    # Migrations are applied on first use; say so only when asked. py4j chatters at INFO.
+    for chatty in ("alembic", "py4j"):
+        logging.getLogger(chatty).setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+def error_line(exc: BaseException) -> str:
+    """The one line an error prints as, secrets masked, the option at fault named."""
+    message = str(exc)
+    if isinstance(exc, ConfigError) and exc.setting in OPTION_FOR_SETTING:
+        option = OPTION_FOR_SETTING[exc.setting]
+        if not message.startswith(option):
+            message = f"{option}: {message}"
+    return mask_text(" ".join(message.split()) if "\n" not in message else message)
+
+
+def _usage_error(exc: click.UsageError) -> int:
+    hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+    click.echo(f"kmq: error: {mask_text(exc.format_message())}{hint}", err=True)
+    return EXIT_USAGE
+
+
+def _bad_value_line(exc: click.BadParameter) -> str:
+    """``--option: what is wrong`` for a value click or one of kmq's types refused."""
+    option = exc.param_hint
+    if exc.param is not None and exc.param.opts:
+        option = max(exc.param.opts, key=len)
+    prefix = f"{option}: " if isinstance(option, str) and option else ""
+    return mask_text(f"{prefix}{exc.message}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kmq`` console script; errors print as one line, not a traceback.
+
+    Returns:
+        0, :data:`EXIT_ERROR` for errors, :data:`EXIT_USAGE` for a malformed command line, 130
+        after Ctrl-C, or the exit code a worker's handler asked for.
+    """
+    configure_logging()
+    try:
+        result = cli.main(args=argv, prog_name="kmq", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:  # plain `kmq`: the help text
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        return 0
+    except click.BadParameter as exc:
+        if isinstance(exc, click.MissingParameter):  # a malformed command line
+            return _usage_error(exc)
+        click.echo(f"kmq: error: {_bad_value_line(exc)}", err=True)  # a bad value: an error
+        return EXIT_ERROR
+    except click.UsageError as exc:
+        return _usage_error(exc)
+    except click.ClickException as exc:
+        click.echo(f"kmq: error: {mask_text(exc.format_message())}", err=True)
+        return exc.exit_code
+    except click.Abort:
+        click.echo("kmq: aborted", err=True)
+        return 130
+    except KmqError as exc:
+        click.echo(f"kmq: error: {error_line(exc)}", err=True)
+        return EXIT_ERROR
+    return result if isinstance(result, int) else 0

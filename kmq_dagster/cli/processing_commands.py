@@ -1,0 +1,137 @@
+"""Commands that process on Spark: ``kmq spark`` and ``kmq demo``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from kmq_dagster.cli.app import cli, configure_logging, connection_options, settings_of, verbose
+from kmq_dagster.cli.options import (
+    DefinitionOptions,
+    definition_options,
+    queue_options,
+    stop_on_signals,
+)
+from kmq_dagster.cli.progress import LiveLine, log_file_for
+from kmq_dagster.errors import KmqError
+
+
+@cli.command("spark")
+@queue_options
+@click.option(
+    "--function",
+    "function_spec",
+    required=True,
+    metavar="MODULE:FUNCTION",
+    help="Called per message on the executors; its return value is the result.",
+)
+@click.option("--output", required=True, help="Parquet dataset the results are appended to.")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
+@click.option(
+    "--max-per-partition",
+    type=click.IntRange(1, 10_000_000),
+    default=50_000,
+    show_default=True,
+    help="Messages per partition and batch.",
+)
+@click.option("--forever", is_flag=True, help="Keep running batches (default: stop when idle).")
+@definition_options
+@click.option("--non-retryable", metavar="NAMES", default="", help="Types that go to the DLQ.")
+@connection_options
+@click.pass_context
+def spark_command(
+    ctx: click.Context,
+    topic: str,
+    group: str,
+    function_spec: str,
+    output: str,
+    master: str,
+    max_per_partition: int,
+    forever: bool,
+    definition: DefinitionOptions,
+    non_retryable: str,
+) -> None:
+    """Process TOPIC for GROUP on Spark; each message is acknowledged after its result is
+    written to OUTPUT."""
+    from kmq_dagster.kafka.worker import load_handler
+    from kmq_dagster.spark.job import BatchReport, SparkQueueJob
+    from kmq_dagster.spark.session import local_session
+
+    settings = settings_of(ctx)
+    function: Callable[..., object] = load_handler(function_spec)
+    queue = definition.open(settings, topic, group)
+    policy = queue.retry_policy.with_non_retryable(non_retryable.split(","))
+    stop = stop_on_signals()
+    session = local_session(
+        "kmq spark",
+        master=master,
+        quiet=not verbose(ctx),
+        jvm_log=None if verbose(ctx) else log_file_for("spark-jvm"),
+    )
+
+    def show(report: BatchReport) -> None:
+        click.echo(
+            f"batch {report.batch_id}: read {report.read}, succeeded {report.succeeded}, "
+            f"failed {report.failed}",
+            err=True,
+        )
+
+    job = SparkQueueJob(
+        session,
+        settings,
+        queue,
+        function=function,
+        output_path=output,
+        policy=policy,
+        max_messages_per_partition=max_per_partition,
+    )
+    try:
+        totals = job.run(stop, until_idle=not forever, on_batch=show)
+    finally:
+        job.close()
+        session.stop()
+    click.echo(
+        f"kmq spark: read {totals.read}, succeeded {totals.succeeded}, "
+        f"failed {totals.failed}; results in {output}"
+    )
+
+
+@cli.command()
+@click.option("--orders", type=click.IntRange(20, 10_000_000), default=2_000, show_default=True)
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("kmq-demo-output"),
+    show_default=True,
+    help="Where the Spark output goes (replaced on each run).",
+)
+@connection_options
+@click.pass_context
+def demo(ctx: click.Context, orders: int, output_dir: Path) -> None:
+    """The whole pipeline on an embedded broker: orders in, priced orders out, a summary."""
+    import shutil
+
+    from kmq_dagster.demo import run_demo
+
+    log_file = log_file_for("demo")
+    if not verbose(ctx):
+        configure_logging(quiet=True, log_file=log_file)
+    shutil.rmtree(output_dir / "orders_priced.parquet", ignore_errors=True)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    progress = LiveLine()
+    progress.note(f"kmq demo: logs in {log_file}" if not verbose(ctx) else "kmq demo")
+    try:
+        summary = run_demo(
+            orders,
+            output_dir.resolve(),
+            progress,
+            quiet=not verbose(ctx),
+            jvm_log=None if verbose(ctx) else log_file,
+        )
+    finally:
+        progress.done()
+    click.echo(summary.table())
+    if summary.lost:
+        raise KmqError(f"{summary.lost} orders were lost")

@@ -1,0 +1,376 @@
+"""Commands that create and work a queue: provision, send, worker, tracker, delayer."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from kmq_dagster.cli.app import cli, connection_options, settings_of
+from kmq_dagster.cli.options import (
+    DefinitionOptions,
+    Duration,
+    Number,
+    add_options,
+    audit_url_option,
+    definition_options,
+    log_every,
+    queue_options,
+    stop_on_signals,
+    topic_option,
+)
+from kmq_dagster.core.durations import format_duration_ms
+from kmq_dagster.core.queue import Queue
+from kmq_dagster.settings import MAX_BATCH_SIZE
+
+log = logging.getLogger("kmq.cli")
+
+
+@cli.command()
+@topic_option
+@click.option(
+    "--partitions",
+    "-p",
+    type=click.IntRange(1, 100_000),
+    help="Partitions for new topics (default: the existing queue topic's).",
+)
+@click.option(
+    "--group", "-g", help="Consumer group: also create its markers, retry and DLQ topics."
+)
+@definition_options
+@click.option(
+    "--replication-factor",
+    type=click.IntRange(-1, 100),
+    default=-1,
+    show_default=True,
+    help="Replicas per partition; -1 lets the cluster decide.",
+)
+@click.option(
+    "--delay-queue/--no-delay-queue",
+    default=True,
+    show_default=True,
+    help="Create the delay-level topics that `kmq send --delay` uses.",
+)
+@click.option(
+    "--redefine",
+    is_flag=True,
+    help="Change the stored definition (retry policy, timeouts) of an existing queue.",
+)
+@connection_options
+@click.pass_context
+def provision(
+    ctx: click.Context,
+    topic: str,
+    partitions: int | None,
+    group: str | None,
+    definition: DefinitionOptions,
+    replication_factor: int,
+    delay_queue: bool,
+    redefine: bool,
+) -> None:
+    """Create the queue topic and the group's topics, idempotently; store the queue's
+    definition so other commands need not repeat it."""
+    from kmq_dagster.kafka.provision import provision_queue, provision_topic
+
+    if replication_factor == 0:
+        raise click.BadParameter(
+            "0 replicas is not a thing: give -1 or at least 1", param_hint="--replication-factor"
+        )
+    settings = settings_of(ctx)
+    if group is None:
+        if definition != DefinitionOptions(None, None, None, None, None, None):
+            raise click.UsageError("retry and visibility options belong to a group: add --group")
+        report = provision_topic(
+            settings,
+            topic,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            delay_queue=delay_queue,
+        )
+    else:
+        queue = definition.new_queue(settings, topic, group, partitions)
+        report = provision_queue(
+            settings,
+            queue,
+            replication_factor=replication_factor,
+            delay_queue=delay_queue,
+            redefine=redefine,
+        )
+    total = len(report.created) + len(report.unchanged)
+    if not report.changed:
+        click.echo(
+            f"nothing to change: all {total} topics already exist "
+            f"with {report.partitions} partitions"
+        )
+        return
+    for name in report.created:
+        click.echo(f"created  {name} ({report.partitions} partitions)")
+    for name in report.unchanged:
+        click.echo(f"exists   {name}")
+    stored = "; definition stored" if report.defined else ""
+    click.echo(f"provisioned {total} topics: {len(report.created)} created{stored}")
+
+
+@cli.command()
+@topic_option
+@click.option(
+    "--value",
+    "values",
+    multiple=True,
+    help="A message; repeat for more [default: stdin, one per line, bytes as given].",
+)
+@click.option("--key", "-k", help="Key of every message sent.")
+@click.option(
+    "--header", "headers", multiple=True, metavar="NAME=VALUE", help="Header; repeatable."
+)
+@click.option(
+    "--delay",
+    type=Duration(min_ms=1_000, max_ms=7 * 86_400_000),
+    metavar="DURATION",
+    help="Deliver after this long (1s to 7d, e.g. 90s, 2h); needs `kmq delayer`.",
+)
+@connection_options
+@click.pass_context
+def send(
+    ctx: click.Context,
+    topic: str,
+    values: tuple[str, ...],
+    key: str | None,
+    headers: tuple[str, ...],
+    delay: int | None,
+) -> None:
+    """Send messages to TOPIC, now or after --delay."""
+    from kmq_dagster.kafka.producer import KmqProducer
+
+    pairs = [_split_header(header) for header in headers]
+    producer = KmqProducer(settings_of(ctx))
+    lines: list[bytes | str] = list(values) or [
+        line.rstrip(b"\r\n")
+        for line in sys.stdin.buffer  # bytes: any payload is a message
+    ]
+    for line in lines:
+        producer.send(
+            topic, line, key=key, headers=pairs, delay=None if delay is None else delay / 1000
+        )
+    pending = producer.flush()
+    if pending:
+        from kmq_dagster.errors import DeliveryError
+
+        raise DeliveryError(f"{pending} of {len(lines)} messages were not acknowledged by Kafka")
+    when = ""
+    if delay:
+        when = f", due in {format_duration_ms(delay)}; `kmq delayer --topic {topic}` delivers them"
+    click.echo(f"sent {len(lines)} messages to {topic}{when}")
+
+
+def _split_header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise click.BadParameter(f"expected NAME=VALUE, got {text!r}", param_hint="--header")
+    return name, value
+
+
+@dataclass(frozen=True)
+class BreakerOptions:
+    enabled: bool
+    window_ms: int
+    error_rate: float
+    min_calls: int
+    cooldown_ms: int
+    probes: int
+
+    def build(self, queue: Queue, audit_url: str | None) -> Any:
+        """The group's shared breaker, or ``None`` without ``--breaker``."""
+        if not self.enabled:
+            return None
+        from kmq_dagster.audit.shared_breaker import SharedBreaker, breaker_config
+        from kmq_dagster.audit.store import AuditStore
+
+        config = breaker_config(
+            window_ms=self.window_ms,
+            error_rate=self.error_rate,
+            min_calls=self.min_calls,
+            cooldown_ms=self.cooldown_ms,
+            probes=self.probes,
+        )
+        return SharedBreaker.for_queue(queue, AuditStore(audit_url), config)
+
+
+def breaker_options(command: Any) -> Any:
+    """The circuit breaker's options; the command receives ``breaker: BreakerOptions``."""
+
+    def with_breaker(
+        *args: Any,
+        breaker: bool,
+        breaker_window: int,
+        breaker_error_rate: float,
+        breaker_min_calls: int,
+        breaker_cooldown: int,
+        breaker_probes: int,
+        **kwargs: Any,
+    ) -> Any:
+        options = BreakerOptions(
+            breaker,
+            breaker_window,
+            breaker_error_rate,
+            breaker_min_calls,
+            breaker_cooldown,
+            breaker_probes,
+        )
+        return command(*args, breaker=options, **kwargs)
+
+    functools.update_wrapper(with_breaker, command)  # keeps options added below it
+    return add_options(
+        [
+            click.option(
+                "--breaker",
+                is_flag=True,
+                help="Circuit breaker: stop fetching while the handler fails en masse; its "
+                "state is shared by the group's workers through the audit store.",
+            ),
+            click.option(
+                "--breaker-window",
+                type=Duration(),
+                default="30s",
+                show_default=True,
+                metavar="DURATION",
+                help="Sliding window the error rate is measured over.",
+            ),
+            click.option(
+                "--breaker-error-rate",
+                type=Number(0, 1, low_open=True),
+                default=0.5,
+                show_default=True,
+                help="Failed share of calls in the window that opens it.",
+            ),
+            click.option(
+                "--breaker-min-calls",
+                type=click.IntRange(1, 1_000_000),
+                default=20,
+                show_default=True,
+                help="Calls in the window before the rate counts.",
+            ),
+            click.option(
+                "--breaker-cooldown",
+                type=Duration(),
+                default="10s",
+                show_default=True,
+                metavar="DURATION",
+                help="How long it stays open at first (doubles per failed probe, up to 5m).",
+            ),
+            click.option(
+                "--breaker-probes",
+                type=click.IntRange(1, 1000),
+                default=3,
+                show_default=True,
+                help="Messages let through to test recovery.",
+            ),
+        ]
+    )(with_breaker)
+
+
+@cli.command()
+@queue_options
+@click.option(
+    "--handler",
+    required=True,
+    metavar="MODULE:FUNCTION",
+    help="Called per message; the current directory is importable.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, MAX_BATCH_SIZE),
+    help="Messages per fetch [env KMQ_BATCH_SIZE; default 500].",
+)
+@definition_options
+@breaker_options
+@audit_url_option
+@click.option(
+    "--non-retryable",
+    metavar="NAMES",
+    default="",
+    help="Exception type names that go straight to the DLQ, e.g. ValueError,KeyError.",
+)
+@connection_options
+@click.pass_context
+def worker(
+    ctx: click.Context,
+    topic: str,
+    group: str,
+    handler: str,
+    batch_size: int | None,
+    definition: DefinitionOptions,
+    breaker: BreakerOptions,
+    audit_url: str | None,
+    non_retryable: str,
+) -> int:
+    """Consume TOPIC in GROUP: returning acknowledges a message, raising retries it later."""
+    from kmq_dagster.kafka.worker import HandlerExit, Worker, WorkerStats, load_handler
+
+    settings = settings_of(ctx)
+    function = load_handler(handler)
+    queue = definition.open(settings, topic, group)
+    policy = queue.retry_policy.with_non_retryable(non_retryable.split(","))
+    service = Worker(
+        settings,
+        queue,
+        function,
+        retry_policy=policy,
+        breaker=breaker.build(queue, audit_url),
+        batch_size=batch_size,
+    )
+    stop = stop_on_signals()
+    log.info("worker for %s started", queue)
+    last_report = [time.monotonic()]
+
+    def report(stats: WorkerStats) -> None:
+        if time.monotonic() - last_report[0] >= 5:
+            last_report[0] = time.monotonic()
+            log.info("handled %d, failed %d", stats.handled, stats.failed)
+
+    try:
+        stats = service.run(stop, on_batch=report)
+    except HandlerExit as exit_:
+        click.echo(f"kmq worker: stopped: {exit_}", err=True)
+        return exit_.code
+    click.echo(f"kmq worker: stopped after {stats.handled} handled, {stats.failed} failed")
+    return 0
+
+
+@cli.command()
+@queue_options
+@definition_options
+@connection_options
+@click.pass_context
+def tracker(ctx: click.Context, topic: str, group: str, definition: DefinitionOptions) -> None:
+    """Redeliver GROUP's messages of TOPIC that were not acknowledged in time."""
+    from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
+
+    settings = settings_of(ctx)
+    service = RedeliveryTracker(settings, definition.open(settings, topic, group))
+    stop = stop_on_signals()
+    log.info("tracker for %s started", service.queue)
+    log_every(stop, 5, service.describe_stats, "kmq.tracker")
+    service.run(stop)
+    click.echo(f"kmq tracker: stopped after {service.stats.redelivered} redeliveries")
+
+
+@cli.command()
+@topic_option
+@connection_options
+@click.pass_context
+def delayer(ctx: click.Context, topic: str) -> None:
+    """Deliver TOPIC's delayed messages when due (several may run; partitions are shared)."""
+    from kmq_dagster.kafka.delay_forwarder import DelayForwarder
+
+    forwarder = DelayForwarder(settings_of(ctx), topic)
+    stop = stop_on_signals()
+    log.info("delay forwarder for %s started", topic)
+    log_every(stop, 5, forwarder.describe_stats, "kmq.delayer")
+    forwarder.run(stop)
+    click.echo(f"kmq delayer: stopped after {forwarder.stats.delivered} deliveries")

@@ -1,0 +1,297 @@
+"""One queue as a value: a topic, the consumer group working it, and how its messages are
+redelivered and retried. Every topic name of the queue is derived here, once.
+
+Examples:
+    >>> queue = Queue("orders", "billing", partitions=8)
+    >>> queue.markers_topic, queue.dlq_topic
+    ('orders.billing.markers', 'orders.billing.dlq')
+    >>> list(queue.retry_topics.values())
+    ['orders.billing.retry.10s', 'orders.billing.retry.1m', 'orders.billing.retry.10m']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kmq_dagster.core.delay import DELAY_LEVELS_MS
+from kmq_dagster.core.durations import format_duration_ms
+from kmq_dagster.core.naming import (
+    delay_topics,
+    dlq_topic,
+    markers_topic,
+    redelivery_topic,
+    retry_topic,
+    validate_topic_name,
+)
+from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.errors import ConfigError
+
+#: A message not acknowledged within this time is redelivered.
+DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
+#: Redeliveries of one message before it goes to the dead-letter topic.
+DEFAULT_MAX_REDELIVERIES = 3
+#: Delay of each retry after a handler failure (one retry topic per distinct delay).
+DEFAULT_RETRY_DELAYS_MS: tuple[int, ...] = (10_000, 60_000, 600_000)
+#: Longest visibility timeout: a week (a longer one hides a stuck message for too long).
+MAX_VISIBILITY_TIMEOUT_MS = 7 * 86_400_000
+#: Version of the stored definition format (:meth:`Queue.definition`).
+DEFINITION_VERSION = 1
+
+
+def default_retry_policy() -> RetryPolicy:
+    """Three retries, after 10 s, 1 min and 10 min."""
+    return RetryPolicy.fixed(DEFAULT_RETRY_DELAYS_MS)
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A queue topic worked by one consumer group, with its redelivery and retry rules.
+
+    Args:
+        topic: the queue topic producers write to.
+        group: the consumer group; each group gets its own markers, redelivery, retry and
+            dead-letter topics, and never sees another group's copies.
+        partitions: partition count of every topic of the queue; ``None`` until known (it is
+            read from the cluster when the queue is opened).
+        retry_policy: when failed messages are retried, and when they go to the DLQ.
+        visibility_timeout_ms: an unacknowledged message is redelivered after this long.
+        max_redeliveries: redeliveries of one message before it goes to the DLQ.
+
+    Raises:
+        ConfigError: an illegal name (the derived topic names must be legal Kafka topic names
+            too) or an out-of-range value.
+    """
+
+    topic: str
+    group: str
+    partitions: int | None = None
+    retry_policy: RetryPolicy = field(default_factory=default_retry_policy)
+    visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS
+    max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
+
+    def __post_init__(self) -> None:
+        validate_topic_name(self.topic)
+        if not self.group:
+            raise ConfigError("the consumer group must not be empty", setting="group")
+        for name in self.group_topics:  # also checks the group's characters and the lengths
+            validate_topic_name(name)
+        if self.partitions is not None and self.partitions < 1:
+            raise ConfigError(
+                f"partitions must be at least 1, got {self.partitions}", setting="partitions"
+            )
+        if not 0 < self.visibility_timeout_ms <= MAX_VISIBILITY_TIMEOUT_MS:
+            raise ConfigError(
+                f"the visibility timeout must be between 1 ms and 7 days, got "
+                f"{self.visibility_timeout_ms} ms",
+                setting="visibility_timeout_ms",
+            )
+        if self.max_redeliveries < 0:
+            raise ConfigError(
+                f"max redeliveries must be at least 0, got {self.max_redeliveries}",
+                setting="max_redeliveries",
+            )
+
+    def __str__(self) -> str:
+        return f"{self.topic} / {self.group}"
+
+    # -- derived topic names -------------------------------------------------------------------
+
+    @property
+    def markers_topic(self) -> str:
+        """Start and end markers of the group's in-flight messages."""
+        return markers_topic(self.topic, self.group)
+
+    @property
+    def redelivery_topic(self) -> str:
+        """Where the tracker re-produces overdue messages, for this group only."""
+        return redelivery_topic(self.topic, self.group)
+
+    @property
+    def dlq_topic(self) -> str:
+        """The group's dead-letter topic."""
+        return dlq_topic(self.topic, self.group)
+
+    @property
+    def retry_topics(self) -> dict[int, str]:
+        """Retry topic per distinct nominal delay (ms), shortest delay first."""
+        return {
+            delay_ms: retry_topic(self.topic, self.group, delay_ms)
+            for delay_ms in self.retry_policy.topic_delays_ms()
+        }
+
+    @property
+    def first_retry_topic(self) -> str:
+        """The retry topic of the first retry (where a replay to "retry" goes)."""
+        return retry_topic(self.topic, self.group, self.retry_policy.nominal_delay_ms(1))
+
+    @property
+    def consumed_topics(self) -> list[str]:
+        """What the group's consumers read: the queue, its redeliveries and its retries."""
+        return [self.topic, self.redelivery_topic, *self.retry_topics.values()]
+
+    @property
+    def group_topics(self) -> list[str]:
+        """The topics this queue's group owns, in a stable order."""
+        return [
+            self.markers_topic,
+            self.redelivery_topic,
+            *self.retry_topics.values(),
+            self.dlq_topic,
+        ]
+
+    @property
+    def delay_topics(self) -> list[str]:
+        """The delay queue's topics of the queue topic (shared by every group of it)."""
+        return delay_topics(self.topic, DELAY_LEVELS_MS)
+
+    # -- changes and the stored definition -----------------------------------------------------
+
+    def replace(self, **changes: Any) -> Queue:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def definition(self) -> dict[str, Any]:
+        """What is stored when the queue is provisioned (JSON-compatible).
+
+        ``retry_policy.non_retryable`` is left out: which errors are fatal is the handler's
+        business, not the queue's.
+        """
+        return {
+            "version": DEFINITION_VERSION,
+            "topic": self.topic,
+            "group": self.group,
+            "partitions": self.partitions,
+            "visibility_timeout_ms": self.visibility_timeout_ms,
+            "max_redeliveries": self.max_redeliveries,
+            "retry": policy_definition(self.retry_policy),
+        }
+
+    @classmethod
+    def from_definition(cls, stored: Mapping[str, Any]) -> Queue:
+        """The queue a :meth:`definition` describes.
+
+        Raises:
+            ConfigError: not a definition this version understands.
+        """
+        try:
+            if stored["version"] != DEFINITION_VERSION:
+                raise ConfigError(f"unknown queue definition version {stored['version']!r}")
+            return cls(
+                topic=str(stored["topic"]),
+                group=str(stored["group"]),
+                partitions=stored["partitions"],
+                retry_policy=policy_from_definition(stored["retry"]),
+                visibility_timeout_ms=int(stored["visibility_timeout_ms"]),
+                max_redeliveries=int(stored["max_redeliveries"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"unreadable queue definition ({exc!r})") from None
+
+    def contradictions(
+        self,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        visibility_timeout_ms: int | None = None,
+        max_redeliveries: int | None = None,
+        partitions: int | None = None,
+    ) -> list[str]:
+        """How the given values (``None``: not given) contradict this queue, one phrase each.
+
+        The retry policies are compared as stored, so ``non_retryable`` never contradicts.
+        """
+        found = []
+        if retry_policy is not None and policy_definition(retry_policy) != policy_definition(
+            self.retry_policy
+        ):
+            found.append(f"{self.retry_policy.describe()} (given: {retry_policy.describe()})")
+        if (
+            visibility_timeout_ms is not None
+            and visibility_timeout_ms != self.visibility_timeout_ms
+        ):
+            found.append(
+                f"visibility timeout {format_duration_ms(self.visibility_timeout_ms)} "
+                f"(given: {format_duration_ms(visibility_timeout_ms)})"
+            )
+        if max_redeliveries is not None and max_redeliveries != self.max_redeliveries:
+            found.append(f"max redeliveries {self.max_redeliveries} (given: {max_redeliveries})")
+        if partitions is not None and self.partitions is not None and partitions != self.partitions:
+            found.append(f"{self.partitions} partitions (given: {partitions})")
+        return found
+
+
+def policy_definition(policy: RetryPolicy) -> dict[str, Any]:
+    """A retry policy as stored in a queue definition (without ``non_retryable``)."""
+    if policy.delays_ms:
+        return {"delays_ms": list(policy.delays_ms), "jitter": policy.jitter}
+    return {
+        "initial_delay_ms": policy.initial_delay_ms,
+        "multiplier": policy.multiplier,
+        "max_delay_ms": policy.max_delay_ms,
+        "max_attempts": policy.max_attempts,
+        "jitter": policy.jitter,
+    }
+
+
+def policy_from_definition(stored: Mapping[str, Any]) -> RetryPolicy:
+    """The retry policy :func:`policy_definition` describes."""
+    if "delays_ms" in stored:
+        return RetryPolicy(
+            delays_ms=tuple(int(d) for d in stored["delays_ms"]), jitter=float(stored["jitter"])
+        )
+    return RetryPolicy(
+        initial_delay_ms=int(stored["initial_delay_ms"]),
+        multiplier=float(stored["multiplier"]),
+        max_delay_ms=int(stored["max_delay_ms"]),
+        max_attempts=int(stored["max_attempts"]),
+        jitter=float(stored["jitter"]),
+    )
+
+
+def topic_family(topic: str) -> set[str]:
+    """The topics every group of ``topic`` shares: the queue topic and its delay queue."""
+    return {topic, *delay_topics(topic, DELAY_LEVELS_MS)}
+
+
+def conflicts(
+    candidate: Queue | str, queues: Iterable[Queue], topics: Iterable[str] = ()
+) -> dict[str, list[str]]:
+    """Topics ``candidate`` (a queue, or a bare queue topic) would share with other queues.
+
+    Names are built by joining topic and group with dots, so ``ca.b`` with group ``c`` and
+    ``ca`` with group ``b.c`` derive the same topics: the second must be refused. Two groups of
+    one topic share only the topic and its delay queue, which is intended.
+
+    Args:
+        queues: the defined queues; the candidate's own definition among them is ignored.
+        topics: queue topics provisioned without a group.
+
+    Returns:
+        The shared topic names by the queue that owns them ("orders / billing"), empty if none.
+    """
+    own = (candidate.topic, candidate.group) if isinstance(candidate, Queue) else None
+    mine = set(candidate.group_topics) if isinstance(candidate, Queue) else set()
+    family = topic_family(candidate.topic if isinstance(candidate, Queue) else candidate)
+    found: dict[str, list[str]] = {}
+    for other in queues:
+        if (other.topic, other.group) == own:
+            continue
+        theirs = set(other.group_topics)
+        clash = (mine & (theirs | topic_family(other.topic))) | (family & theirs)
+        if clash:
+            found[f"queue {other}"] = sorted(clash)
+    for topic in topics:
+        if clash := mine & topic_family(topic):
+            found[f"queue topic {topic}"] = sorted(clash)
+    return found
+
+
+def describe_conflicts(found: Mapping[str, list[str]]) -> str:
+    """``found`` (from :func:`conflicts`) in one line."""
+    parts = []
+    for owner, names in found.items():
+        shown = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+        parts.append(f"{shown} of {owner}")
+    return "; ".join(parts)

@@ -1,0 +1,104 @@
+"""The one way kmq produces: back-pressure when the local queue is full, delivery reports per
+record, and a bounded wait for the broker's acknowledgement.
+
+Markers, redelivered, retried, dead-lettered, replayed and delayed copies all go through
+:func:`produce`; code that must know a record is durable before it acts (acknowledging the
+original, committing an offset) collects its records in a :class:`Deliveries` and waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from kmq_dagster.errors import DeliveryError
+
+#: Longest kmq waits for the broker to acknowledge what it produced before it gives up (the
+#: records stay unacknowledged, so nothing is marked done: the work is tried again).
+DELIVERY_TIMEOUT_S = 30.0
+#: How long to serve delivery reports before trying again when the local queue is full.
+BACKPRESSURE_POLL_S = 0.05
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+
+
+def produce(
+    producer: Producer,
+    topic: str,
+    *,
+    value: bytes | str | None,
+    key: bytes | str | None = None,
+    headers: list[tuple[str, bytes | None]] | None = None,
+    partition: int | None = None,
+    on_delivery: DeliveryCallback | None = None,
+) -> None:
+    """Produce one record; while the producer's local queue is full, serve its delivery
+    reports and try again, so a fast caller is slowed down instead of failing."""
+    fields: dict[str, Any] = {"value": value, "key": key, "on_delivery": on_delivery}
+    if headers:
+        fields["headers"] = headers
+    if partition is not None:
+        fields["partition"] = partition
+    while True:
+        try:
+            producer.produce(topic, **fields)
+            return
+        except BufferError:
+            producer.poll(BACKPRESSURE_POLL_S)
+
+
+class Deliveries:
+    """Records produced together whose acknowledgements are awaited together.
+
+    Examples:
+        >>> deliveries = Deliveries(producer)                        # doctest: +SKIP
+        >>> index = deliveries.produce("orders.billing.dlq", value=b"...", partition=0)
+        >>> deliveries.wait().delivered                              # doctest: +SKIP
+        {0}
+    """
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+        self._count = 0
+        self.delivered: set[int] = set()
+        self.failed: dict[int, KafkaError] = {}
+
+    def produce(self, topic: str, **fields: Any) -> int:
+        """Produce one record (fields as :func:`produce` takes them); returns its index."""
+        index = self._count
+        self._count += 1
+
+        def report(error: KafkaError | None, _record: Message) -> None:
+            if error is None:
+                self.delivered.add(index)
+            else:
+                self.failed[index] = error
+
+        produce(self._producer, topic, on_delivery=report, **fields)
+        return index
+
+    def __len__(self) -> int:
+        return self._count
+
+    def wait(self, timeout_s: float = DELIVERY_TIMEOUT_S) -> Deliveries:
+        """Wait until every record is acknowledged or failed, or ``timeout_s`` passed; records
+        without an answer by then count as neither delivered nor failed."""
+        self._producer.flush(timeout_s)
+        return self
+
+    def wait_all(self, what: str, timeout_s: float = DELIVERY_TIMEOUT_S) -> None:
+        """Wait for every record, and raise unless the broker acknowledged them all.
+
+        Raises:
+            DeliveryError: some records failed or were not answered in time.
+        """
+        self.wait(timeout_s)
+        missing = self._count - len(self.delivered)
+        if missing:
+            first = next(iter(self.failed.values())).str() if self.failed else "no answer"
+            raise DeliveryError(
+                f"{missing} of {self._count} {what} were not acknowledged by Kafka within "
+                f"{timeout_s:g} s ({first})"
+            )

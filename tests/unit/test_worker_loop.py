@@ -1,0 +1,221 @@
+"""The worker loop on in-memory fakes: acks, retry routing, nacks when a copy fails, the
+breaker holding messages, exits. Fake clock, no broker."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from kmq_dagster.audit.shared_breaker import SharedBreaker
+from kmq_dagster.core.breaker import BreakerConfig, CircuitBreaker, State
+from kmq_dagster.core.headers import DLQ_REASON, ORIGINAL_TIMESTAMP_MS
+from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS
+from kmq_dagster.kafka.message import KmqMessage
+from kmq_dagster.kafka.retry_router import RetryRouter
+from kmq_dagster.kafka.worker import WorkerLoop
+from kmq_dagster.settings import KmqSettings
+from tests.unit.fakes import FakeClock, FakeConsumer, FakeProducer, message
+
+QUEUE = Queue("orders", "billing", partitions=1, retry_policy=RetryPolicy.fixed([5_000]))
+RETRY_TOPIC = QUEUE.retry_topics[5_000]
+
+
+class Outage(RuntimeError):
+    pass
+
+
+def loop_for(
+    batches: list[list[KmqMessage]],
+    handler: Callable[[KmqMessage], object],
+    *,
+    producer: FakeProducer | None = None,
+    breaker: SharedBreaker | None = None,
+    policy: RetryPolicy | None = None,
+    clock: FakeClock | None = None,
+) -> tuple[WorkerLoop, FakeConsumer, FakeProducer]:
+    clock = clock or FakeClock()
+    producer = producer or FakeProducer()
+    router = RetryRouter(
+        KmqSettings(), QUEUE, policy=policy, clock_ms=clock, rng=random.Random(1),
+        producer=producer,  # type: ignore[arg-type]
+    )  # fmt: skip
+    consumer = FakeConsumer(batches, visibility_timeout_ms=9_000)
+    loop = WorkerLoop(
+        consumer,  # type: ignore[arg-type]
+        handler,
+        threading.Event(),
+        router=router,
+        breaker=breaker,
+        clock_ms=clock,
+    )
+    return loop, consumer, producer
+
+
+def fails_on(*values: bytes, error: type[Exception] = Outage) -> Callable[[KmqMessage], None]:
+    def handler(msg: KmqMessage) -> None:
+        if msg.value in values:
+            raise error(f"{msg.value!r} failed")
+
+    return handler
+
+
+def test_successes_are_acked_and_failures_acked_only_after_their_retry_copy_is_written() -> None:
+    # given a batch where "b" fails
+    batch = [message("orders", i, v) for i, v in enumerate([b"a", b"b", b"c"])]
+    loop, consumer, producer = loop_for([batch], fails_on(b"b"))
+
+    # when the worker takes one step
+    loop.step()
+
+    # then all three are acked, "b" after its copy reached the retry topic, due in 5 s
+    assert [m.value for m in consumer.acked] == [b"a", b"c", b"b"]
+    (copy,) = producer.to(RETRY_TOPIC)
+    assert copy.value == b"b" and copy.partition == 0
+    assert copy.header(ATTEMPT) == b"2"
+    assert int(copy.header(DUE_MS) or 0) == FakeClock().now_ms + 5_000
+    assert copy.header(ORIGINAL_TIMESTAMP_MS) == b"1700000000000"  # not 0
+    assert (loop.stats.handled, loop.stats.failed) == (2, 1)
+
+
+def test_a_retry_copy_the_broker_refuses_is_nacked_never_acked() -> None:
+    producer = FakeProducer(failing_topics={RETRY_TOPIC})
+    loop, consumer, _ = loop_for([[message("orders", 0, b"x")]], fails_on(b"x"), producer=producer)
+
+    loop.step()
+
+    assert consumer.acked == []
+    assert [m.value for m in consumer.nacked] == [b"x"]  # redelivered now, not lost
+    assert loop.router is not None and loop.router.stats.write_failures == 1
+
+
+def test_fatal_errors_go_straight_to_the_dlq_with_the_reason() -> None:
+    policy = QUEUE.retry_policy.with_non_retryable(["KeyError"])
+    loop, consumer, producer = loop_for(
+        [[message("orders", 0, b"bad")]], fails_on(b"bad", error=KeyError), policy=policy
+    )
+
+    loop.step()
+
+    (dead,) = producer.to(QUEUE.dlq_topic)
+    assert dead.header(DLQ_REASON) == b"non-retryable error KeyError"
+    assert [m.value for m in consumer.acked] == [b"bad"]
+
+
+def shared_breaker(clock: FakeClock, **config: int) -> SharedBreaker:
+    settings = {"window_ms": 60_000, "min_calls": 5, "consecutive_failures": 3,
+                "cooldown_ms": 10_000, "probes": 1, **config}  # fmt: skip
+    return SharedBreaker(CircuitBreaker(BreakerConfig(**settings)), QUEUE)
+
+
+def state_of(breaker: SharedBreaker) -> State:
+    """The breaker's state, read anew (a function, so type checkers do not pin it)."""
+    return breaker.state
+
+
+def test_fatal_errors_do_not_count_for_the_breaker_neither_as_failures_nor_as_successes() -> None:
+    # given an outage (3 failures in a row open the breaker) mixed with poison messages
+    clock = FakeClock()
+    breaker = shared_breaker(clock)
+    policy = QUEUE.retry_policy.with_non_retryable(["ValueError"])
+
+    def handler(msg: KmqMessage) -> None:
+        raise (ValueError if msg.value == b"poison" else Outage)("boom")
+
+    batch = [message("orders", i, v) for i, v in enumerate([b"x", b"poison", b"y", b"poison"])]
+    loop, _, _ = loop_for([batch], handler, breaker=breaker, policy=policy, clock=clock)
+
+    loop.step()
+
+    # then the window holds the two outage failures only: the poison did not dilute the rate
+    assert breaker.breaker.window(clock.now_ms) == (1.0, 2)
+    assert state_of(breaker) is State.CLOSED
+
+
+def test_an_open_breaker_holds_messages_and_spends_no_retries_then_probes_and_recovers() -> None:
+    clock = FakeClock()
+    breaker = shared_breaker(clock)
+    down = [True]
+
+    def handler(msg: KmqMessage) -> None:
+        if down[0]:
+            raise Outage("503")
+
+    batch = [message("orders", i, str(i).encode()) for i in range(6)]
+    loop, consumer, producer = loop_for([batch], handler, breaker=breaker, clock=clock)
+
+    # when three fail in a row, the breaker opens: the third and the rest are held
+    loop.step()
+    assert state_of(breaker) is State.OPEN
+    assert len(producer.to(RETRY_TOPIC)) == 2  # only the failures before it opened
+    assert [m.value for m in loop.held] == [b"3", b"4", b"5", b"2"]  # the failed one at the back
+
+    # while open, nothing is fetched or handled; held messages keep their visibility
+    clock.advance(3_000)  # a third of the 9 s visibility timeout
+    loop.step()
+    assert consumer.held_fetching[-1] is True
+    assert len(consumer.extended) == 4 and consumer.extended[0][1] == 9.0
+    assert len(producer.to(RETRY_TOPIC)) == 2
+
+    # after the cooldown one probe succeeds, the breaker closes, the held ones are handled
+    down[0] = False
+    clock.advance(10_000)
+    loop.step()
+    loop.step()
+    assert state_of(breaker) is State.CLOSED
+    assert sorted(m.value or b"" for m in consumer.acked) == [b"0", b"1", b"2", b"3", b"4", b"5"]
+    assert len(producer.to(RETRY_TOPIC)) == 2
+    assert consumer.nacked == []
+
+
+def test_a_fatal_probe_frees_its_slot_so_the_half_open_breaker_is_not_stuck() -> None:
+    # given a half-open breaker allowing one probe
+    clock = FakeClock()
+    breaker = shared_breaker(clock)
+    breaker.breaker.adopt(State.HALF_OPEN, clock.now_ms, 10_000)
+    policy = QUEUE.retry_policy.with_non_retryable(["ValueError"])
+    batch = [message("orders", 0, b"poison"), message("orders", 1, b"good")]
+    loop, consumer, _ = loop_for(
+        [batch], fails_on(b"poison", error=ValueError), breaker=breaker, policy=policy, clock=clock
+    )
+
+    # when the probe turns out to be bad input, the next message may probe instead
+    loop.step()
+
+    assert state_of(breaker) is State.CLOSED
+    assert [m.value for m in consumer.acked] == [b"good", b"poison"]
+
+
+def test_system_exit_in_a_handler_stops_the_loop_unacknowledged_with_its_code() -> None:
+    def handler(msg: KmqMessage) -> None:
+        raise SystemExit(3)
+
+    loop, consumer, producer = loop_for([[message("orders", 0), message("orders", 1)]], handler)
+
+    loop.step()
+
+    assert loop.stop.is_set() and loop.exit_code == 3
+    assert consumer.acked == [] and producer.delivered == []  # redelivered after its timeout
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupted_handler_leaves_the_rest_of_the_batch_unhandled(
+    interrupt: type[BaseException],
+) -> None:
+    calls: list[bytes | None] = []
+
+    def handler(msg: KmqMessage) -> None:
+        calls.append(msg.value)
+        raise interrupt()
+
+    loop, consumer, _ = loop_for(
+        [[message("orders", 0, b"a"), message("orders", 1, b"b")]], handler
+    )
+
+    loop.step()
+
+    assert calls == [b"a"] and consumer.acked == []
