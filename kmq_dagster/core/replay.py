@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from kmq_dagster.core.durations import parse_duration_ms
+from kmq_dagster.core.durations import is_duration, parse_duration_ms
 from kmq_dagster.core.headers import (
     DLQ_REASON,
     ERROR_MESSAGE,
@@ -66,23 +66,31 @@ def parse_offsets(text: str) -> dict[int, tuple[tuple[int, int], ...]]:
 
 def parse_time_ms(text: str, now_ms: int) -> int:
     """A point in time: ISO 8601 (``2026-11-23T10:00``, UTC unless an offset is given) or a
-    duration before now (``2h``).
+    duration before now (``2h`` or ``2h ago``).
 
     Raises:
-        ConfigError: neither form.
+        ConfigError: neither form, or a time before the year 1 or after the year 9999.
     """
+    spec = text.strip()
     try:
-        moment = datetime.fromisoformat(text.strip())
+        moment = datetime.fromisoformat(spec)
     except ValueError:
-        try:
-            return now_ms - parse_duration_ms(text)
-        except ConfigError:
+        duration = spec.removesuffix("ago").rstrip() if spec.endswith(" ago") else spec
+        if not is_duration(duration):
             raise ConfigError(
-                f"not a time: {text!r} (examples: 2026-11-23T10:00, 2026-11-23T10:00+01:00, 2h)"
+                f"not a time: {text!r} (examples: 2026-11-23T10:00, 2026-11-23T10:00+01:00, "
+                "2h, 2h ago)"
             ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+        time_ms = now_ms - parse_duration_ms(duration)  # a duration too long says so
+    else:
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        time_ms = int(moment.timestamp() * 1000)
+    try:  # a time is handed on as a datetime: it must have one
+        datetime.fromtimestamp(time_ms / 1000, UTC)
+    except (OverflowError, ValueError, OSError):
+        raise ConfigError(f"time out of range: {text!r} (years 1 to 9999, UTC)") from None
+    return time_ms
 
 
 @dataclass(frozen=True)
