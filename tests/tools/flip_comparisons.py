@@ -4,8 +4,9 @@ Each comparison operator (``<`` and ``<=``, ``>`` and ``>=``, ``==`` and ``!=``)
 ``kmq_dagster/core/*.py`` is flipped on its own, ``tests/unit`` runs against the mutant, and the
 file is put back byte for byte (and with its old modification time) before the next one, also on
 Ctrl-C or SIGTERM. A mutant the tests do not kill is a boundary no test pins down: add a test, or,
-if the flip cannot change behaviour, say why in a comment on that line that contains
-``equivalent mutant`` (such survivors are listed apart).
+if the flip cannot change behaviour, say why in a comment containing ``equivalent mutant`` on
+that line or in the comment lines right above it, e.g. ``# equivalent mutant (> for >=): ...``
+(such survivors are listed apart).
 
 Usage::
 
@@ -21,6 +22,7 @@ import argparse
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,6 +41,7 @@ CORE = ROOT / "kmq_dagster" / "core"
 FLIPS = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "=="}
 #: Text in a line's comment that marks its comparison's flips as unable to change behaviour.
 EQUIVALENT_NOTE = "equivalent mutant"
+_NAMED_FLIP = re.compile(EQUIVALENT_NOTE + r" \((\S+) for (\S+)\)")
 #: A mutant whose tests run longer than this is counted as killed (it hangs).
 TIMEOUT_S = 120
 
@@ -78,10 +81,22 @@ def find_mutants(path: Path) -> Iterator[Mutant]:
             yield Mutant(path, token.start[0], token.start[1], token.string)
 
 
-def is_marked_equivalent(source: str, line: int) -> bool:
-    """Whether the comparison's line carries an ``equivalent mutant`` comment."""
-    text = source.splitlines()[line - 1]
-    return "#" in text and EQUIVALENT_NOTE in text.split("#", 1)[1]
+def is_marked_equivalent(source: str, mutant: Mutant) -> bool:
+    """Whether the comparison's line, or the comment lines right above it, say ``equivalent
+    mutant``; a note of the form ``equivalent mutant (< for <=)`` covers only that flip."""
+    lines = source.splitlines()
+    comments = [lines[mutant.line - 1].partition("#")[2]]
+    above = mutant.line - 2
+    while above >= 0 and lines[above].strip().startswith("#"):
+        comments.append(lines[above])
+        above -= 1
+    for comment in comments:
+        if EQUIVALENT_NOTE not in comment:
+            continue
+        named = _NAMED_FLIP.search(comment)
+        if named is None or named.groups() == (mutant.flipped, mutant.operator):
+            return True
+    return False
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -175,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                 killed = not tests_pass(Path(scratch))
             if killed:
                 continue
-            if is_marked_equivalent(source, mutant.line):
+            if is_marked_equivalent(source, mutant):
                 counts["equivalent"] += 1
                 equivalents.append(mutant.describe(source))
             else:
