@@ -93,9 +93,9 @@ class SharedBreaker:
     def started(self) -> None:
         self.breaker.started()
 
-    def released(self) -> None:
+    def release(self) -> None:
         """The started message's outcome does not count (bad input)."""
-        self.breaker.released()
+        self.breaker.release()
 
     def record(self, ok: bool, now_ms: int) -> None:
         moved = self.breaker.record(ok, now_ms)

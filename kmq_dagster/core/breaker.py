@@ -14,8 +14,12 @@ Every change of state is returned as a :class:`Transition`, for the audit log an
 from __future__ import annotations
 
 import enum
+import math
 from collections import deque
 from dataclasses import dataclass
+
+from kmq_dagster.core.durations import MAX_DURATION_MS
+from kmq_dagster.errors import ConfigError
 
 
 class State(enum.StrEnum):
@@ -38,14 +42,32 @@ class BreakerConfig:
     probes: int = 3
 
     def __post_init__(self) -> None:
-        if self.window_ms <= 0 or self.cooldown_ms <= 0:
-            raise ValueError("window and cooldown must be positive")
-        if not 0 < self.error_rate <= 1:
-            raise ValueError(f"error_rate must be in (0, 1], got {self.error_rate}")
-        if min(self.min_calls, self.consecutive_failures, self.probes) < 1:
-            raise ValueError("min_calls, consecutive_failures and probes must be at least 1")
-        if self.cooldown_multiplier < 1 or self.max_cooldown_ms < self.cooldown_ms:
-            raise ValueError("need cooldown_multiplier >= 1 and max_cooldown_ms >= cooldown_ms")
+        """Refuse settings under which the breaker could not work as documented.
+
+        Raises:
+            ConfigError: a setting is out of range, NaN or infinite.
+        """
+        for name in ("window_ms", "cooldown_ms", "max_cooldown_ms"):
+            if not 0 < getattr(self, name) <= MAX_DURATION_MS:
+                raise ConfigError(
+                    f"breaker {name} must be more than 0 and at most {MAX_DURATION_MS} ms, "
+                    f"got {getattr(self, name)}"
+                )
+        if not 0 < self.error_rate <= 1:  # also refuses NaN: every comparison with it is false
+            raise ConfigError(f"breaker error_rate must be in (0, 1], got {self.error_rate}")
+        for name in ("min_calls", "consecutive_failures", "probes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"breaker {name} must be at least 1, got {getattr(self, name)}")
+        if not 1 <= self.cooldown_multiplier < math.inf:
+            raise ConfigError(
+                f"breaker cooldown_multiplier must be a finite number >= 1, "
+                f"got {self.cooldown_multiplier}"
+            )
+        if self.max_cooldown_ms < self.cooldown_ms:
+            raise ConfigError(
+                f"breaker max_cooldown_ms ({self.max_cooldown_ms}) must not be below "
+                f"cooldown_ms ({self.cooldown_ms})"
+            )
 
 
 @dataclass(frozen=True)
@@ -111,11 +133,11 @@ class CircuitBreaker:
         if self.state is State.HALF_OPEN:
             self._probes_started += 1
 
-    def released(self) -> None:
-        """A started message ended with no outcome that counts (bad input, not the service):
-        in HALF_OPEN its probe slot is free again."""
-        if self.state is State.HALF_OPEN and self._probes_started > self._probes_succeeded:
-            self._probes_started -= 1
+    def release(self) -> None:
+        """A message started with :meth:`started` ended in an outcome that does not count (an
+        error the retry policy treats as fatal): it gives its probe back, records nothing."""
+        if self.state is State.HALF_OPEN:
+            self._probes_started = max(0, self._probes_started - 1)
 
     def record(self, ok: bool, now_ms: int) -> Transition | None:
         """The outcome of one processed message."""
@@ -152,9 +174,9 @@ class CircuitBreaker:
 
     def _after_probe(self, ok: bool, now_ms: int) -> Transition | None:
         if not ok:
-            self.cooldown_ms = min(
-                int(self.cooldown_ms * self.config.cooldown_multiplier), self.config.max_cooldown_ms
-            )
+            # min() before int(): a huge multiplier makes the product infinite, never an error.
+            grown_ms = self.cooldown_ms * self.config.cooldown_multiplier
+            self.cooldown_ms = int(min(grown_ms, self.config.max_cooldown_ms))
             self.opened_at_ms = now_ms
             return self._move(State.OPEN, now_ms, f"probe failed; cooldown {self.cooldown_ms} ms")
         self._probes_succeeded += 1

@@ -1,4 +1,8 @@
-"""Human durations ("90s", "5m", "1h30m", "7d") to milliseconds and back."""
+"""Human durations ("90s", "5m", "1h30m", "7d") to milliseconds and back.
+
+Every duration is bounded at parse time by :data:`MAX_DURATION_MS`, so a deadline computed from
+one (``now + duration``) always fits where kmq stores it.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,21 @@ UNIT_MS: dict[str, int] = {
     "ms": 1,
 }
 
-_PART = re.compile(r"(\d+)(ms|d|h|m|s)")
+#: Longest duration kmq accepts: 100 years (``36500d``). Every deadline kmq computes is a clock
+#: reading plus a duration; for any clock before the year 9800 that sum is a valid ``datetime``
+#: and lies far inside the signed 64-bit deadline of a start marker (``core/markers.py``).
+MAX_DURATION_MS = 36_500 * UNIT_MS["d"]
+#: Digits of the longest count that can still be within :data:`MAX_DURATION_MS` (in ms).
+_MAX_COUNT_DIGITS = len(str(MAX_DURATION_MS))
+
+#: A whole duration: one or more counts with a unit (a bare count is normalized to seconds).
+_FORM = re.compile(r"(?:\d+(?:ms|d|h|m|s))+", re.ASCII)
+_PART = re.compile(r"(\d+)(ms|d|h|m|s)", re.ASCII)
+
+
+def is_duration(text: str) -> bool:
+    """Whether ``text`` is written as a duration (``90s``, ``1h30m``, ``45``), however long."""
+    return _FORM.fullmatch(_normalized(text)) is not None
 
 
 def parse_duration_ms(text: str) -> int:
@@ -24,30 +42,43 @@ def parse_duration_ms(text: str) -> int:
     A bare number is taken as seconds.
 
     Raises:
-        ConfigError: the text is not a duration.
+        ConfigError: the text is not a duration, or it is longer than :data:`MAX_DURATION_MS`.
     """
-    spec = text.strip().lower()
-    if spec.isdigit():
-        return int(spec) * UNIT_MS["s"]
-    total_ms = 0
-    position = 0
-    for match in _PART.finditer(spec):
-        if match.start() != position:
-            break
-        total_ms += int(match.group(1)) * UNIT_MS[match.group(2)]
-        position = match.end()
-    if not spec or position != len(spec):
+    spec = _normalized(text)
+    if _FORM.fullmatch(spec) is None:
         raise ConfigError(f"not a duration: {text!r} (examples: 500ms, 90s, 5m, 1h30m, 7d)")
+    total_ms = 0
+    for count, unit in _PART.findall(spec):
+        digits = count.lstrip("0")
+        if len(digits) > _MAX_COUNT_DIGITS:  # too long in any unit; spares int() a huge text
+            raise _too_long(text)
+        total_ms += int(digits or "0") * UNIT_MS[unit]
+    if total_ms > MAX_DURATION_MS:
+        raise _too_long(text)
     return total_ms
+
+
+def _normalized(text: str) -> str:
+    spec = text.strip().lower()
+    return spec + "s" if spec.isascii() and spec.isdigit() else spec
+
+
+def _too_long(text: str) -> ConfigError:
+    longest = format_duration_ms(MAX_DURATION_MS)
+    return ConfigError(f"duration {text[:40]!r} is too long: kmq accepts at most {longest}")
 
 
 def format_duration_ms(duration_ms: int) -> str:
     """Format milliseconds as the shortest exact form, e.g. ``300000 -> "5m"``.
 
-    The result parses back to the same value and is safe in a Kafka topic name.
+    Up to :data:`MAX_DURATION_MS` the result parses back to the same value; it is always safe
+    in a Kafka topic name.
+
+    Raises:
+        ConfigError: ``duration_ms`` is negative.
     """
     if duration_ms < 0:
-        raise ValueError(f"negative duration: {duration_ms} ms")
+        raise ConfigError(f"negative duration: {duration_ms} ms")
     if duration_ms == 0:
         return "0s"
     parts: list[str] = []

@@ -41,6 +41,7 @@ class _Range:
         """Clear the offsets ``first .. first+count-1``; returns how many were open."""
         low = max(first, self.first)
         high = min(first + count, self.first + self.count)
+        # equivalent mutant (> for >=): at low == high the mask is empty and nothing closes.
         if low >= high:
             return 0
         mask = ((1 << (high - low)) - 1) << (low - self.first)
@@ -77,7 +78,11 @@ class _SourceRanges:
         """Close offsets in every range that holds them; drop ranges left empty."""
         closed = 0
         index = bisect.bisect_left(self.firsts, first + count) - 1
-        while index >= 0 and self.firsts[index] + self.longest > first:
+        while index >= 0:
+            # equivalent mutant (< for <=): one more range is visited; it ends before ``first``,
+            # so it closes nothing (and a listed range always keeps an open offset).
+            if self.firsts[index] + self.longest <= first:
+                break  # this range and every earlier one end before ``first``
             holder = self.ranges[index]
             closed += holder.close(first, count)
             if holder.open_count == 0:

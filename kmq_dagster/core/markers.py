@@ -5,7 +5,9 @@ start marker per run of a fetched batch, not one per message, and coalesces acks
 markers the same way. Layout (big-endian)::
 
     version u8 | kind u8 | partition i32 | first_offset i64 | count i32
-    | deadline_ms i64 (start markers only) | topic length u16 | topic UTF-8
+    | deadline_ms i64 (start markers only) | topic_length u16 | topic UTF-8
+
+A start marker takes 28 bytes plus its topic's UTF-8 bytes; an end marker takes 20 plus them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ END_KIND = 2
 MAX_TOPIC_BYTES = 249
 #: Longest run one marker may cover.
 MAX_COUNT = 2**31 - 1
+#: A deadline is a signed 64-bit number of milliseconds since the epoch.
+MIN_DEADLINE_MS = -(2**63)
+MAX_DEADLINE_MS = 2**63 - 1
 
 _HEAD = struct.Struct(">BBiqi")
 _DEADLINE = struct.Struct(">q")
@@ -52,6 +57,8 @@ class StartMarker:
 
     def __post_init__(self) -> None:
         _check_fields(self.topic, self.partition, self.first_offset, self.count)
+        if not MIN_DEADLINE_MS <= self.deadline_ms <= MAX_DEADLINE_MS:
+            raise ValueError(f"deadline_ms does not fit 64 bits: {self.deadline_ms}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +78,7 @@ Marker = StartMarker | EndMarker
 
 
 def encode_marker(marker: Marker) -> bytes:
-    """The binary form of ``marker`` (41 bytes plus the topic name for a start marker)."""
+    """The binary form of ``marker``, laid out as the module docstring shows."""
     kind = START_KIND if isinstance(marker, StartMarker) else END_KIND
     parts = [
         _HEAD.pack(MARKER_FORMAT_VERSION, kind, marker.partition, marker.first_offset, marker.count)

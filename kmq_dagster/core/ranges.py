@@ -15,7 +15,9 @@ def offset_runs(offsets: Iterable[int]) -> list[tuple[int, int]]:
     if ordered:
         first, last = ordered[0], ordered[-1]
         # The common case, a fetched or acknowledged batch in order: checked at C speed.
-        if last - first + 1 == len(ordered) and ordered == list(range(first, last + 1)):
+        # equivalent mutant (!= for ==): the length test only spares building the list below.
+        same_length = last - first + 1 == len(ordered)
+        if same_length and ordered == list(range(first, last + 1)):
             return [(first, len(ordered))]
     runs: list[tuple[int, int]] = []
     for offset in sorted(set(ordered)):

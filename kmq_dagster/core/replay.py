@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from kmq_dagster.core.durations import format_duration_ms, parse_duration_ms
+from kmq_dagster.core.durations import format_duration_ms, is_duration, parse_duration_ms
 from kmq_dagster.core.headers import (
     DLQ_REASON,
     ERROR_MESSAGE,
@@ -58,8 +58,9 @@ def parse_offsets(text: str) -> dict[int, tuple[tuple[int, int], ...]]:
                 raise ValueError
         except ValueError:
             raise ConfigError(
-                f"--offsets takes PARTITION:FIRST[-LAST] items separated by commas, "
-                f"e.g. 0:10-20,1:5; got {part!r}"
+                f"offsets are PARTITION:FIRST[-LAST] items separated by commas, "
+                f"e.g. 0:10-20,1:5; got {part!r}",
+                setting="offsets",
             ) from None
         ranges.setdefault(int(partition), []).append(bounds)
     return {partition: tuple(spans) for partition, spans in ranges.items()}
@@ -96,15 +97,14 @@ def parse_time(text: str) -> TimeBound:
     try:
         moment = datetime.fromisoformat(spec)
     except ValueError:
-        relative = spec[: -len("ago")].strip() if spec.lower().endswith("ago") else spec
-        try:
-            return Ago(parse_duration_ms(relative))
-        except ConfigError:
+        relative = spec[: -len(" ago")].rstrip() if spec.lower().endswith(" ago") else spec
+        if not is_duration(relative):
             raise ConfigError(
                 f"not a time: {text!r} (examples: 2026-11-23T10:00, 2026-11-23T10:00+01:00, "
                 "2h, 2h ago)",
                 setting="time",
             ) from None
+        return Ago(parse_duration_ms(relative))  # a duration too long says so
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     try:

@@ -15,11 +15,12 @@ stays small; the message's due time carries the jitter. Nothing is ever due befo
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kmq_dagster.core.durations import format_duration_ms, parse_duration_ms
+from kmq_dagster.core.durations import MAX_DURATION_MS, format_duration_ms, parse_duration_ms
 from kmq_dagster.errors import ConfigError
 
 #: Attempts in all (the first delivery included) of a backoff policy unless told otherwise.
@@ -69,16 +70,32 @@ class RetryPolicy:
     non_retryable: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
-        if any(delay_ms <= 0 for delay_ms in self.delays_ms):
-            raise ValueError("retry delays must be positive")
-        if self.initial_delay_ms <= 0 or self.max_delay_ms < self.initial_delay_ms:
-            raise ValueError("need 0 < initial_delay_ms <= max_delay_ms")
-        if self.multiplier < 1:
-            raise ValueError(f"multiplier must be >= 1, got {self.multiplier}")
-        if not 0 <= self.jitter < 1:
-            raise ValueError(f"jitter must be in [0, 1), got {self.jitter}")
+        """Refuse policies that make no sense.
+
+        Raises:
+            ConfigError: a delay is not positive or longer than ``MAX_DURATION_MS``, the initial
+                delay exceeds the maximum, the multiplier is below 1, NaN or infinite, jitter is
+                outside [0, 1), or there are no attempts.
+        """
+        for delay_ms in (*self.delays_ms, self.initial_delay_ms, self.max_delay_ms):
+            if not 0 < delay_ms <= MAX_DURATION_MS:
+                raise ConfigError(
+                    f"retry delays must be more than 0 and at most {MAX_DURATION_MS} ms, "
+                    f"got {delay_ms}"
+                )
+        if self.max_delay_ms < self.initial_delay_ms:
+            raise ConfigError(
+                f"the initial retry delay ({self.initial_delay_ms} ms) must not exceed the "
+                f"maximum delay ({self.max_delay_ms} ms)"
+            )
+        if not 1 <= self.multiplier < math.inf:  # also refuses NaN
+            raise ConfigError(
+                f"the backoff multiplier must be a finite number >= 1, got {self.multiplier}"
+            )
+        if not 0 <= self.jitter < 1:  # also refuses NaN
+            raise ConfigError(f"retry jitter must be in [0, 1), got {self.jitter}")
         if self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+            raise ConfigError(f"max_attempts must be at least 1, got {self.max_attempts}")
 
     @classmethod
     def fixed(cls, delays_ms: Iterable[int], non_retryable: Iterable[str] = ()) -> RetryPolicy:
@@ -102,19 +119,23 @@ class RetryPolicy:
         parts = [part.strip() for part in spec.split(",")]
         try:
             if len(parts) != 3:
-                raise ValueError("three values needed")
-            initial_ms, multiplier = parse_duration_ms(parts[0]), float(parts[1])
+                raise ConfigError("three values needed")
+            try:
+                multiplier = float(parts[1])
+            except ValueError:
+                raise ConfigError(f"not a number: {parts[1]!r}") from None
             return cls(
-                initial_delay_ms=initial_ms,
+                initial_delay_ms=parse_duration_ms(parts[0]),
                 multiplier=multiplier,
                 max_delay_ms=parse_duration_ms(parts[2]),
                 jitter=jitter,
                 max_attempts=max_attempts,
                 non_retryable=frozenset(non_retryable),
             )
-        except (ValueError, ConfigError) as exc:
+        except ConfigError as exc:
             raise ConfigError(
-                f"--retry-backoff takes INITIAL,MULTIPLIER,MAX, e.g. 1s,2,10m; got {spec!r} ({exc})"
+                f"a backoff takes INITIAL,MULTIPLIER,MAX, e.g. 1s,2,10m; got {spec!r} ({exc})",
+                setting="retry_backoff",
             ) from None
 
     @classmethod
@@ -181,7 +202,10 @@ class RetryPolicy:
         """Delay before retry ``retry_number`` (1-based), before jitter."""
         if self.delays_ms:
             return self.delays_ms[retry_number - 1]
-        delay = self.initial_delay_ms * self.multiplier ** (retry_number - 1)
+        try:
+            delay = self.initial_delay_ms * self.multiplier ** (retry_number - 1)
+        except OverflowError:  # the power left the float range: far beyond any cap
+            return self.max_delay_ms
         return int(min(delay, self.max_delay_ms))
 
     def topic_delays_ms(self) -> list[int]:

@@ -24,7 +24,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from kmq_dagster.core.commits import CommitQueue
 from kmq_dagster.core.handouts import HandoutLedger, OffsetRun
 from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
-from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.queue import MAX_VISIBILITY_TIMEOUT_MS, Queue
+from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import ClientErrors, new_consumer, new_producer, wall_clock_ms
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, produce
 from kmq_dagster.kafka.due_gate import DueGate, group_by_source
@@ -42,6 +43,8 @@ from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
 
+#: Longest ``extend()``: as long as the longest visibility timeout.
+MAX_EXTEND_S = MAX_VISIBILITY_TIMEOUT_MS / 1000
 #: How often acknowledgements are turned into end markers when nobody polls.
 ACK_FLUSH_INTERVAL_S = 0.02
 #: How long markers wait to share a produce request. Nothing waits on them: a batch is handed
@@ -177,7 +180,13 @@ class KmqConsumer:
         self.stats.nacked += 1
 
     def extend(self, message: KmqMessage | Message, seconds: float) -> None:
-        """Keep ``message`` in flight for ``seconds`` more from now (a long-running handler)."""
+        """Keep ``message`` in flight for ``seconds`` more from now (a long-running handler).
+
+        Raises:
+            ConfigError: ``seconds`` is not a number of seconds from 1 ms to 7 days.
+        """
+        if not (isinstance(seconds, int | float) and 0.001 <= seconds <= MAX_EXTEND_S):
+            raise ConfigError(f"extend takes 0.001 to {MAX_EXTEND_S:g} seconds, got {seconds!r}")
         deadline_ms = self._clock_ms() + round(seconds * 1000)
         topic, partition, offset = _coordinates(message)
         self._produce_marker(StartMarker(topic, partition, offset, 1, deadline_ms))

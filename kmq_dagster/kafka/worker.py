@@ -244,7 +244,7 @@ class WorkerLoop:
         log.info("handler failed on %r: %s: %s", message, type(exc).__name__, exc)
         fatal = self.router is not None and not self.router.policy.is_retryable(exc)
         if self.breaker is not None and fatal:
-            self.breaker.released()
+            self.breaker.release()
         elif self.breaker is not None:
             # Bad input (a fatal error) says nothing about the downstream service: it is not
             # recorded at all, neither as a failure nor as a success.

@@ -201,7 +201,10 @@ def test_bad_replay_arguments_are_one_line_errors(settings: KmqSettings, queue: 
     env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
     base = ("replay", "--topic", queue.topic, "--group", GROUP)
     cases = {
-        ("--offsets", "0:x"): (1, "kmq: error: --offsets takes PARTITION:FIRST[-LAST] items"),
+        ("--offsets", "0:x"): (
+            1,
+            "kmq: error: --offsets: offsets are PARTITION:FIRST[-LAST] items",
+        ),
         ("--since", "1h", "--until", "2h"): (
             1,
             "kmq: error: --since/--until: the start of the time range must come before its end",

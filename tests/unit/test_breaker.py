@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kmq_dagster.core.breaker import BreakerConfig, CircuitBreaker, State, Transition
+from kmq_dagster.core.durations import MAX_DURATION_MS
+from kmq_dagster.errors import ConfigError
 
 CONFIG = BreakerConfig(
     window_ms=10_000,
@@ -134,16 +138,27 @@ def test_a_state_decided_elsewhere_is_adopted() -> None:
     [
         {"error_rate": 0},
         {"error_rate": 1.5},
+        {"error_rate": math.nan},
+        {"error_rate": math.inf},
         {"probes": 0},
         {"min_calls": 0},
+        {"consecutive_failures": 0},
+        {"window_ms": 0},
+        {"window_ms": -1},
+        {"window_ms": MAX_DURATION_MS + 1},
         {"cooldown_ms": 0},
         {"max_cooldown_ms": 10},
+        {"max_cooldown_ms": MAX_DURATION_MS + 1},
         {"cooldown_multiplier": 0.5},
+        {"cooldown_multiplier": math.nan},
+        {"cooldown_multiplier": math.inf},
     ],
 )
-def test_nonsense_settings_are_refused(bad: dict[str, float]) -> None:
-    with pytest.raises(ValueError):
+def test_nonsense_settings_are_config_errors_in_the_librarys_terms(bad: dict[str, float]) -> None:
+    with pytest.raises(ConfigError, match="breaker") as refused:
         BreakerConfig(**bad)  # type: ignore[arg-type]
+
+    assert "--" not in str(refused.value)  # no CLI flag: the library is used without the CLI
 
 
 events = st.lists(st.tuples(st.integers(0, 3_000), st.booleans()), max_size=300)

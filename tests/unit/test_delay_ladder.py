@@ -128,3 +128,40 @@ def test_missing_garbage_or_far_future_delay_headers_are_reported(
 ) -> None:
     with pytest.raises(ValueError):
         read_delay_times(headers, T0)
+
+
+@pytest.mark.parametrize("delay_ms", [MIN_DELAY_MS, MAX_DELAY_MS])
+def test_delays_of_exactly_one_second_and_exactly_seven_days_are_accepted(delay_ms: int) -> None:
+    assert check_delay_ms(delay_ms) == delay_ms
+    assert (MIN_DELAY_MS, MAX_DELAY_MS) == (1_000, 7 * 86_400_000)
+
+
+def test_a_message_taken_exactly_at_its_due_time_is_delivered() -> None:
+    assert next_step(T0, now_ms=T0) == Deliver()
+    assert next_step(T0, now_ms=T0 + 1) == Deliver()
+
+
+def test_less_than_the_smallest_level_is_held_and_exactly_that_level_hops() -> None:
+    assert next_step(T0 + 999, now_ms=T0) == Hold(T0 + 999)
+    assert next_step(T0 + 1_000, now_ms=T0) == Hop(1_000, T0 + 1_000)
+
+
+@pytest.mark.parametrize(
+    ("remaining_ms", "level_ms"),
+    [(86_400_000, 86_400_000), (86_399_999, 21_600_000), (21_600_000, 21_600_000)],
+)
+def test_the_last_levels_edge_belongs_to_the_last_level(remaining_ms: int, level_ms: int) -> None:
+    assert enqueue(T0 + remaining_ms, T0) == Hop(level_ms, T0 + level_ms)
+
+
+def test_a_due_time_exactly_at_the_furthest_legal_distance_is_read_and_one_ms_more_is_not() -> None:
+    # given the furthest a due time may lie ahead: the longest delay plus one top-level hop
+    furthest_ms = T0 + MAX_DELAY_MS + DELAY_LEVELS_MS[-1]
+
+    def headers(due_ms: int) -> list[tuple[str, bytes | None]]:
+        return [(DUE_MS, str(due_ms).encode()), (HOP_DUE_MS, str(T0).encode())]
+
+    # then exactly that distance is read, one millisecond more is corrupt
+    assert read_delay_times(headers(furthest_ms), T0).due_ms == furthest_ms
+    with pytest.raises(ValueError, match="ahead"):
+        read_delay_times(headers(furthest_ms + 1), T0)

@@ -41,6 +41,23 @@ def test_acknowledged_messages_are_never_overdue_even_out_of_order() -> None:
     assert state.inflight_count() == 2
 
 
+def test_acks_that_touch_a_range_at_its_edges_close_exactly_what_they_name() -> None:
+    # given offsets 10..14 in flight, and the longest range ending right before offset 20
+    state = PartitionInflight()
+    state.record_start(0, StartMarker(T, 0, 10, 5, deadline_ms=100))
+    state.record_start(1, StartMarker(T, 0, 15, 5, deadline_ms=100))
+
+    # when acks end right before the first range, start right after the last, and touch edges
+    assert state.record_end(EndMarker(T, 0, 5, 5)) == 0  # 5..9
+    assert state.record_end(EndMarker(T, 0, 20, 3)) == 0  # 20..22
+    assert state.record_end(EndMarker(T, 0, 9, 2)) == 1  # 9..10: only 10 was open
+    assert state.record_end(EndMarker(T, 0, 19, 1)) == 1  # the last offset of the last range
+
+    # then exactly the offsets in between stay open, and the oldest marker still holds them
+    assert state.overdue(100) == refs(11, 12, 13, 14, 15, 16, 17, 18)
+    assert state.smallest_open_marker_offset() == 0
+
+
 def test_extend_moves_the_deadline_of_just_that_message() -> None:
     state = PartitionInflight()
     state.record_start(0, StartMarker(T, 0, 0, 3, deadline_ms=100))

@@ -63,3 +63,9 @@ def test_names_follow_the_design() -> None:
 def test_illegal_topic_names(name: str) -> None:
     with pytest.raises(ConfigError):
         validate_topic_name(name)
+
+
+def test_a_topic_name_of_exactly_kafkas_limit_is_legal() -> None:
+    name = "x" * 249
+
+    assert validate_topic_name(name) == name

@@ -29,6 +29,10 @@ def test_offsets_parse_into_inclusive_ranges_per_partition() -> None:
     assert parse_offsets("0:10-20, 0:25,1:5-") == {0: ((10, 20), (25, 25)), 1: ((5, 2**63 - 1),)}
 
 
+def test_partition_and_offset_zero_and_a_one_offset_range_are_legal() -> None:
+    assert parse_offsets("0:0,1:7-7") == {0: ((0, 0),), 1: ((7, 7),)}
+
+
 @pytest.mark.parametrize("text", ["", "0", "x:1", "0:a-b", "0:5-2", "-1:3", "0:1,,"])
 def test_malformed_offsets_are_a_clear_error(text: str) -> None:
     with pytest.raises(ConfigError, match="PARTITION:FIRST"):
@@ -39,8 +43,30 @@ def test_times_are_iso_utc_by_default_or_durations_ago() -> None:
     assert parse_time_ms("2026-11-23T00:00", NOW_MS) == 1_795_392_000_000
     assert parse_time_ms("2026-11-23T01:00+01:00", NOW_MS) == 1_795_392_000_000
     assert parse_time_ms("2h", NOW_MS) == NOW_MS - 7_200_000
-    with pytest.raises(ConfigError, match="not a time"):
-        parse_time_ms("yesterday", NOW_MS)
+    assert parse_time_ms(" 2h ago ", NOW_MS) == NOW_MS - 7_200_000  # as --help words it
+    for text in ("yesterday", "ago", "2h agoo", "2hago"):
+        with pytest.raises(ConfigError, match="not a time"):
+            parse_time_ms(text, NOW_MS)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0001-01-01T00:00:00+01:00", "outside the years 1970 to 9999"),  # 0000-12-31 UTC
+        ("9999-12-31T23:59:59-01:00", "outside the years 1970 to 9999"),  # year 10000 UTC
+        ("1000000d", "too long"),
+        ("99999999999999999999d ago", "too long"),
+    ],
+)
+def test_times_without_a_datetime_are_clear_errors(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_time_ms(text, NOW_MS)
+
+
+def test_the_first_and_last_instants_kmq_takes_are_times() -> None:
+    # dead letters carry milliseconds since 1970: nothing before it can be selected
+    assert parse_time_ms("1970-01-01T00:00", NOW_MS) == 0
+    assert parse_time_ms("9999-12-31T23:59:59", NOW_MS) == 253_402_300_799_000
 
 
 def test_every_filter_must_match() -> None:
@@ -56,6 +82,16 @@ def test_every_filter_must_match() -> None:
     assert not selection.matches(0, 15, b"k", [], 150)  # no error type at all
     assert not selection.matches(0, 15, b"k", TIMEOUT, 99)  # before --since
     assert not selection.matches(0, 15, b"k", TIMEOUT, 200)  # --until is exclusive
+
+
+def test_the_edges_of_an_offset_range_and_the_since_time_are_selected() -> None:
+    selection = ReplaySelection(offsets={0: ((10, 20),)}, since=100, until=200)
+
+    assert selection.matches(0, 10, None, None, 150)  # the first offset of the range
+    assert selection.matches(0, 20, None, None, 150)  # the last one
+    assert not selection.matches(0, 9, None, None, 150)
+    assert selection.matches(0, 15, None, None, 100)  # dead-lettered exactly at --since
+    assert selection.matches(0, 15, None, None, 199)
 
 
 def test_no_filter_selects_everything_and_injection_strings_are_just_values() -> None:
@@ -89,11 +125,30 @@ def test_relative_times_stay_relative_so_the_same_command_is_the_same_replay() -
 
 
 @pytest.mark.parametrize(
-    "text", ["1000000d", "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-05:00", "1969-12-31"]
+    ("text", "message"),
+    [
+        ("1000000d", "too long"),
+        ("0001-01-01T00:00:00+01:00", "outside the years 1970 to 9999"),
+        ("9999-12-31T23:59:59-05:00", "outside the years 1970 to 9999"),
+        ("1969-12-31", "outside the years 1970 to 9999"),
+        ("36500d", "outside the years 1970 to 9999"),  # a legal duration, but before 1970
+    ],
 )
-def test_times_outside_1970_to_9999_are_clear_errors(text: str) -> None:
-    with pytest.raises(ConfigError, match="outside the years 1970 to 9999"):
+def test_times_outside_1970_to_9999_are_clear_errors(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
         parse_time_ms(text, NOW_MS)
+
+
+@pytest.mark.parametrize("until_ms", [100, 200])
+def test_since_must_come_strictly_before_until(until_ms: int) -> None:
+    with pytest.raises(ConfigError, match="must come before its end"):
+        ReplaySelection(since=200, until=until_ms)  # equal times select nothing
+
+
+def test_since_one_millisecond_before_until_selects_that_millisecond() -> None:
+    selection = ReplaySelection(since=100, until=101)
+
+    assert selection.matches(0, 0, None, None, 100)
 
 
 def test_the_same_replay_gets_the_same_id_and_another_one_another() -> None:

@@ -84,6 +84,27 @@ def test_missing_retry_metadata_means_a_first_attempt_due_now() -> None:
     assert read_due_ms([("other", b"1")]) is None
 
 
+def test_attempt_one_is_the_lowest_legal_attempt() -> None:
+    assert read_attempt([(ATTEMPT, b"1")]) == 1
+    with pytest.raises(ValueError, match="at least 1"):
+        read_attempt([(ATTEMPT, b"0")])
+
+
+def test_a_text_of_exactly_the_limit_is_kept_whole_and_one_byte_more_is_cut() -> None:
+    text = "é" * 10  # 20 bytes of UTF-8
+
+    assert truncate_utf8(text, 20) == text
+    assert truncate_utf8(text + "x", 20) == "ééé...[truncated]"  # 20 - 14 bytes: three é
+
+
+def test_a_message_due_exactly_now_runs_and_one_due_a_millisecond_later_waits() -> None:
+    messages = [(0, 100), (1, 101)]  # (offset, due)
+
+    split = split_due(messages, 100, lambda m: m[1], lambda m: m[0])
+
+    assert (split.ready, split.resume_offset, split.resume_at_ms) == ([(0, 100)], 1, 101)
+
+
 @given(st.text(max_size=3_000), st.integers(20, 2_000))
 def test_truncation_never_exceeds_the_limit_or_splits_a_character(text: str, limit: int) -> None:
     cut = truncate_utf8(text, limit)
