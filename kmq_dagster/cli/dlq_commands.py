@@ -1,0 +1,126 @@
+"""``kmq dlq list`` and ``kmq dlq show``: a queue's dead letters, read from its DLQ topic."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from kmq_dagster.cli.app import cli, connection_options, settings_of
+from kmq_dagster.cli.options import (
+    DefinitionOptions,
+    dead_letter_selection_options,
+    definition_options,
+    queue_options,
+)
+from kmq_dagster.core.replay import TimeBound
+
+
+@cli.group()
+def dlq() -> None:
+    """Browse a queue's dead letters from the terminal (no audit store needed)."""
+
+
+@dlq.command("list")
+@queue_options
+@dead_letter_selection_options
+@click.option("--offsets", metavar="P:FIRST-LAST,...", help="DLQ offsets, e.g. 0:10-20,1:5.")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line, for scripts.")
+@definition_options
+@connection_options
+@click.pass_context
+def dlq_list(
+    ctx: click.Context, topic: str, group: str, key: str | None, error_type: str | None,
+    since: TimeBound | None, until: TimeBound | None, offsets: str | None, limit: int,
+    as_json: bool, definition: DefinitionOptions,
+) -> None:  # fmt: skip
+    """The first dead letters of GROUP's DLQ that the filters select, partition by partition."""
+    from kmq_dagster.core.replay import ReplaySelection, parse_offsets
+    from kmq_dagster.kafka.dead_letter_reader import list_dead_letters
+
+    settings = settings_of(ctx)
+    selection = ReplaySelection(
+        offsets=parse_offsets(offsets) if offsets else {},
+        key=None if key is None else key.encode(), error_type=error_type, since=since,
+        until=until,
+    )  # fmt: skip
+    page = list_dead_letters(settings, definition.open(settings, topic, group), selection,
+                             limit=limit)  # fmt: skip
+    for letter in page.letters:
+        summary = _summary(letter.partition, letter.offset, letter.key, letter.row)
+        click.echo(json.dumps(summary) if as_json else _line(summary))
+    if not as_json:
+        more = f"; more match (raise --limit above {limit})" if page.more else ""
+        click.echo(f"{len(page.letters)} dead letters shown of {page.scanned} read{more}")
+
+
+@dlq.command("show")
+@queue_options
+@click.argument("where", metavar="PARTITION:OFFSET")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object, for scripts.")
+@definition_options
+@connection_options
+@click.pass_context
+def dlq_show(
+    ctx: click.Context, topic: str, group: str, where: str, as_json: bool,
+    definition: DefinitionOptions,
+) -> None:  # fmt: skip
+    """One dead letter in full: its error, headers, traceback and value."""
+    from kmq_dagster.core.rendering import render_bytes
+    from kmq_dagster.kafka.dead_letter_reader import show_dead_letter
+
+    partition, _, offset = where.partition(":")
+    if not (partition.isdigit() and offset.isdigit()):
+        raise click.BadParameter(f"expected PARTITION:OFFSET, got {where!r}", param_hint="WHERE")
+    settings = settings_of(ctx)
+    letter = show_dead_letter(settings, definition.open(settings, topic, group), int(partition),
+                              int(offset))  # fmt: skip
+    kind, value = render_bytes(letter.value)
+    summary = _summary(letter.partition, letter.offset, letter.key, letter.row)
+    headers = [[name, render_bytes(raw, 200)[1]] for name, raw in letter.headers]
+    if as_json:
+        click.echo(json.dumps({**summary, "headers": headers, "value_kind": kind, "value": value,
+                               "traceback": letter.traceback}))  # fmt: skip
+        return
+    for name, shown in summary.items():
+        click.echo(f"{name:<16} {shown}")
+    click.echo("headers")
+    for name, shown in headers:
+        click.echo(f"  {name} = {shown}")
+    if letter.traceback:
+        click.echo(f"traceback\n{letter.traceback}")
+    click.echo(f"value ({kind}, {summary['value_size']} bytes)\n{value}")
+
+
+def _summary(partition: int, offset: int, key: bytes | None, row: dict[str, Any]) -> dict[str, Any]:
+    original = (
+        f"{row['original_topic']}[{row['original_partition']}]@{row['original_offset']}"
+        if row["original_topic"] else None
+    )  # fmt: skip
+    return {
+        "at": f"{partition}:{offset}",
+        "dead_lettered": _iso(row["last_failure_at"]),
+        "key": None if key is None else key.decode("utf-8", errors="replace"),
+        "error_type": row["error_type"],
+        "reason": row["reason"],
+        "error_message": row["error_message"],
+        "attempts": row["attempts"],
+        "original": original,
+        "value_size": row["value_size"],
+    }
+
+
+def _line(summary: dict[str, Any]) -> str:
+    reason = summary["reason"]
+    reason = reason if len(reason) <= 60 else reason[:57] + "..."
+    return (
+        f"{summary['at']:<10} {summary['dead_lettered']}  key={summary['key']!s:<12} "
+        f"{summary['error_type']:<20} {reason}"
+    )
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

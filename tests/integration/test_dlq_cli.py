@@ -1,0 +1,57 @@
+"""`kmq dlq list` and `kmq dlq show`: dead letters from the terminal, filtered like a replay."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka import Producer
+
+from kmq_dagster.cli import main
+from kmq_dagster.settings import KmqSettings
+from tests.kafka_helpers import new_queue, produce_dead_letters
+
+pytestmark = pytest.mark.kafka
+
+
+def test_list_filters_like_a_replay_and_show_renders_one_in_full(
+    settings: KmqSettings,
+    topic_name: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
+    queue = new_queue(settings, topic_name, "g", partitions=2)
+    letters = [("a", "TimeoutError"), ("b", "KeyError"), ("c", "TimeoutError"),
+               ("d", "TimeoutError")]  # fmt: skip
+    produce_dead_letters(settings, queue, letters)
+    binary = Producer(settings.producer_config())
+    binary.produce(queue.dlq_topic, key=b"bin", value=b"\x00\xff<script>", partition=1)
+    assert binary.flush(30) == 0
+    base = ["dlq", "list", "-t", topic_name, "-g", "g"]
+
+    # when listing timeouts, two at most, as JSON
+    assert main([*base, "--error-type", "TimeoutError", "--limit", "2", "--json"]) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    # then the first two timeouts come back with their reason and origin
+    assert [row["key"] for row in listed] == ["a", "c"]
+    assert listed[0]["reason"] == "failed 2 attempts" and listed[0]["original"].startswith(
+        f"{topic_name}[0]@"
+    )
+    # and the table says that more match
+    assert main([*base, "--error-type", "TimeoutError", "--limit", "2"]) == 0
+    table = capsys.readouterr().out
+    assert "2 dead letters shown of" in table and "more match (raise --limit above 2)" in table
+
+    # when one is shown, its value is a hex dump if it is not text, never interpreted
+    assert main(["dlq", "show", "-t", topic_name, "-g", "g", "1:2"]) == 0
+    shown = capsys.readouterr().out
+    assert "key              bin" in shown and "value (binary, 10 bytes)" in shown
+    assert "00 ff 3c 73 63 72 69 70 74 3e" in shown and "..<script>" in shown
+
+    # and asking for a record that is not there is one error line
+    assert main(["dlq", "show", "-t", topic_name, "-g", "g", "1:99"]) == 1
+    assert capsys.readouterr().err.startswith("kmq: error: ")
+    assert main(["dlq", "show", "-t", topic_name, "-g", "g", "7:0"]) == 1
+    assert "has 2 partitions" in capsys.readouterr().err
