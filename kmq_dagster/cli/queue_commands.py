@@ -51,6 +51,12 @@ log = logging.getLogger("kmq.cli")
     help="Replicas per partition; -1 lets the cluster decide.",
 )
 @click.option(
+    "--min-insync-replicas",
+    type=click.IntRange(1, 100),
+    help="Replicas that must have a write before it counts (with acks=all) [default: the "
+    "cluster's].",
+)
+@click.option(
     "--delay-queue/--no-delay-queue",
     default=True,
     show_default=True,
@@ -70,6 +76,7 @@ def provision(
     group: str | None,
     definition: DefinitionOptions,
     replication_factor: int,
+    min_insync_replicas: int | None,
     delay_queue: bool,
     redefine: bool,
 ) -> None:
@@ -90,6 +97,7 @@ def provision(
             topic,
             partitions=partitions,
             replication_factor=replication_factor,
+            min_insync_replicas=min_insync_replicas,
             delay_queue=delay_queue,
         )
     else:
@@ -98,6 +106,7 @@ def provision(
             settings,
             queue,
             replication_factor=replication_factor,
+            min_insync_replicas=min_insync_replicas,
             delay_queue=delay_queue,
             redefine=redefine,
         )

@@ -19,6 +19,7 @@ from typing import Any
 from kmq_dagster.core.delay import DELAY_LEVELS_MS
 from kmq_dagster.core.durations import format_duration_ms
 from kmq_dagster.core.naming import (
+    delay_dlq_topic,
     delay_topics,
     dlq_topic,
     markers_topic,
@@ -295,3 +296,25 @@ def describe_conflicts(found: Mapping[str, list[str]]) -> str:
         shown = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
         parts.append(f"{shown} of {owner}")
     return "; ".join(parts)
+
+
+#: Kafka's default retention, a week: the least kmq gives a retry topic.
+MIN_RETRY_RETENTION_MS = 7 * 86_400_000
+#: ``retention.ms`` of "keep for ever".
+KEEP_FOREVER = "-1"
+
+
+def topic_configs(queue: Queue | None, topic: str) -> dict[str, dict[str, str]]:
+    """The settings kmq creates its topics with, by topic name (others: the cluster's defaults).
+
+    Dead-letter topics keep every record for ever: retention deleting a dead letter would lose
+    a message. A retry topic keeps a copy at least twice its delay (and a week), so a retry is
+    never deleted before it is due.
+    """
+    configs: dict[str, dict[str, str]] = {delay_dlq_topic(topic): {"retention.ms": KEEP_FOREVER}}
+    if queue is not None:
+        configs[queue.dlq_topic] = {"retention.ms": KEEP_FOREVER}
+        for delay_ms, name in queue.retry_topics.items():
+            retention_ms = max(MIN_RETRY_RETENTION_MS, 2 * delay_ms)
+            configs[name] = {"retention.ms": str(retention_ms)}
+    return configs

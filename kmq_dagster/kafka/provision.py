@@ -16,7 +16,13 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from kmq_dagster.core.naming import validate_topic_name
-from kmq_dagster.core.queue import Queue, conflicts, describe_conflicts, topic_family
+from kmq_dagster.core.queue import (
+    Queue,
+    conflicts,
+    describe_conflicts,
+    topic_configs,
+    topic_family,
+)
 from kmq_dagster.errors import ConfigError, ProvisionError, QueueConflictError
 from kmq_dagster.kafka.clients import admin_client, cluster_metadata
 from kmq_dagster.kafka.registry import (
@@ -51,13 +57,16 @@ def provision_queue(
     queue: Queue,
     *,
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
+    min_insync_replicas: int | None = None,
     delay_queue: bool = True,
     redefine: bool = False,
 ) -> ProvisionReport:
     """Create ``queue``'s topics (existing ones are kept) and store its definition.
 
     ``queue.partitions`` is the count for new topics; ``None`` adopts the existing queue
-    topic's.
+    topic's. New topics get :func:`~kmq_dagster.core.queue.topic_configs` (dead letters kept for
+    ever, retries kept past their delay) and ``min.insync.replicas`` when given; existing topics
+    keep theirs.
 
     Raises:
         QueueConflictError: the queue's topics would be shared with another queue, or it is
@@ -80,7 +89,9 @@ def provision_queue(
             )
     _refuse_conflicts(conflicts(queue, registered.queues.values(), registered.topics), queue)
     wanted = [queue.topic, *(queue.delay_topics if delay_queue else []), *queue.group_topics]
-    report = _create_topics(settings, queue.topic, wanted, queue.partitions, replication_factor)
+    layout = _Layout(queue.partitions, replication_factor, min_insync_replicas,
+                     topic_configs(queue, queue.topic))  # fmt: skip
+    report = _create_topics(settings, queue.topic, wanted, layout)
     defined = queue.replace(partitions=report.partitions)
     if stored is None or stored.definition() != defined.definition():
         save_definition(settings, defined)
@@ -94,6 +105,7 @@ def provision_topic(
     *,
     partitions: int | None = None,
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
+    min_insync_replicas: int | None = None,
     delay_queue: bool = True,
 ) -> ProvisionReport:
     """Create a queue topic (and its delay queue) without any group's topics.
@@ -108,7 +120,9 @@ def provision_topic(
     registered = load_registry(settings)
     _refuse_conflicts(conflicts(topic, registered.queues.values()), topic)
     wanted = sorted(topic_family(topic)) if delay_queue else [topic]
-    report = _create_topics(settings, topic, wanted, partitions, replication_factor)
+    layout = _Layout(partitions, replication_factor, min_insync_replicas,
+                     topic_configs(None, topic))  # fmt: skip
+    report = _create_topics(settings, topic, wanted, layout)
     if registered.topics.get(topic) != report.partitions:
         save_topic(settings, topic, report.partitions)
         report.defined = True
@@ -145,29 +159,41 @@ def _refuse_conflicts(clashes: dict[str, list[str]], what: Queue | str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """How new topics are created: partitions, replicas, and settings per topic."""
+
+    partitions: int | None
+    replication_factor: int
+    min_insync_replicas: int | None
+    configs: Mapping[str, Mapping[str, str]]
+
+    def config_of(self, name: str) -> dict[str, str]:
+        config = dict(self.configs.get(name, {}))
+        if self.min_insync_replicas is not None:
+            config["min.insync.replicas"] = str(self.min_insync_replicas)
+        return config
+
+
 def _create_topics(
-    settings: KmqSettings,
-    topic: str,
-    wanted: list[str],
-    partitions: int | None,
-    replication_factor: int,
+    settings: KmqSettings, topic: str, wanted: list[str], layout: _Layout
 ) -> ProvisionReport:
     existing = _partition_counts(settings)
-    partitions = _resolve_partitions(topic, partitions, existing)
+    partitions = _resolve_partitions(topic, layout.partitions, existing)
     _check_partition_counts(topic, wanted, partitions, existing)
     report = ProvisionReport(partitions=partitions)
     missing = [name for name in wanted if name not in existing]
     report.unchanged = [name for name in wanted if name in existing]
     admin = admin_client(settings)
     if missing:
-        counts = dict.fromkeys(missing, partitions)
-        raced = _create(admin, settings, counts, replication_factor)
+        new = {name: (partitions, layout.config_of(name)) for name in missing}
+        raced = _create(admin, settings, new, layout.replication_factor)
         report.created = [name for name in missing if name not in raced]
         report.unchanged += raced
         _wait_until_visible(settings, topic, missing, partitions)
     if settings.registry_topic not in existing:
-        _create(admin, settings, {settings.registry_topic: 1}, replication_factor,
-                config=REGISTRY_TOPIC_CONFIG)  # fmt: skip
+        registry = {settings.registry_topic: (1, {**layout.config_of(""), **REGISTRY_TOPIC_CONFIG})}
+        _create(admin, settings, registry, layout.replication_factor)
         _wait_until_visible(settings, settings.registry_topic, [settings.registry_topic], 1)
     return report
 
@@ -209,15 +235,15 @@ def _check_partition_counts(
 def _create(
     admin: AdminClient,
     settings: KmqSettings,
-    partitions_by_name: dict[str, int],
+    new: Mapping[str, tuple[int, dict[str, str]]],
     replication_factor: int,
-    config: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Create topics; returns those another client created first (checked afterwards)."""
+    """Create topics (name -> partitions, settings); returns those another client created
+    first (checked afterwards)."""
     futures = admin.create_topics(
         [
-            NewTopic(name, count, replication_factor, config=dict(config or {}))
-            for name, count in partitions_by_name.items()
+            NewTopic(name, count, replication_factor, config=config)
+            for name, (count, config) in new.items()
         ],
         request_timeout=settings.request_timeout_ms / 1000,
     )

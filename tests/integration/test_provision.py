@@ -217,3 +217,27 @@ def test_unreachable_broker_is_one_line_not_a_traceback() -> None:
         provision_topic(
             KmqSettings(bootstrap_servers=address, request_timeout_ms=1000), "x", partitions=1
         )
+
+
+def test_dead_letters_are_kept_for_ever_and_retries_past_their_delay(
+    settings: KmqSettings, topic_name: str
+) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    queue = Queue(
+        topic_name, "g", partitions=1, retry_policy=RetryPolicy.fixed((1_000, 10 * 86_400_000))
+    )
+    provision_queue(settings, queue, min_insync_replicas=1)
+
+    admin = AdminClient(settings.admin_config())
+
+    def config(topic: str) -> dict[str, str]:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        entries = admin.describe_configs([resource])[resource].result()
+        return {name: entry.value for name, entry in entries.items()}
+
+    assert config(queue.dlq_topic)["retention.ms"] == "-1"
+    assert config(f"{topic_name}.delay.dlq")["retention.ms"] == "-1"
+    assert config(queue.retry_topics[1_000])["retention.ms"] == str(7 * 86_400_000)
+    assert config(queue.retry_topics[10 * 86_400_000])["retention.ms"] == str(20 * 86_400_000)
+    assert config(queue.markers_topic)["min.insync.replicas"] == "1"
