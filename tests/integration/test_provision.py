@@ -222,7 +222,7 @@ def test_unreachable_broker_is_one_line_not_a_traceback() -> None:
 def test_dead_letters_are_kept_for_ever_and_retries_past_their_delay(
     settings: KmqSettings, topic_name: str
 ) -> None:
-    from confluent_kafka import ConfigResource
+    from confluent_kafka.admin._config import ConfigResource
 
     queue = Queue(
         topic_name, "g", partitions=1, retry_policy=RetryPolicy.fixed((1_000, 10 * 86_400_000))
