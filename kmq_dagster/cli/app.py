@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,8 +61,10 @@ def connection_options(command: F) -> F:
             store.setdefault("client_options", []).extend(value)
         elif value:
             store[param.name] = value
-        if param.name == "verbose" and value:
-            configure_logging(verbose=True)
+        if param.name in ("verbose", "log_json") and value:
+            configure_logging(
+                verbose=bool(store.get("verbose")), as_json=bool(store.get("log_json"))
+            )
 
     options = [
         click.option(
@@ -88,6 +92,13 @@ def connection_options(command: F) -> F:
             expose_value=False,
             callback=remember,
             help="Show debug logs, the Kafka client's and Spark's.",
+        ),
+        click.option(
+            "--log-json",
+            is_flag=True,
+            expose_value=False,
+            callback=remember,
+            help="Logs as one JSON object per line (time, level, logger, message).",
         ),
     ]
     for option in reversed(options):
@@ -125,15 +136,26 @@ def verbose(ctx: click.Context) -> bool:
 
 
 def configure_logging(
-    *, verbose: bool = False, quiet: bool = False, log_file: Path | None = None
+    *,
+    verbose: bool = False,
+    quiet: bool = False,
+    log_file: Path | None = None,
+    as_json: bool | None = None,
 ) -> None:
     """Logs on stderr: INFO (WARNING when ``quiet``, for commands whose own progress display is
     their report), DEBUG and the Kafka client's with ``verbose``; everything from INFO on also
-    into ``log_file`` when given."""
+    into ``log_file`` when given. ``as_json`` (default: as ``--log-json`` left it) writes one
+    JSON object per line."""
     root = logging.getLogger()
+    if as_json is None:
+        as_json = any(isinstance(h.formatter, JsonFormatter) for h in root.handlers)
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    formatter: logging.Formatter = (
+        JsonFormatter()
+        if as_json
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     stderr = logging.StreamHandler(sys.stderr)
     stderr.setFormatter(formatter)
     stderr.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
@@ -152,6 +174,22 @@ def configure_logging(
     # Migrations are applied on first use; say so only when asked. py4j chatters at INFO.
     for chatty in ("alembic", "py4j"):
         logging.getLogger(chatty).setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message``
+    and, for an exception, ``error``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
 
 
 def error_line(exc: BaseException) -> str:

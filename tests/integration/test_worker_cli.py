@@ -15,7 +15,7 @@ from kmq_dagster.core.headers import DLQ_REASON, header_value, normalize_headers
 from kmq_dagster.core.naming import dlq_topic, retry_topic
 from kmq_dagster.core.retry_headers import ATTEMPT
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import produce, read_topic, wait_for
+from tests.kafka_helpers import new_queue, produce, read_topic, wait_for
 from tests.processes import kmq_argv, run_kmq
 
 pytestmark = pytest.mark.kafka
@@ -147,3 +147,26 @@ def test_worker_breaker_stops_a_failure_flood_and_raises_an_alert(
     # the first 4 failures were retried; the 5th opened the breaker and waits with the rest
     assert len(copies) == 4, "the flood reached the retry topic"
     assert "circuit breaker of" in (tmp_path / "worker.log").read_text()
+
+
+def test_log_json_writes_one_json_object_per_log_line(
+    settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    import json
+
+    new_queue(settings, topic_name, "g")
+    log_path = tmp_path / "tracker.log"
+    tracker = subprocess.Popen(
+        kmq_argv("tracker", "-t", topic_name, "-g", "g", "--log-json"),
+        env={**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+             "KMQ_SESSION_TIMEOUT_MS": "6000"},
+        stdout=subprocess.DEVNULL, stderr=log_path.open("wb"),
+    )  # fmt: skip
+    try:
+        assert wait_for(lambda: "caught up" in log_path.read_text(), timeout_s=60)
+    finally:
+        tracker.send_signal(signal.SIGTERM)
+        assert tracker.wait(timeout=60) == 0
+    entries = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert {"time", "level", "logger", "message"} <= set(entries[0])
+    assert any("caught up" in entry["message"] for entry in entries)
