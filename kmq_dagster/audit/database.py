@@ -17,6 +17,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.util import CommandError
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
@@ -59,7 +60,14 @@ def _upgrade(engine: Engine) -> None:
         if current == HEAD_REVISION:
             return
         config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+        try:
+            command.upgrade(config, "head")
+        except CommandError:
+            raise AuditStoreError(
+                f"the audit store's schema is at revision {current}, which this kmq "
+                f"(revision {HEAD_REVISION}) does not know: it was written by a newer kmq; "
+                "upgrade kmq-dagster"
+            ) from None
 
 
 @contextlib.contextmanager

@@ -3,8 +3,8 @@
 Each module holds thin commands (options in, one library call, output out):
 ``queue_commands`` (provision, send, worker, tracker, delayer), ``processing_commands``
 (spark, demo), ``dead_letter_commands`` (replay, ingest, discard), ``dlq_commands`` (dlq list,
-dlq show), ``broker_commands`` and ``bench_commands``; ``app`` is the root group and the error
-contract, ``options`` the options and value types they share.
+dlq show), ``status_commands`` (status), ``broker_commands`` and ``bench_commands``; ``app`` is
+the root group and the error contract, ``options`` the options and value types they share.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from kmq_dagster.cli import (  # noqa: F401 - importing a module registers its c
     dlq_commands,
     processing_commands,
     queue_commands,
+    status_commands,
 )
 from kmq_dagster.cli.app import cli, main
 

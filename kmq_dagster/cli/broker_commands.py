@@ -23,15 +23,18 @@ from kmq_dagster.settings import DEFAULT_BROKER_PORT
 )
 @click.option(
     "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIRECTORY",
     help="Keep topics, messages and offsets here across restarts (default: in memory).",
 )
-def broker(port: int, data_dir: Path | None) -> None:
+def broker(port: int, data_dir: str | None) -> None:
     """Run the embedded Kafka-compatible broker in the foreground until Ctrl-C or SIGTERM."""
     from kmq_dagster.broker import EmbeddedBroker
 
+    if data_dir is not None and not data_dir.strip():
+        raise click.BadParameter("give a directory, not an empty path", param_hint="--data-dir")
+
     stop = stop_on_signals()
-    embedded = EmbeddedBroker(port=port, data_dir=data_dir)
+    embedded = EmbeddedBroker(port=port, data_dir=None if data_dir is None else Path(data_dir))
     try:
         embedded.start()
         click.echo(

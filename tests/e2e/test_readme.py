@@ -10,8 +10,10 @@ embedded broker's port 9092 replaced by a free one.
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -113,10 +115,17 @@ def test_the_runnable_blocks_run_in_order(readme_broker: EmbeddedBroker, tmp_pat
 
 
 def _run(argv: list[str], block: Block, cwd: Path, env: dict[str, str]) -> None:
-    result = subprocess.run(
-        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False
-    )
-    assert result.returncode == 0, (
-        f"{block.name} failed ({result.returncode}):\n{result.stdout[-2000:]}\n"
-        f"{result.stderr[-3000:]}"
+    """Run one block in its own process group; whatever it left running is stopped after."""
+    process = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = process.communicate(timeout=240)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert process.returncode == 0, (
+        f"{block.name} failed ({process.returncode}):\n{stdout[-2000:]}\n{stderr[-3000:]}"
     )

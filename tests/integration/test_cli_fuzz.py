@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -100,6 +101,11 @@ def stop_at_once(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fuzz-cwd")
+
+
 @st.composite
 def command_lines(draw: st.DrawFn) -> list[str]:
     command = draw(st.sampled_from(sorted(COMMANDS)))
@@ -126,9 +132,11 @@ def test_every_command_line_ends_with_a_clean_exit_or_one_error_line(
     stop_at_once: None,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
+    scratch: Path,
 ) -> None:
     monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
     monkeypatch.setenv("KMQ_SESSION_TIMEOUT_MS", "6000")
+    monkeypatch.chdir(scratch)  # whatever a command writes to "." lands here
     sends = argv[0] == "send"  # the one command that produces to the queue topic
     before = count_records(settings, TOPIC, 1) if sends else 0
 

@@ -1,0 +1,62 @@
+"""`kmq status`: per queue and group, what a person needs to see (and JSON for scripts)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kmq_dagster.cli import main
+from kmq_dagster.kafka.consumer import KmqConsumer
+from kmq_dagster.settings import KmqSettings
+from tests.kafka_helpers import new_queue, produce, produce_dead_letters
+
+pytestmark = pytest.mark.kafka
+
+
+def test_status_shows_lag_in_flight_and_dead_letters_of_each_group(
+    settings: KmqSettings,
+    topic_name: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
+    # given 10 messages: group "a" holds 4 of them in flight, group "b" never read any
+    a = new_queue(settings, topic_name, "a", partitions=1)
+    new_queue(settings, topic_name, "b", partitions=1)
+    produce(settings, topic_name, [str(i).encode() for i in range(10)])
+    produce_dead_letters(settings, a, [("x", "TimeoutError")])
+    consumer = KmqConsumer(settings, a, batch_size=4)
+    try:
+        held: list[object] = []
+        while len(held) < 4:
+            held += consumer.poll(timeout_s=0.5)
+        consumer.flush()  # start markers durable, offsets committed
+
+        # when status is asked for both groups, as JSON
+        assert main(["status", "-t", topic_name, "--json"]) == 0
+        by_group = {
+            row["group"]: row for row in map(json.loads, capsys.readouterr().out.split("\n")[:-1])
+        }
+
+        # and as a table for one group
+        assert main(["status", "-t", topic_name, "-g", "a"]) == 0
+        table = capsys.readouterr().out.splitlines()
+    finally:
+        consumer.close()
+
+    assert (by_group["a"]["lag"], by_group["a"]["inflight"], by_group["a"]["dlq_depth"]) == (
+        6,
+        4,
+        1,
+    )
+    assert by_group["a"]["oldest_unacked_age_ms"] is not None
+    assert (by_group["b"]["lag"], by_group["b"]["inflight"], by_group["b"]["dlq_depth"]) == (
+        10,
+        0,
+        0,
+    )
+    assert table[0].split() == ["QUEUE", "GROUP", "LAG", "IN", "FLIGHT", "OLDEST", "UNACKED",
+                                "RETRIES", "DLQ", "BREAKER"]  # fmt: skip
+    assert table[1].split()[:4] == [topic_name, "a", "6", "4"]
+    assert main(["status", "-t", f"{topic_name}-nothing"]) == 1
