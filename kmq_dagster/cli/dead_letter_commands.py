@@ -21,7 +21,8 @@ from kmq_dagster.cli.options import (
     stop_on_signals,
 )
 from kmq_dagster.cli.progress import LiveLine, log_file_for
-from kmq_dagster.core.replay import TimeBound, resolve_time
+from kmq_dagster.core.replay import ReplaySelection, TimeBound, resolve_time
+from kmq_dagster.kafka.replay import ReplayReport, ReplayRequest
 
 
 def _quiet_logs(ctx: click.Context, command: str) -> None:
@@ -30,10 +31,27 @@ def _quiet_logs(ctx: click.Context, command: str) -> None:
         configure_logging(quiet=True, log_file=log_file_for(command))
 
 
+def replay_request(
+    selection: ReplaySelection,
+    target: str,
+    dry_run: bool,
+    rate: float | None,
+    max_replays: int,
+    replay_id: str | None,
+) -> ReplayRequest:
+    return ReplayRequest(
+        selection,
+        target=target,
+        dry_run=dry_run,
+        rate_per_s=rate,
+        max_replays=max_replays,
+        replay_id=replay_id,
+    )
+
+
 @cli.command()
 @queue_options
-@click.option("--offsets", metavar="P:FIRST-LAST,...", help="DLQ offsets, e.g. 0:10-20,1:5,1:40-.")
-@dead_letter_selection_options
+@dead_letter_selection_options(offsets=True)
 @click.option(
     "--to",
     "target",
@@ -66,11 +84,7 @@ def replay(
     ctx: click.Context,
     topic: str,
     group: str,
-    offsets: str | None,
-    key: str | None,
-    error_type: str | None,
-    since: TimeBound | None,
-    until: TimeBound | None,
+    selection: ReplaySelection,
     target: str,
     dry_run: bool,
     rate: float | None,
@@ -82,26 +96,11 @@ def replay(
 ) -> None:
     """Send GROUP's dead letters of TOPIC back; run the same command again to resume."""
     from kmq_dagster.audit.store import AuditStore
-    from kmq_dagster.core.replay import ReplaySelection, parse_offsets
-    from kmq_dagster.kafka.replay import ReplayReport, ReplayRequest, replay_dead_letters
+    from kmq_dagster.kafka.replay import replay_dead_letters
 
     _quiet_logs(ctx, "replay")
     settings = settings_of(ctx)
-    selection = ReplaySelection(
-        offsets=parse_offsets(offsets) if offsets else {},
-        key=None if key is None else key.encode(),
-        error_type=error_type,
-        since=since,
-        until=until,
-    )
-    request = ReplayRequest(
-        selection,
-        target=target,
-        dry_run=dry_run,
-        rate_per_s=rate,
-        max_replays=max_replays,
-        replay_id=replay_id,
-    )
+    request = replay_request(selection, target, dry_run, rate, max_replays, replay_id)
     queue = definition.open(settings, topic, group)
     progress = LiveLine()
     header = [f"replay {request.id_for(queue)}: {selection.describe()} -> {target}"]
@@ -124,9 +123,13 @@ def replay(
         progress.done()
     if header:
         progress.note(header.pop())
+    _print_report(report)
+
+
+def _print_report(report: ReplayReport) -> None:
     for line in report.listed:
         click.echo(f"  {line}")
-    if dry_run and report.movable > len(report.listed):
+    if report.dry_run and report.movable > len(report.listed):
         click.echo(f"  ... and {report.movable - len(report.listed)} more")
     click.echo(report.summary())
 
@@ -176,17 +179,14 @@ def ingest(
 
 @cli.command()
 @queue_options
-@dead_letter_selection_options
+@dead_letter_selection_options(offsets=False)
 @click.option("--dry-run", is_flag=True, help="Count what would be discarded; change nothing.")
 @actor_option
 @audit_url_option
 def discard(
     topic: str,
     group: str,
-    error_type: str | None,
-    key: str | None,
-    since: TimeBound | None,
-    until: TimeBound | None,
+    selection: ReplaySelection,
     dry_run: bool,
     actor: str | None,
     audit_url: str | None,
@@ -195,22 +195,19 @@ def discard(
     from kmq_dagster.audit.store import AuditStore, DeadLetterFilter
     from kmq_dagster.kafka.clients import wall_clock_ms
 
-    now_ms = wall_clock_ms()
-
-    def moment(bound: TimeBound | None) -> datetime | None:
-        return (
-            None
-            if bound is None
-            else datetime.fromtimestamp(resolve_time(bound, now_ms) / 1000, UTC)
-        )
-
+    resolved = selection.resolved(wall_clock_ms())
     where = DeadLetterFilter(
         queue_topic=topic,
         group_id=group,
-        error_type=error_type,
-        key=None if key is None else key.encode(),
-        since=moment(since),
-        until=moment(until),
+        error_type=resolved.error_type,
+        key=resolved.key,
+        since=_moment(resolved.since),
+        until=_moment(resolved.until),
     )
     count = AuditStore(audit_url).discard(where, actor=actor or default_actor(), dry_run=dry_run)
     click.echo(f"{'would discard' if dry_run else 'discarded'} {count} dead letters")
+
+
+def _moment(moment: TimeBound | None) -> datetime | None:
+    """A resolved selection's time as a datetime (``None`` stays ``None``)."""
+    return None if moment is None else datetime.fromtimestamp(resolve_time(moment, 0) / 1000, UTC)

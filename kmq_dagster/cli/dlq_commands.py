@@ -15,7 +15,7 @@ from kmq_dagster.cli.options import (
     definition_options,
     queue_options,
 )
-from kmq_dagster.core.replay import TimeBound
+from kmq_dagster.core.replay import ReplaySelection
 
 
 @cli.group()
@@ -25,30 +25,28 @@ def dlq() -> None:
 
 @dlq.command("list")
 @queue_options
-@dead_letter_selection_options
-@click.option("--offsets", metavar="P:FIRST-LAST,...", help="DLQ offsets, e.g. 0:10-20,1:5.")
+@dead_letter_selection_options(offsets=True)
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line, for scripts.")
 @definition_options
 @connection_options
 @click.pass_context
 def dlq_list(
-    ctx: click.Context, topic: str, group: str, key: str | None, error_type: str | None,
-    since: TimeBound | None, until: TimeBound | None, offsets: str | None, limit: int,
-    as_json: bool, definition: DefinitionOptions,
-) -> None:  # fmt: skip
+    ctx: click.Context,
+    topic: str,
+    group: str,
+    selection: ReplaySelection,
+    limit: int,
+    as_json: bool,
+    definition: DefinitionOptions,
+) -> None:
     """The first dead letters of GROUP's DLQ that the filters select, partition by partition."""
-    from kmq_dagster.core.replay import ReplaySelection, parse_offsets
     from kmq_dagster.kafka.dead_letter_reader import list_dead_letters
 
     settings = settings_of(ctx)
-    selection = ReplaySelection(
-        offsets=parse_offsets(offsets) if offsets else {},
-        key=None if key is None else key.encode(), error_type=error_type, since=since,
-        until=until,
-    )  # fmt: skip
-    page = list_dead_letters(settings, definition.open(settings, topic, group), selection,
-                             limit=limit)  # fmt: skip
+    page = list_dead_letters(
+        settings, definition.open(settings, topic, group), selection, limit=limit
+    )
     for letter in page.letters:
         summary = _summary(letter.partition, letter.offset, letter.key, letter.row)
         click.echo(json.dumps(summary) if as_json else _line(summary))
@@ -65,9 +63,13 @@ def dlq_list(
 @connection_options
 @click.pass_context
 def dlq_show(
-    ctx: click.Context, topic: str, group: str, where: str, as_json: bool,
+    ctx: click.Context,
+    topic: str,
+    group: str,
+    where: str,
+    as_json: bool,
     definition: DefinitionOptions,
-) -> None:  # fmt: skip
+) -> None:
     """One dead letter in full: its error, headers, traceback and value."""
     from kmq_dagster.core.rendering import render_bytes
     from kmq_dagster.kafka.dead_letter_reader import show_dead_letter
@@ -76,14 +78,24 @@ def dlq_show(
     if not (partition.isdigit() and offset.isdigit()):
         raise click.BadParameter(f"expected PARTITION:OFFSET, got {where!r}", param_hint="WHERE")
     settings = settings_of(ctx)
-    letter = show_dead_letter(settings, definition.open(settings, topic, group), int(partition),
-                              int(offset))  # fmt: skip
+    letter = show_dead_letter(
+        settings, definition.open(settings, topic, group), int(partition), int(offset)
+    )
     kind, value = render_bytes(letter.value)
     summary = _summary(letter.partition, letter.offset, letter.key, letter.row)
     headers = [[name, render_bytes(raw, 200)[1]] for name, raw in letter.headers]
     if as_json:
-        click.echo(json.dumps({**summary, "headers": headers, "value_kind": kind, "value": value,
-                               "traceback": letter.traceback}))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    **summary,
+                    "headers": headers,
+                    "value_kind": kind,
+                    "value": value,
+                    "traceback": letter.traceback,
+                }
+            )
+        )
         return
     for name, shown in summary.items():
         click.echo(f"{name:<16} {shown}")
@@ -98,8 +110,9 @@ def dlq_show(
 def _summary(partition: int, offset: int, key: bytes | None, row: dict[str, Any]) -> dict[str, Any]:
     original = (
         f"{row['original_topic']}[{row['original_partition']}]@{row['original_offset']}"
-        if row["original_topic"] else None
-    )  # fmt: skip
+        if row["original_topic"]
+        else None
+    )
     return {
         "at": f"{partition}:{offset}",
         "dead_lettered": _iso(row["last_failure_at"]),

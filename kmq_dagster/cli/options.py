@@ -15,7 +15,7 @@ import click
 
 from kmq_dagster.core.durations import parse_duration_ms
 from kmq_dagster.core.queue import MAX_VISIBILITY_TIMEOUT_MS, Queue
-from kmq_dagster.core.replay import TimeBound, parse_time
+from kmq_dagster.core.replay import ReplaySelection, TimeBound, parse_offsets, parse_time
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.settings import KmqSettings
@@ -112,27 +112,62 @@ audit_url_option = click.option(
 actor_option = click.option(
     "--actor", default=None, help="Who runs it, for the audit log [default: user@host]."
 )
-dead_letter_selection_options = add_options(
-    [
-        click.option("--key", "-k", help="Only dead letters with this key."),
-        click.option(
-            "--error-type", metavar="NAME", help="Only this exception type, e.g. TimeoutError."
-        ),
-        click.option(
-            "--since",
-            type=Moment(),
-            metavar="TIME",
-            help="Dead-lettered at or after: ISO time (UTC unless an offset is given) "
-            "or a duration ago, e.g. 2h or '2h ago'.",
-        ),
-        click.option(
-            "--until",
-            type=Moment(),
-            metavar="TIME",
-            help="Dead-lettered before: ISO time or a duration ago.",
-        ),
-    ]
-)
+
+
+def dead_letter_selection_options(*, offsets: bool) -> Callable[[F], F]:
+    """``--key``, ``--error-type``, ``--since``, ``--until`` (and ``--offsets``): the command
+    receives them as one ``selection: ReplaySelection``."""
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def with_selection(
+            *args: Any,
+            key: str | None,
+            error_type: str | None,
+            since: TimeBound | None,
+            until: TimeBound | None,
+            offsets: str | None = None,
+            **kwargs: Any,
+        ) -> Any:
+            selection = ReplaySelection(
+                offsets=parse_offsets(offsets) if offsets else {},
+                key=None if key is None else key.encode(),
+                error_type=error_type,
+                since=since,
+                until=until,
+            )
+            return command(*args, selection=selection, **kwargs)
+
+        options = [
+            click.option("--key", "-k", help="Only dead letters with this key."),
+            click.option(
+                "--error-type", metavar="NAME", help="Only this exception type, e.g. TimeoutError."
+            ),
+            click.option(
+                "--since",
+                type=Moment(),
+                metavar="TIME",
+                help="Dead-lettered at or after: ISO time (UTC unless an offset is given) "
+                "or a duration ago, e.g. 2h or '2h ago'.",
+            ),
+            click.option(
+                "--until",
+                type=Moment(),
+                metavar="TIME",
+                help="Dead-lettered before: ISO time or a duration ago.",
+            ),
+        ]
+        if offsets:
+            options.append(
+                click.option(
+                    "--offsets",
+                    metavar="P:FIRST-LAST,...",
+                    help="DLQ offsets, e.g. 0:10-20,1:5,1:40-.",
+                )
+            )
+        return add_options(options)(with_selection)  # type: ignore[return-value]
+
+    return decorate
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,6 +17,9 @@ from kmq_dagster.cli.options import (
 )
 from kmq_dagster.cli.progress import LiveLine, log_file_for
 from kmq_dagster.errors import KmqError
+
+if TYPE_CHECKING:
+    from kmq_dagster.spark.job import BatchReport
 
 
 @cli.command("spark")
@@ -56,7 +60,7 @@ def spark_command(
     """Process TOPIC for GROUP on Spark; each message is acknowledged after its result is
     written to OUTPUT."""
     from kmq_dagster.kafka.worker import load_handler
-    from kmq_dagster.spark.job import BatchReport, SparkQueueJob
+    from kmq_dagster.spark.job import SparkQueueJob
     from kmq_dagster.spark.session import local_session
 
     settings = settings_of(ctx)
@@ -70,14 +74,6 @@ def spark_command(
         quiet=not verbose(ctx),
         jvm_log=None if verbose(ctx) else log_file_for("spark-jvm"),
     )
-
-    def show(report: BatchReport) -> None:
-        click.echo(
-            f"batch {report.batch_id}: read {report.read}, succeeded {report.succeeded}, "
-            f"failed {report.failed}",
-            err=True,
-        )
-
     job = SparkQueueJob(
         session,
         settings,
@@ -88,13 +84,21 @@ def spark_command(
         max_messages_per_partition=max_per_partition,
     )
     try:
-        totals = job.run(stop, until_idle=not forever, on_batch=show)
+        totals = job.run(stop, until_idle=not forever, on_batch=_show_batch)
     finally:
         job.close()
         session.stop()
     click.echo(
         f"kmq spark: read {totals.read}, succeeded {totals.succeeded}, "
         f"failed {totals.failed}; results in {output}"
+    )
+
+
+def _show_batch(report: BatchReport) -> None:
+    click.echo(
+        f"batch {report.batch_id}: read {report.read}, succeeded {report.succeeded}, "
+        f"failed {report.failed}",
+        err=True,
     )
 
 

@@ -26,6 +26,7 @@ from kmq_dagster.cli.options import (
 )
 from kmq_dagster.core.durations import format_duration_ms
 from kmq_dagster.core.queue import Queue
+from kmq_dagster.kafka.provision import ProvisionReport
 from kmq_dagster.settings import MAX_BATCH_SIZE
 
 log = logging.getLogger("kmq.cli")
@@ -89,27 +90,22 @@ def provision(
             "0 replicas is not a thing: give -1 or at least 1", param_hint="--replication-factor"
         )
     settings = settings_of(ctx)
+    layout: dict[str, Any] = {
+        "replication_factor": replication_factor,
+        "min_insync_replicas": min_insync_replicas,
+        "delay_queue": delay_queue,
+    }
     if group is None:
         if definition != DefinitionOptions(None, None, None, None, None, None):
             raise click.UsageError("retry and visibility options belong to a group: add --group")
-        report = provision_topic(
-            settings,
-            topic,
-            partitions=partitions,
-            replication_factor=replication_factor,
-            min_insync_replicas=min_insync_replicas,
-            delay_queue=delay_queue,
-        )
+        report = provision_topic(settings, topic, partitions=partitions, **layout)
     else:
         queue = definition.new_queue(settings, topic, group, partitions)
-        report = provision_queue(
-            settings,
-            queue,
-            replication_factor=replication_factor,
-            min_insync_replicas=min_insync_replicas,
-            delay_queue=delay_queue,
-            redefine=redefine,
-        )
+        report = provision_queue(settings, queue, redefine=redefine, **layout)
+    _print_provision_report(report)
+
+
+def _print_provision_report(report: ProvisionReport) -> None:
     total = len(report.created) + len(report.unchanged)
     if not report.changed:
         click.echo(
