@@ -25,3 +25,7 @@ class KafkaUnavailableError(KmqError):
 
 class MarkerDecodeError(KmqError):
     """Bytes read from a markers topic are not a marker this version understands."""
+
+
+class PermissionDeniedError(KmqError):
+    """The acting user's role does not allow this action (e.g. a viewer replaying)."""

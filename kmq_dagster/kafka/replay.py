@@ -11,7 +11,9 @@ only dead letters that arrived since.
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from kmq_dagster.audit.history import ReplayedCopy, record_replay_events
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.headers import (
     ERROR_TYPE,
@@ -107,6 +110,8 @@ class ReplayReport:
     by_error_type: Counter[str] = field(default_factory=Counter)
     #: In a dry run: the first selected dead letters, one line each.
     listed: list[str] = field(default_factory=list)
+    #: Stopped by its ``cancel`` event before reaching the end of the DLQ.
+    cancelled: bool = False
 
     @property
     def movable(self) -> int:
@@ -118,7 +123,8 @@ class ReplayReport:
         count = self.movable if self.dry_run else self.replayed
         types = ", ".join(f"{name} {n}" for name, n in self.by_error_type.most_common())
         return (
-            f"{verb} {count} of {self.scanned} dead letters to the {self.target} topic "
+            ("cancelled: " if self.cancelled else "")
+            + f"{verb} {count} of {self.scanned} dead letters to the {self.target} topic "
             f"(replay id {self.replay_id}); selected {self.selected}, skipped at the replay "
             f"limit {self.over_limit}, discarded {self.discarded}, "
             f"possible duplicates {self.possible_duplicates}"
@@ -137,11 +143,15 @@ def replay_dead_letters(
     clock_ms: Callable[[], int] = wall_clock_ms,
     audit: AuditStore | None = None,
     actor: str = "unknown",
+    cancel: threading.Event | None = None,
 ) -> ReplayReport:
     """Replay the dead letters ``request`` selects; see the module docstring for resumption.
 
-    With ``audit``, replayed dead letters are marked ``replayed`` there as they go, and the
-    replay (dry run or not, finished or failed) is written as one action by ``actor``.
+    With ``audit``, replayed dead letters are marked ``replayed`` there as they go, each gets
+    a history event naming where its copy was written, and the replay (dry run or not,
+    finished, cancelled or failed) is written as one action by ``actor``. Setting ``cancel``
+    stops the replay after the chunk in flight (at most a second's worth under a rate limit);
+    running it again resumes it.
 
     Raises:
         ConfigError: a bad request (unknown partition in the selection, no retry delays).
@@ -163,6 +173,8 @@ def replay_dead_letters(
     report = ReplayReport(request.id, request.target, request.dry_run)
     run = _ReplayRun(settings, request, report, partitions=partitions, clock_ms=clock_ms)
     run.audit = audit
+    run.actor = actor
+    run.cancel = cancel
     outcome = "failed"
     try:
         run.scan(progress)
@@ -223,6 +235,11 @@ class _ReplayRun:
         self.producer = Producer(settings.producer_config(logger=CLIENT_LOGGER))
         self.partitions = list(range(partitions))
         self.audit: AuditStore | None = None
+        self.actor = "unknown"
+        self.cancel: threading.Event | None = None
+        # Under a rate limit, about a second of copies per chunk, so a cancel acts quickly.
+        rate = request.rate_per_s
+        self.chunk_size = CHUNK if rate is None else max(1, min(CHUNK, int(rate)))
         self._sent = 0
         self._started = time.monotonic()
         timeout_s = settings.request_timeout_ms / 1000
@@ -244,7 +261,10 @@ class _ReplayRun:
     def scan(self, progress: Progress | None) -> None:
         at_end: set[int] = set()
         while len(at_end) < len(self.partitions):
-            chunk = records_and_ends(self.done.consume(CHUNK, 1.0), at_end)
+            if self.cancel is not None and self.cancel.is_set():
+                self.report.cancelled = True
+                return
+            chunk = records_and_ends(self.done.consume(self.chunk_size, 1.0), at_end)
             if chunk:
                 self._handle(chunk)
                 if progress is not None:
@@ -279,13 +299,17 @@ class _ReplayRun:
         if request.dry_run:
             return
         positions = positions_after(chunk)
+        copies: list[ReplayedCopy] = []
         if moving:
             commit_offsets(self.intent, positions, wait=True)
-            self._produce(moving)
+            copies = self._produce(moving)
         commit_offsets(self.done, positions, wait=True)
         if moving and self.audit is not None:
             coordinates = [(r.partition() or 0, r.offset() or 0) for r in moving]
             self.audit.set_status(self.source, coordinates, "replayed")
+            record_replay_events(
+                self.audit, self.source, copies, actor=self.actor, replay_id=request.id
+            )
 
     def _discarded(self, chunk: list[Message]) -> set[tuple[int, int]]:
         """(partition, offset) of the chunk's dead letters an operator discarded."""
@@ -300,12 +324,17 @@ class _ReplayRun:
             found |= {(position.partition, o) for o, s in statuses.items() if s == "discarded"}
         return found
 
-    def _produce(self, records: list[Message]) -> None:
+    def _produce(self, records: list[Message]) -> list[ReplayedCopy]:
+        """Write copies of ``records`` and wait for the broker; returns where each went."""
         failures: list[KafkaError] = []
+        copies: list[ReplayedCopy] = []
 
-        def on_delivery(error: KafkaError | None, _record: Message) -> None:
+        def on_delivery(error: KafkaError | None, copy: Message, source: tuple[int, int]) -> None:
             if error is not None:
                 failures.append(error)
+            else:
+                topic, partition, offset = copy.topic() or "", copy.partition(), copy.offset()
+                copies.append(ReplayedCopy(*source, topic, partition or 0, offset or 0))
 
         for record in records:
             self._wait_for_rate()
@@ -318,7 +347,9 @@ class _ReplayRun:
                 value=record.value(),
                 headers=[*replace_headers(kept, plan.updates)],
                 partition=self._target_partition(record, headers),
-                on_delivery=on_delivery,
+                on_delivery=functools.partial(
+                    on_delivery, source=(record.partition() or 0, record.offset() or 0)
+                ),
             )
             self.producer.poll(0)
             self._sent += 1
@@ -330,6 +361,7 @@ class _ReplayRun:
                 "nothing after them was marked done: run the same replay again to resume"
             )
         self.report.replayed += len(records)
+        return copies
 
     def _target_partition(self, record: Message, headers: list[tuple[str, bytes | None]]) -> int:
         """The DLQ partition for a retry topic (same partition count); the original partition
