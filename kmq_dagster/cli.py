@@ -898,6 +898,10 @@ def bench_spark(settings: KmqSettings, messages: int, external: bool) -> None:
     click.echo(figures.as_json())
 
 
+cli.add_command(__import__("kmq_dagster.console.command", fromlist=["_"]).console)
+bench.add_command(__import__("kmq_dagster.bench.console", fromlist=["_"]).console)
+
+
 def _report(line: str) -> None:
     click.echo(line, err=True)
 

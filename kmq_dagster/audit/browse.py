@@ -8,6 +8,7 @@ that follow, and page 20,000 costs what page 1 costs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select, tuple_
 
-from kmq_dagster.audit.filters import DeadLetterFilter, conditions
+from kmq_dagster.audit.filters import DeadLetterFilter, conditions, side_filters
 from kmq_dagster.audit.models import DeadLetter
 from kmq_dagster.errors import ConfigError
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 DEFAULT_PAGE_SIZE = 50
 #: The most rows one page may hold.
 MAX_PAGE_SIZE = 1_000
+#: A header, reason or text filter matching at most this many is looked up by id.
+NARROW_IDS = 5_000
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,10 @@ def page(
     """
     if not 1 <= size <= MAX_PAGE_SIZE:
         raise ConfigError(f"a page holds 1 to {MAX_PAGE_SIZE} rows, not {size}")
-    query = select(DeadLetter).where(*conditions(where, store.engine.dialect.name))
+    narrow, broad = narrowed(store, where)
+    query = select(DeadLetter).where(
+        *conditions(narrow, store.engine.dialect.name, correlated=broad)
+    )
     if after is not None:
         position = tuple_(DeadLetter.last_failure_at, DeadLetter.id)
         query = query.where(position < tuple_(after.last_failure_at, after.id))
@@ -97,19 +103,26 @@ def page(
 
 def cause_counts(store: AuditStore, where: DeadLetterFilter) -> list[CauseCount]:
     """Dead letters matching ``where`` counted by error type and error pattern, most first."""
-    count = func.count().label("count")
+    narrow, _ = narrowed(store, where)
+    # Grouped in the order of the cause index (queue, group first): no sort of a million
+    # rows; the few groups per cause are added up here.
     query = (
-        select(DeadLetter.error_type, DeadLetter.error_pattern, count,
-               func.max(DeadLetter.last_failure_at))
-        .where(*conditions(where, store.engine.dialect.name))
-        .group_by(DeadLetter.error_type, DeadLetter.error_pattern)
-        .order_by(count.desc(), DeadLetter.error_type, DeadLetter.error_pattern)
+        select(func.count(), func.max(DeadLetter.last_failure_at), DeadLetter.error_type,
+               DeadLetter.error_pattern)
+        .where(*conditions(narrow, store.engine.dialect.name))
+        .group_by(DeadLetter.queue_topic, DeadLetter.group_id, DeadLetter.error_type,
+                  DeadLetter.error_pattern)
     )  # fmt: skip
+    counts: dict[tuple[str, str], tuple[int, datetime]] = {}
     with store.engine.connect() as connection:
-        return [
-            CauseCount(str(error_type), str(pattern), int(n), latest)
-            for error_type, pattern, n, latest in connection.execute(query)
-        ]
+        for n, latest, error_type, pattern in connection.execute(query):
+            cause = (str(error_type), str(pattern))
+            before, seen = counts.get(cause, (0, latest))
+            counts[cause] = (before + int(n), max(seen, latest))
+    return sorted(
+        (CauseCount(*cause, n, latest) for cause, (n, latest) in counts.items()),
+        key=lambda c: (-c.count, c.error_type, c.error_pattern),
+    )
 
 
 def dead_letter(store: AuditStore, dead_letter_id: int) -> DeadLetter | None:
@@ -136,10 +149,11 @@ def dlq_selection(store: AuditStore, where: DeadLetterFilter) -> DlqSelection:
         ConfigError: the filter selects nothing, or dead letters of several queues or groups
             (a replay moves one group's dead letters).
     """
+    narrow, _ = narrowed(store, where)
     query = select(
         DeadLetter.queue_topic, DeadLetter.group_id, DeadLetter.dlq_topic,
         DeadLetter.dlq_partition, DeadLetter.dlq_offset,
-    ).where(*conditions(where, store.engine.dialect.name))  # fmt: skip
+    ).where(*conditions(narrow, store.engine.dialect.name))  # fmt: skip
     offsets: dict[tuple[str, str, str], dict[int, list[int]]] = defaultdict(
         lambda: defaultdict(list)
     )
@@ -153,6 +167,31 @@ def dlq_selection(store: AuditStore, where: DeadLetterFilter) -> DlqSelection:
         raise ConfigError(f"choose one queue and group: the filter selects dead letters of {names}")
     (((topic, group, dlq), found),) = offsets.items()
     return DlqSelection(topic, group, dlq, {p: sorted(o) for p, o in sorted(found.items())})
+
+
+def narrowed(store: AuditStore, where: DeadLetterFilter) -> tuple[DeadLetterFilter, bool]:
+    """``where`` with each side-table filter (header, reason, search) that matches at most
+    ``NARROW_IDS`` dead letters replaced by their ids, and whether one matched more.
+
+    No planner guesses right for both ``trace-id=<one id>`` and ``tenant=<a large one>``:
+    asking first makes a rare match a lookup by id, and leaves a common one to a walk in
+    time order that stops after a page.
+    """
+    sides = side_filters(where, store.engine.dialect.name)
+    ids = None if where.ids is None else set(where.ids)
+    broad = False
+    replaced: dict[str, None] = {}
+    with store.engine.connect() as connection:
+        for name, query in sides.items():
+            found = set(connection.execute(query.limit(NARROW_IDS + 1)).scalars())
+            if len(found) > NARROW_IDS:
+                broad = True
+                continue
+            ids = found if ids is None else ids & found
+            replaced[name] = None
+    if not replaced:
+        return where, broad
+    return dataclasses.replace(where, ids=tuple(sorted(ids or ())), **replaced), broad
 
 
 def refresh_statistics(store: AuditStore) -> None:

@@ -80,8 +80,13 @@ def header_digest(value: bytes | None) -> str | None:
     return hashlib.sha256(value).hexdigest() if value is not None else None
 
 
-def conditions(where: DeadLetterFilter, dialect: str) -> list[Any]:
-    """SQL conditions for ``where`` on the ``dead_letters`` table of a ``dialect`` database."""
+def conditions(where: DeadLetterFilter, dialect: str, *, correlated: bool = False) -> list[Any]:
+    """SQL conditions for ``where`` on the ``dead_letters`` table of a ``dialect`` database.
+
+    Filters on the side tables (header, reason, search) become ``id IN (subquery)``, or with
+    ``correlated`` an ``EXISTS`` per row: the better plan when they match many rows and the
+    query walks an index in time order and stops after a page.
+    """
     found: list[Any] = []
     exact = {
         DeadLetter.queue_topic: where.queue_topic,
@@ -98,18 +103,15 @@ def conditions(where: DeadLetterFilter, dialect: str) -> list[Any]:
             DeadLetter.error_message.like(pattern, escape="\\")
             | DeadLetter.reason.like(pattern, escape="\\")
         )
-    if where.reason is not None:
-        reason = DeadLetterSearch.reason.like(_like_pattern(where.reason), escape="\\")
-        found.append(DeadLetter.id.in_(select(DeadLetterSearch.dead_letter_id).where(reason)))
-    if where.search is not None:
-        body = _contains(DeadLetterSearch.body, where.search, dialect)
-        found.append(DeadLetter.id.in_(select(DeadLetterSearch.dead_letter_id).where(body)))
     if where.since is not None:
         found.append(DeadLetter.last_failure_at >= where.since)
     if where.until is not None:
         found.append(DeadLetter.last_failure_at < where.until)
-    if where.header is not None:
-        found.append(DeadLetter.id.in_(_with_header(*where.header)))
+    for side in side_filters(where, dialect).values():
+        if correlated:
+            found.append(side.where(side.selected_columns[0] == DeadLetter.id).exists())
+        else:
+            found.append(DeadLetter.id.in_(side))
     if where.ids is not None:
         found.append(DeadLetter.id.in_(bindparam("ids", list(where.ids), expanding=True)))
     return found
@@ -129,8 +131,20 @@ def _contains(column: Any, needle: str, dialect: str) -> Any:
     return func.instr(column, bound) > 0
 
 
-def _with_header(name: str, value: str | None) -> Any:
-    query = select(DeadLetterHeader.dead_letter_id).where(DeadLetterHeader.name == name)
-    if value is not None:
-        query = query.where(DeadLetterHeader.value_sha256 == header_digest(value.encode()))
-    return query
+def side_filters(where: DeadLetterFilter, dialect: str) -> dict[str, Any]:
+    """The ids each side-table filter of ``where`` selects, as ``SELECT dead_letter_id``
+    queries by field name (header, reason, search)."""
+    found: dict[str, Any] = {}
+    if where.header is not None:
+        name, value = where.header
+        query = select(DeadLetterHeader.dead_letter_id).where(DeadLetterHeader.name == name)
+        if value is not None:
+            query = query.where(DeadLetterHeader.value_sha256 == header_digest(value.encode()))
+        found["header"] = query
+    if where.reason is not None:
+        reason = DeadLetterSearch.reason.like(_like_pattern(where.reason), escape="\\")
+        found["reason"] = select(DeadLetterSearch.dead_letter_id).where(reason)
+    if where.search is not None:
+        body = _contains(DeadLetterSearch.body, where.search, dialect)
+        found["search"] = select(DeadLetterSearch.dead_letter_id).where(body)
+    return found

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import inspect
 
+from kmq_dagster.audit import browse
 from kmq_dagster.audit.browse import cause_counts, dead_letter, dlq_selection, page, queues
 from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.audit.store import AuditStore
@@ -99,6 +100,48 @@ def test_every_console_filter_selects_exactly_its_rows(store_url: str) -> None:
         DeadLetterFilter(header=("kmq-error-type", "ValueError"))
     with pytest.raises(ConfigError, match="before its end"):
         DeadLetterFilter(since=at(5), until=at(5))
+    store.close()
+
+
+def test_side_table_filters_give_the_same_pages_and_counts_when_they_match_many(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = AuditStore(store_url)
+    store.add_dead_letters([
+        stored_row(n, headers=[("tenant", f"t{n % 3}".encode())], reason=f"reason {n % 2}")
+        for n in range(30)
+    ])  # fmt: skip
+    filters = [
+        DeadLetterFilter(header=("tenant", "t1")),
+        DeadLetterFilter(header=("tenant", None), reason="reason 1", search="order"),
+        DeadLetterFilter(search="timed out", queue_topic="orders", status="new"),
+        DeadLetterFilter(header=("tenant", "t2"), ids=(3, 6, 9, 12)),
+    ]
+
+    def answers() -> list[object]:
+        found: list[object] = []
+        for where in filters:
+            first = page(store, where, size=4)
+            after = first.next_cursor
+            second = page(store, where, after=after, size=4).rows if after else []
+            found.append((ids_of(first.rows), ids_of(second)))
+            found.append([(c.error_pattern, c.count) for c in cause_counts(store, where)])
+            found.append(dlq_selection(store, where).offsets)
+        return found
+
+    looked_up_by_id = answers()
+    monkeypatch.setattr(browse, "NARROW_IDS", 0)  # every side filter "matches many"
+    walked = answers()
+
+    assert walked == looked_up_by_id
+    pages = looked_up_by_id[0::3]
+    assert pages == [
+        ([28, 25, 22, 19], [16, 13, 10, 7]),  # tenant t1: offsets 1, 4, 7, ...
+        ([29, 27, 25, 23], [21, 19, 17, 15]),  # odd reasons
+        ([29, 28, 27, 26], [25, 24, 23, 22]),  # every row
+        ([11, 8, 5, 2], []),  # ids 3, 6, 9, 12 are offsets 2, 5, 8, 11: all tenant t2
+    ]
+    assert looked_up_by_id[1] == [("order <n> timed out after <n> s", 10)]
     store.close()
 
 
