@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select, tuple_
 
-from kmq_dagster.audit.filters import DeadLetterFilter, conditions, side_filters
+from kmq_dagster.audit.filters import (
+    EXISTS,
+    IN,
+    PROBE,
+    DeadLetterFilter,
+    conditions,
+    side_filters,
+)
 from kmq_dagster.audit.models import DeadLetter
 from kmq_dagster.errors import ConfigError
 
@@ -27,8 +34,9 @@ if TYPE_CHECKING:
 DEFAULT_PAGE_SIZE = 50
 #: The most rows one page may hold.
 MAX_PAGE_SIZE = 1_000
-#: A header, reason or text filter matching at most this many is looked up by id.
-NARROW_IDS = 5_000
+#: A header, reason or text filter matching at most this many is looked up by id (each a
+#: random read of a wide row: a thousand take milliseconds, tens of thousands seconds).
+NARROW_IDS = 1_000
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,7 @@ def page(
         raise ConfigError(f"a page holds 1 to {MAX_PAGE_SIZE} rows, not {size}")
     narrow, broad = narrowed(store, where)
     query = select(DeadLetter).where(
-        *conditions(narrow, store.engine.dialect.name, correlated=broad)
+        *conditions(narrow, store.engine.dialect.name, sides=EXISTS if broad else IN)
     )
     if after is not None:
         position = tuple_(DeadLetter.last_failure_at, DeadLetter.id)
@@ -109,7 +117,7 @@ def cause_counts(store: AuditStore, where: DeadLetterFilter) -> list[CauseCount]
     query = (
         select(func.count(), func.max(DeadLetter.last_failure_at), DeadLetter.error_type,
                DeadLetter.error_pattern)
-        .where(*conditions(narrow, store.engine.dialect.name))
+        .where(*conditions(narrow, store.engine.dialect.name, sides=PROBE))
         .group_by(DeadLetter.queue_topic, DeadLetter.group_id, DeadLetter.error_type,
                   DeadLetter.error_pattern)
     )  # fmt: skip
@@ -153,7 +161,7 @@ def dlq_selection(store: AuditStore, where: DeadLetterFilter) -> DlqSelection:
     query = select(
         DeadLetter.queue_topic, DeadLetter.group_id, DeadLetter.dlq_topic,
         DeadLetter.dlq_partition, DeadLetter.dlq_offset,
-    ).where(*conditions(narrow, store.engine.dialect.name))  # fmt: skip
+    ).where(*conditions(narrow, store.engine.dialect.name, sides=PROBE))  # fmt: skip
     offsets: dict[tuple[str, str, str], dict[int, list[int]]] = defaultdict(
         lambda: defaultdict(list)
     )
