@@ -15,6 +15,7 @@ import streamlit as st
 
 from kmq_dagster.audit.browse import Cursor
 from kmq_dagster.audit.filters import DeadLetterFilter
+from kmq_dagster.console.session import attempt
 from kmq_dagster.core.replay import parse_time_ms
 from kmq_dagster.kafka.clients import wall_clock_ms
 
@@ -103,8 +104,6 @@ def show_form(queues: list[tuple[str, str]]) -> None:
         submitted = st.form_submit_button("Apply filters", type="primary")
     if submitted:
         form = {name: st.session_state.get(widget_key(name)) for name in FIELDS}
-        from kmq_dagster.console.session import attempt
-
         where = attempt(lambda: filter_of(form, wall_clock_ms()))
         if where is not None:
             apply(where)

@@ -28,7 +28,7 @@ def logged_in(config: ConsoleConfig) -> Principal | None:
         return _local_admin()
     providers = oidc_providers()
     if providers is not None:
-        return _oidc(config, providers)
+        return _oidc(config)
     found = st.session_state.get(PRINCIPAL_KEY)
     return found if isinstance(found, Principal) else None
 
@@ -99,7 +99,7 @@ def _local_admin() -> Principal | None:
     return Principal(f"{user}@{socket.gethostname()} (no auth)", ADMIN)
 
 
-def _oidc(config: ConsoleConfig, providers: list[str]) -> Principal | None:
+def _oidc(config: ConsoleConfig) -> Principal | None:
     if not st.user.is_logged_in:
         return None
     identity = str(st.user.get("email") or st.user.get("sub") or "")
