@@ -12,6 +12,8 @@ import streamlit as st
 from kmq_dagster.audit.history import REPLAY, HistoryEntry, history
 from kmq_dagster.audit.models import DeadLetter
 from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.console import session
+from kmq_dagster.console.copies import copy_fates
 from kmq_dagster.console.masking import Masker
 from kmq_dagster.console.rendering import (
     BINARY,
@@ -49,8 +51,12 @@ def show_detail(store: AuditStore, dead_letter: DeadLetter, masker: Masker) -> N
         st.code(traceback or "(none recorded)", language=None)
     with history_tab:
         entries = history(store, dead_letter)
-        st.dataframe(pd.DataFrame([_history_row(e, dead_letter.id) for e in entries]),
-                     hide_index=True)  # fmt: skip
+        fates = session.attempt(
+            lambda: copy_fates(session.kafka_settings(), dead_letter.group_id, entries)
+        )
+        fate_of = fates or {}
+        steps = [_history_row(e, dead_letter.id, fate_of.get(i)) for i, e in enumerate(entries)]
+        st.dataframe(pd.DataFrame(steps), hide_index=True)
     st.download_button(
         "Download as JSON (masked)",
         json.dumps(export(dead_letter, masker), indent=2, ensure_ascii=False),
@@ -110,16 +116,16 @@ def _traceback(dead_letter: DeadLetter) -> str | None:
     return None
 
 
-def _history_row(entry: HistoryEntry, current_id: int) -> dict[str, object]:
+def _history_row(entry: HistoryEntry, current_id: int, fate: str | None) -> dict[str, object]:
     copy = ""
-    fate = ""
     if entry.kind == REPLAY:
         copy = f"{entry.copy_topic} [{entry.copy_partition}] @ {entry.copy_offset}"
-        fate = (
-            f"failed again: dead letter #{entry.came_back_as}"
-            if entry.came_back_as
-            else "not dead-lettered again"
-        )
+        if fate is None:  # Kafka did not answer: what the store knows
+            fate = (
+                f"failed again: dead letter #{entry.came_back_as}"
+                if entry.came_back_as
+                else "not dead-lettered again"
+            )
     return {
         "at": _time(entry.at),
         "what": entry.kind,
@@ -128,7 +134,7 @@ def _history_row(entry: HistoryEntry, current_id: int) -> dict[str, object]:
         "by": entry.actor or "",
         "detail": entry.detail,
         "replayed copy": copy,
-        "what became of it": fate,
+        "what became of it": fate or "",
     }  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from kmq_dagster.audit.history import REPLAY, history
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.console import jobs
 from kmq_dagster.console.auth import OPERATOR, Principal
+from kmq_dagster.console.copies import copy_fates
 from kmq_dagster.console.operations import first_retry_delay_ms
 from kmq_dagster.core.naming import retry_topic
 from kmq_dagster.core.retry import RetryPolicy
@@ -79,12 +80,20 @@ def test_an_operator_replays_ten_selected_dead_letters_after_a_dry_run_and_they_
     assert (dry.actor, dry.dry_run, dry.count) == ("olivia", True, 10)
     assert (real.actor, real.dry_run, real.count, real.target) == ("olivia", False, 10, target)
 
+    steps = history(store, replayed[0])
+    assert [(s.kind, s.actor, s.copy_topic) for s in steps][-1] == (REPLAY, "olivia", target)
+    assert copy_fates(settings, GROUP, steps) == {1: f"waiting for {GROUP} (committed there: None)"}
+
     processed: list[KmqMessage] = []
     with running_worker(settings, queue, GROUP, processed.append, RetryPolicy.fixed([1_000])):
         assert wait_for(lambda: len(processed) == 10, timeout_s=60)
+        picked_up = f"picked up by {GROUP}; not dead-lettered again"
+        assert wait_for(lambda: copy_fates(settings, GROUP, steps) == {1: picked_up})
     assert sorted(m.key or b"" for m in processed) == sorted(d.key or b"" for d in replayed)
-    steps = history(store, replayed[0])
-    assert [(s.kind, s.actor, s.copy_topic) for s in steps][-1] == (REPLAY, "olivia", target)
+    apply_filters(app, status="replayed", key=(replayed[0].key or b"").decode())
+    app.selectbox[-1].select(replayed[0].id).run()
+    fates = list(app.dataframe[-1].value["what became of it"])
+    assert fates == ["", picked_up]
     actions_page = open_app(Principal("olivia", OPERATOR), page="actions")
     assert "replayed 10 of 15 dead letters" in texts(actions_page)
     store.close()
