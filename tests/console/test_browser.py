@@ -117,6 +117,7 @@ def console(
         "HOME": str(tmp_path),
         "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "KMQ_CONSOLE_USERS_FILE": str(tmp_path / "users.json"),
+        "KMQ_CONSOLE_REFRESH_S": "2",
     }
     log = (tmp_path / "console.log").open("w")
     argv = kmq_argv("console", "--port", str(port), "--audit-url", audit_url)
@@ -174,9 +175,12 @@ def test_an_operator_filters_inspects_and_replays_ten_dead_letters_in_the_browse
 
     page.on("dialog", on_dialog)
     log_in(page, console, "olivia")
-    expect(page.get_by_text("Updated ")).to_be_visible()
+    updated = page.get_by_text(re.compile(r"^Updated "))
+    expect(updated).to_be_visible()
     settle(page)
     shoot(page, "overview")
+    first_update = updated.inner_text()
+    expect(updated).not_to_have_text(first_update, timeout=15_000)  # it refreshed itself
 
     page.get_by_role("link", name="Dead letters").click()
     settle(page)
