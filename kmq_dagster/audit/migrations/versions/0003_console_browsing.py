@@ -22,9 +22,6 @@ BATCH = 2_000
 
 _INDEXES = {
     "ix_dead_letters_browse": ["queue_topic", "group_id", "last_failure_at", "id"],
-    "ix_dead_letters_status_browse": [
-        "queue_topic", "group_id", "status", "last_failure_at", "id",
-    ],
     "ix_dead_letters_cause": [
         "queue_topic", "group_id", "error_type", "error_pattern", "status", "last_failure_at",
     ],
