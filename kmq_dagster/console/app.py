@@ -9,15 +9,21 @@ from pathlib import Path
 import streamlit as st
 
 from kmq_dagster.console import login
+from kmq_dagster.console.rendering import escape_markdown
 from kmq_dagster.console.session import PRINCIPAL_KEY, config
+from kmq_dagster.errors import KmqError
 
 VIEWS = Path(__file__).resolve().parent / "views"
 
 
 def main() -> None:
     st.set_page_config(page_title="kmq console", page_icon=":material/inbox:", layout="wide")
-    settings = config()
-    principal = login.logged_in(settings)
+    try:
+        settings = config()
+        principal = login.logged_in(settings)
+    except KmqError as exc:  # a bad KMQ_CONSOLE_* setting or users file: say which
+        st.error(escape_markdown(str(exc)))
+        return
     if principal is None:
         st.session_state.pop(PRINCIPAL_KEY, None)
         st.navigation([st.Page(login.login_page, title="Log in")], position="hidden").run()

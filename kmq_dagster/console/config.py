@@ -9,7 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kmq_dagster.console.auth import check_role
 from kmq_dagster.console.masking import DEFAULT_MASKED_NAMES, Masker
+from kmq_dagster.errors import ConfigError
 
 #: ``none``: no login (loopback only); anything else: OIDC or the users file.
 AUTH_ENV = "KMQ_CONSOLE_AUTH"
@@ -50,9 +52,21 @@ class ConsoleConfig:
             no_auth=env.get(AUTH_ENV, "").strip().lower() == NO_AUTH,
             users_file=Path(users_file) if users_file else default_users_file(),
             masker=Masker.of([*DEFAULT_MASKED_NAMES, *extra]),
-            oidc_default_role=env.get(OIDC_DEFAULT_ROLE_ENV, "viewer"),
-            refresh_s=float(env.get(REFRESH_ENV, DEFAULT_REFRESH_S)),
+            oidc_default_role=check_role(env.get(OIDC_DEFAULT_ROLE_ENV, "viewer")),
+            refresh_s=_seconds(env.get(REFRESH_ENV)),
         )
+
+
+def _seconds(raw: str | None) -> float:
+    if raw is None:
+        return DEFAULT_REFRESH_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0
+    if seconds <= 0:
+        raise ConfigError(f"{REFRESH_ENV} must be a positive number of seconds, got {raw!r}")
+    return seconds
 
 
 def is_loopback(address: str) -> bool:

@@ -19,7 +19,7 @@ import streamlit as st
 
 from kmq_dagster.console.auth import ADMIN, Principal, UsersFile
 from kmq_dagster.console.config import ConsoleConfig, is_loopback
-from kmq_dagster.console.session import PRINCIPAL_KEY
+from kmq_dagster.console.session import PRINCIPAL_KEY, reported_errors
 
 
 def logged_in(config: ConsoleConfig) -> Principal | None:
@@ -35,8 +35,12 @@ def logged_in(config: ConsoleConfig) -> Principal | None:
 
 def login_page() -> None:
     """The page shown to a session without a principal."""
-    config = ConsoleConfig.from_env()
     st.title("kmq console")
+    with reported_errors():
+        _login_form(ConsoleConfig.from_env())
+
+
+def _login_form(config: ConsoleConfig) -> None:
     if config.no_auth:
         st.error(
             "The console was started without authentication on a non-loopback address. "

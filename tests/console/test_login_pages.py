@@ -98,3 +98,16 @@ def test_streamlit_run_ui_app_serves_the_same_console(
 
     assert [t.value for t in app.title] == ["Overview"]
     assert not app.exception
+
+
+def test_a_broken_users_file_or_setting_is_one_clear_error(
+    console_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    console_env.write_text("{not json")
+    broken_file = AppTest.from_file(str(APP), default_timeout=30).run()
+    monkeypatch.setenv("KMQ_CONSOLE_REFRESH_S", "soon")
+    broken_setting = AppTest.from_file(str(APP), default_timeout=30).run()
+
+    assert "is not a kmq console users file" in texts(broken_file)
+    assert "KMQ_CONSOLE_REFRESH_S must be a positive number" in texts(broken_setting)
+    assert not broken_file.exception and not broken_setting.exception
