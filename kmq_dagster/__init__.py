@@ -31,7 +31,7 @@ from kmq_dagster.errors import (
     KmqError,
     KmqTimeoutError,
     MarkerDecodeError,
-    PermissionDenied,
+    PermissionDeniedError,
     ProvisionError,
     QueueConflictError,
 )
@@ -91,7 +91,7 @@ __all__ = [
     "KmqSettings",
     "KmqTimeoutError",
     "MarkerDecodeError",
-    "PermissionDenied",
+    "PermissionDeniedError",
     "ProvisionError",
     "Queue",
     "QueueConflictError",

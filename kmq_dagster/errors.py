@@ -12,7 +12,7 @@ KmqError
 ├── MarkerDecodeError         bytes on a markers topic are not a marker
 ├── AuditStoreError           the audit store cannot be opened, migrated or written
 ├── KmqTimeoutError           work did not finish within its deadline
-└── PermissionDenied          the acting user's role does not allow the action
+└── PermissionDeniedError     the acting user's role does not allow the action
 ```
 The command line prints any of these as one line (``kmq: error: ...``) and exits with 1.
 """
@@ -75,5 +75,5 @@ class KmqTimeoutError(KmqError):
     """Work did not finish within its deadline (a batch, a read to the end of a topic)."""
 
 
-class PermissionDenied(KmqError):
+class PermissionDeniedError(KmqError):
     """The acting user's role does not allow this action (e.g. a viewer replaying)."""

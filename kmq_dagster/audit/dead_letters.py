@@ -65,8 +65,14 @@ def dead_letter_row(
 
 
 def _text(headers: Headers, name: str) -> str | None:
+    """A header as text; NUL characters become U+FFFD (PostgreSQL text cannot hold them)."""
     raw = header_value(headers, name)
-    return raw.decode("utf-8", errors="replace") if raw is not None else None
+    return without_nul(raw.decode("utf-8", errors="replace")) if raw is not None else None
+
+
+def without_nul(text: str) -> str:
+    """``text`` with NUL characters replaced: PostgreSQL refuses them in text columns."""
+    return text.replace("\x00", "\N{REPLACEMENT CHARACTER}")
 
 
 def _int(headers: Headers, name: str) -> int | None:

@@ -37,7 +37,22 @@ class DeadLetter(Base):
         UniqueConstraint("dlq_topic", "dlq_partition", "dlq_offset", name="uq_dead_letter_coords"),
         CheckConstraint(f"status IN {STATUSES}", name="ck_dead_letter_status"),
         Index("ix_dead_letters_queue", "queue_topic", "group_id", "status"),
-    )
+        # The console's browsing paths (migration 0003): newest first per queue, per cause and
+        # overall; lookups by key and by original coordinates (a message's history). Each
+        # index costs ingest time: a status is filtered while walking the queue's index.
+        Index("ix_dead_letters_browse", "queue_topic", "group_id", "last_failure_at", "id"),
+        Index(
+            "ix_dead_letters_cause",
+            "queue_topic", "group_id", "error_type", "error_pattern", "status", "last_failure_at",
+        ),
+        Index("ix_dead_letters_time", "last_failure_at", "id"),
+        # Hash on PostgreSQL: a B-tree refuses keys over ~2,700 bytes, and Kafka keys may be.
+        Index("ix_dead_letters_key", "key", postgresql_using="hash"),
+        Index(
+            "ix_dead_letters_original",
+            "original_topic", "original_partition", "original_offset",
+        ),
+    )  # fmt: skip
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     dlq_topic: Mapped[str] = mapped_column(String(249))
@@ -53,6 +68,8 @@ class DeadLetter(Base):
     headers: Mapped[list[list[object]]] = mapped_column(JSON)
     error_type: Mapped[str] = mapped_column(String(256))
     error_message: Mapped[str] = mapped_column(Text)
+    #: The error message with ids, numbers and times replaced: what "the same cause" means.
+    error_pattern: Mapped[str] = mapped_column(String(400), default="")
     reason: Mapped[str] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer)
     original_topic: Mapped[str | None] = mapped_column(String(249))
@@ -124,6 +141,7 @@ class Alert(Base):
 
 class QueueSnapshot(Base):
     __tablename__ = "queue_snapshots"
+    __table_args__ = (Index("ix_queue_snapshots_queue", "queue_topic", "group_id", "at"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
@@ -134,3 +152,55 @@ class QueueSnapshot(Base):
     oldest_unacked_age_ms: Mapped[int | None] = mapped_column(BigInteger)
     in_rate: Mapped[float] = mapped_column(Float)
     ack_rate: Mapped[float] = mapped_column(Float)
+
+
+class DeadLetterHeader(Base):
+    """One user header (not ``kmq-*``) of a dead letter, for the console's name=value filter.
+
+    The value is kept as a SHA-256 digest: exact matches of any length, and one narrow index.
+    """
+
+    __tablename__ = "dead_letter_headers"
+    __table_args__ = (Index("ix_dead_letter_headers_lookup", "name", "value_sha256"),)
+
+    dead_letter_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    #: Hex digest of the raw value; ``None`` for a header without a value.
+    value_sha256: Mapped[str | None] = mapped_column(String(64))
+
+
+class DeadLetterSearch(Base):
+    """What the console's substring filters scan for one dead letter: narrow, unlike
+    ``dead_letters`` rows (see :mod:`kmq_dagster.audit.indexing`)."""
+
+    __tablename__ = "dead_letter_search"
+
+    dead_letter_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    #: The start of the value as UTF-8 text, a newline, the error message.
+    body: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(Text)
+
+
+class DeadLetterEvent(Base):
+    """A replay or discard of one dead letter: its history, keyed by its DLQ coordinates so a
+    replay recorded before the dead letter was ingested still finds it."""
+
+    __tablename__ = "dead_letter_events"
+    __table_args__ = (
+        Index("ix_dead_letter_events_coords", "dlq_topic", "dlq_partition", "dlq_offset"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dlq_topic: Mapped[str] = mapped_column(String(249))
+    dlq_partition: Mapped[int] = mapped_column(Integer)
+    dlq_offset: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(32))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    actor: Mapped[str] = mapped_column(String(255))
+    #: The discard's reason, or the replay's id.
+    detail: Mapped[str] = mapped_column(Text)
+    #: Where the replayed copy was written (replays only).
+    copy_topic: Mapped[str | None] = mapped_column(String(249))
+    copy_partition: Mapped[int | None] = mapped_column(Integer)
+    copy_offset: Mapped[int | None] = mapped_column(BigInteger)

@@ -8,7 +8,6 @@ never spliced into SQL text.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +15,7 @@ from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from kmq_dagster.audit.causes import error_pattern
 from kmq_dagster.audit.database import (
     HEAD_REVISION,
     default_url,
@@ -25,6 +25,10 @@ from kmq_dagster.audit.database import (
     migrate,
     schema_revision,
 )
+from kmq_dagster.audit.filters import EVERYTHING, conditions
+from kmq_dagster.audit.filters import DeadLetterFilter as DeadLetterFilter  # noqa: PLC0414 (re-export)
+from kmq_dagster.audit.history import record_discard_events
+from kmq_dagster.audit.indexing import index_dead_letters
 from kmq_dagster.audit.models import (
     STATUSES,
     Action,
@@ -32,6 +36,8 @@ from kmq_dagster.audit.models import (
     BreakerState,
     BreakerTransition,
     DeadLetter,
+    DeadLetterHeader,
+    DeadLetterSearch,
     QueueSnapshot,
 )
 from kmq_dagster.errors import AuditStoreError, ConfigError
@@ -47,30 +53,6 @@ __all__ = [
     "now",
     "schema_revision",
 ]
-
-
-@dataclass(frozen=True)
-class DeadLetterFilter:
-    """Which dead letters to list; every field given must match (exact, except ``text``)."""
-
-    queue_topic: str | None = None
-    group_id: str | None = None
-    status: str | None = None
-    error_type: str | None = None
-    key: bytes | None = None
-    #: Substring of the error message or the reason.
-    text: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-
-    def __post_init__(self) -> None:
-        if self.status is not None and self.status not in STATUSES:
-            raise ConfigError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
-
-    def describe(self) -> str:
-        """The filters given, for the audit log."""
-        given = {name: value for name, value in vars(self).items() if value is not None}
-        return ", ".join(f"{name}={value!r}" for name, value in given.items()) or "everything"
 
 
 class AuditStore:
@@ -97,6 +79,9 @@ class AuditStore:
     def session(self) -> Session:
         return self._sessions()
 
+    def _conditions(self, where: DeadLetterFilter) -> list[Any]:
+        return conditions(where, self.engine.dialect.name)
+
     # -- dead letters -------------------------------------------------------------------------
 
     def add_dead_letters(self, rows: Sequence[dict[str, Any]]) -> int:
@@ -108,6 +93,7 @@ class AuditStore:
         """
         if not rows:
             return 0
+        rows = [{**row, "error_pattern": error_pattern(row["error_message"])} for row in rows]
         statement = insert_ignoring_duplicates(
             self.engine, DeadLetter, ["dlq_topic", "dlq_partition", "dlq_offset"]
         )
@@ -115,15 +101,23 @@ class AuditStore:
             present = sum(int(connection.execute(q).scalar_one()) for q in _existing(rows))
             # No RETURNING: with it, psycopg parses one huge statement (3.5x slower measured).
             connection.execute(statement, list(rows))
+            index_dead_letters(
+                connection,
+                rows,
+                insert_ignoring_duplicates(
+                    self.engine, DeadLetterHeader, ["dead_letter_id", "position"]
+                ),
+                insert_ignoring_duplicates(self.engine, DeadLetterSearch, ["dead_letter_id"]),
+            )
         return len(rows) - present
 
     def dead_letters(
-        self, where: DeadLetterFilter = DeadLetterFilter(), *, limit: int = 100, offset: int = 0
+        self, where: DeadLetterFilter = EVERYTHING, *, limit: int = 100, offset: int = 0
     ) -> list[DeadLetter]:
         """Dead letters matching ``where``, newest first."""
         query = (
             select(DeadLetter)
-            .where(*_conditions(where))
+            .where(*self._conditions(where))
             .order_by(DeadLetter.last_failure_at.desc(), DeadLetter.id.desc())
             .limit(limit)
             .offset(offset)
@@ -131,8 +125,8 @@ class AuditStore:
         with self.session() as session:
             return list(session.scalars(query))
 
-    def count_dead_letters(self, where: DeadLetterFilter = DeadLetterFilter()) -> int:
-        query = select(func.count()).select_from(DeadLetter).where(*_conditions(where))
+    def count_dead_letters(self, where: DeadLetterFilter = EVERYTHING) -> int:
+        query = select(func.count()).select_from(DeadLetter).where(*self._conditions(where))
         with self.session() as session:
             return int(session.scalar(query) or 0)
 
@@ -157,10 +151,18 @@ class AuditStore:
                 changed += result.rowcount
         return changed
 
-    def discard(self, where: DeadLetterFilter, *, actor: str, dry_run: bool = False) -> int:
-        """Mark the ``new`` dead letters ``where`` selects as discarded (a replay skips them)
-        and write the action; returns how many (would have) changed."""
-        selected = and_(*_conditions(where), DeadLetter.status == "new")
+    def discard(
+        self,
+        where: DeadLetterFilter,
+        *,
+        actor: str,
+        dry_run: bool = False,
+        reason: str | None = None,
+    ) -> int:
+        """Mark the ``new`` dead letters ``where`` selects as discarded (a replay skips them),
+        write the action and, per dead letter, a history event with ``reason``; returns how
+        many (would have) changed."""
+        selected = and_(*self._conditions(where), DeadLetter.status == "new")
         with self.engine.begin() as connection:
             if dry_run:
                 count = int(
@@ -169,6 +171,7 @@ class AuditStore:
                     ).scalar_one()
                 )
             else:
+                record_discard_events(connection, selected, actor=actor, reason=reason or "")
                 result = connection.execute(
                     update(DeadLetter).where(selected).values(status="discarded")
                 )
@@ -182,7 +185,8 @@ class AuditStore:
             count=count,
             target=None,
             dry_run=dry_run,
-            outcome=f"{'would discard' if dry_run else 'discarded'} {count}",
+            outcome=f"{'would discard' if dry_run else 'discarded'} {count}"
+            + (f": {reason}" if reason else ""),
         )
         return count
 
@@ -305,28 +309,3 @@ def _existing(rows: Sequence[dict[str, Any]]) -> list[Any]:
         )
         for (topic, partition), offsets in spans.items()
     ]
-
-
-def _conditions(where: DeadLetterFilter) -> list[Any]:
-    conditions: list[Any] = []
-    exact = {
-        DeadLetter.queue_topic: where.queue_topic,
-        DeadLetter.group_id: where.group_id,
-        DeadLetter.status: where.status,
-        DeadLetter.error_type: where.error_type,
-        DeadLetter.key: where.key,
-    }
-    conditions += [column == value for column, value in exact.items() if value is not None]
-    if where.text is not None:
-        pattern = (
-            "%" + where.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        )
-        conditions.append(
-            DeadLetter.error_message.like(pattern, escape="\\")
-            | DeadLetter.reason.like(pattern, escape="\\")
-        )
-    if where.since is not None:
-        conditions.append(DeadLetter.last_failure_at >= where.since)
-    if where.until is not None:
-        conditions.append(DeadLetter.last_failure_at < where.until)
-    return conditions

@@ -9,6 +9,8 @@ the root group and the error contract, ``options`` the options and value types t
 
 from __future__ import annotations
 
+import importlib
+
 from kmq_dagster.cli import (  # noqa: F401 - importing a module registers its commands
     bench_commands,
     broker_commands,
@@ -19,5 +21,10 @@ from kmq_dagster.cli import (  # noqa: F401 - importing a module registers its c
     status_commands,
 )
 from kmq_dagster.cli.app import cli, main
+from kmq_dagster.cli.bench_commands import bench
+
+# The console keeps its commands beside its code (kmq console, kmq bench console).
+cli.add_command(importlib.import_module("kmq_dagster.console.command").console)
+bench.add_command(importlib.import_module("kmq_dagster.bench.console").console)
 
 __all__ = ["cli", "main"]

@@ -63,6 +63,8 @@ class Deliveries:
         self._producer = producer
         self._count = 0
         self.delivered: set[int] = set()
+        #: Where each delivered record was written: (topic, partition, offset) by index.
+        self.written: dict[int, tuple[str, int, int]] = {}
         self.failed: dict[int, KafkaError] = {}
 
     def produce(self, topic: str, **fields: Any) -> int:
@@ -70,9 +72,11 @@ class Deliveries:
         index = self._count
         self._count += 1
 
-        def report(error: KafkaError | None, _record: Message) -> None:
+        def report(error: KafkaError | None, record: Message) -> None:
             if error is None:
                 self.delivered.add(index)
+                self.written[index] = (record.topic() or "", record.partition() or 0,
+                                       record.offset() or 0)  # fmt: skip
             else:
                 self.failed[index] = error
 

@@ -12,6 +12,7 @@ only dead letters that arrived since.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from kmq_dagster.audit.history import ReplayedCopy, record_replay_events
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.headers import (
     ERROR_TYPE,
@@ -103,6 +105,8 @@ class ReplayReport:
     by_error_type: Counter[str] = field(default_factory=Counter)
     #: In a dry run: the first selected dead letters, one line each.
     listed: list[str] = field(default_factory=list)
+    #: Stopped by its ``cancel`` event before reaching the end of the DLQ.
+    cancelled: bool = False
 
     @property
     def movable(self) -> int:
@@ -114,7 +118,8 @@ class ReplayReport:
         count = self.movable if self.dry_run else self.replayed
         types = ", ".join(f"{name} {n}" for name, n in self.by_error_type.most_common())
         return (
-            f"{verb} {count} of {self.scanned} dead letters to the {self.target} topic "
+            ("cancelled: " if self.cancelled else "")
+            + f"{verb} {count} of {self.scanned} dead letters to the {self.target} topic "
             f"(replay id {self.replay_id}); selected {self.selected}, skipped at the replay "
             f"limit {self.over_limit}, discarded {self.discarded}, "
             f"possible duplicates {self.possible_duplicates}"
@@ -134,11 +139,15 @@ def replay_dead_letters(
     clock_ms: Callable[[], int] = wall_clock_ms,
     audit: AuditStore | None = None,
     actor: str = "unknown",
+    cancel: threading.Event | None = None,
 ) -> ReplayReport:
     """Replay the dead letters ``request`` selects; see the module docstring for resumption.
 
-    With ``audit``, replayed dead letters are marked ``replayed`` there as they go, and the
-    replay (dry run or not, finished or failed) is written as one action by ``actor``.
+    With ``audit``, replayed dead letters are marked ``replayed`` there as they go, each gets
+    a history event naming where its copy was written, and the replay (dry run or not,
+    finished, cancelled or failed) is written as one action by ``actor``. Setting ``cancel``
+    stops the replay after the chunk in flight (at most a second's worth under a rate limit);
+    running it again resumes it.
 
     Raises:
         ConfigError: a bad request (unknown partition in the selection).
@@ -157,6 +166,8 @@ def replay_dead_letters(
     report = ReplayReport(request.id_for(queue), request.target, request.dry_run)
     run = _ReplayRun(settings, queue, request, report, clock_ms=clock_ms)
     run.audit = audit
+    run.actor = actor
+    run.cancel = cancel
     outcome = "failed"
     try:
         run.scan(progress)
@@ -213,6 +224,11 @@ class _ReplayRun:
         self.producer = new_producer(settings)
         self.partitions = list(range(queue.partitions or 1))
         self.audit: AuditStore | None = None
+        self.actor = "unknown"
+        self.cancel: threading.Event | None = None
+        # Under a rate limit, about a second of copies per chunk, so a cancel acts quickly.
+        rate = request.rate_per_s
+        self.chunk_size = CHUNK if rate is None else max(1, min(CHUNK, int(rate)))
         self._sent = 0
         self._started = time.monotonic()
         timeout_s = settings.request_timeout_ms / 1000
@@ -232,10 +248,19 @@ class _ReplayRun:
         self.done.assign([TopicPartition(self.source, p, done_at[p]) for p in self.partitions])
 
     def scan(self, progress: Progress | None) -> None:
-        for chunk in read_to_end(self.done, self.partitions, timeout_s=None, batch=CHUNK):
+        if self._cancelled():
+            return
+        for chunk in read_to_end(self.done, self.partitions, timeout_s=None, batch=self.chunk_size):
             self._handle(chunk)
             if progress is not None:
                 progress(self.report)
+            if self._cancelled():
+                return
+
+    def _cancelled(self) -> bool:
+        if self.cancel is not None and self.cancel.is_set():
+            self.report.cancelled = True
+        return self.report.cancelled
 
     def _handle(self, chunk: list[Message]) -> None:
         report, request = self.report, self.request
@@ -266,13 +291,17 @@ class _ReplayRun:
         if request.dry_run:
             return
         positions = positions_after(chunk)
+        copies: list[ReplayedCopy] = []
         if moving:
             self.intent.commit(offsets=positions, asynchronous=False)
-            self._produce(moving)
+            copies = self._produce(moving)
         self.done.commit(offsets=positions, asynchronous=False)
         if moving and self.audit is not None:
             coordinates = [(r.partition() or 0, r.offset() or 0) for r in moving]
             self.audit.set_status(self.source, coordinates, "replayed")
+            record_replay_events(
+                self.audit, self.source, copies, actor=self.actor, replay_id=report.replay_id
+            )
 
     def _discarded(self, chunk: list[Message]) -> set[tuple[int, int]]:
         """(partition, offset) of the chunk's dead letters an operator discarded."""
@@ -287,7 +316,8 @@ class _ReplayRun:
             found |= {(position.partition, o) for o, s in statuses.items() if s == "discarded"}
         return found
 
-    def _produce(self, records: list[Message]) -> None:
+    def _produce(self, records: list[Message]) -> list[ReplayedCopy]:
+        """Write copies of ``records`` and wait for the broker; returns where each went."""
         copies = Deliveries(self.producer)
         for record in records:
             self._wait_for_rate()
@@ -310,6 +340,10 @@ class _ReplayRun:
                 f"{exc}; nothing after them was marked done: run the same replay again to resume"
             ) from None
         self.report.replayed += len(records)
+        return [
+            ReplayedCopy(record.partition() or 0, record.offset() or 0, *copies.written[index])
+            for index, record in enumerate(records)
+        ]
 
     def _target_partition(self, record: Message, headers: list[tuple[str, bytes | None]]) -> int:
         """The DLQ partition for a retry topic (same partition count); the original partition

@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, inspect, text
 from kmq_dagster.audit.dead_letters import dead_letter_row
 from kmq_dagster.audit.local_postgres import fresh_database
 from kmq_dagster.audit.models import Base
-from kmq_dagster.audit.store import AuditStore, DeadLetterFilter, schema_revision
+from kmq_dagster.audit.store import HEAD_REVISION, AuditStore, DeadLetterFilter, schema_revision
 from kmq_dagster.core.headers import DLQ_REASON, ERROR_MESSAGE, ERROR_TYPE
 from kmq_dagster.errors import ConfigError
 
@@ -65,7 +65,7 @@ def row(offset: int, **overrides: Any) -> dict[str, Any]:
 def test_a_new_store_is_migrated_to_the_newest_schema_matching_the_models(store_url: str) -> None:
     store = AuditStore(store_url)
 
-    assert schema_revision(store.engine) == "0002"
+    assert schema_revision(store.engine) == HEAD_REVISION
     with store.engine.connect() as connection:
         differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
     assert differences == []
@@ -92,7 +92,7 @@ def test_upgrading_from_the_first_revision_keeps_the_data(store_url: str) -> Non
 
     store = AuditStore(store_url)
 
-    assert schema_revision(store.engine) == "0002"
+    assert schema_revision(store.engine) == HEAD_REVISION
     assert [a.outcome for a in store.actions()] == ["replayed 3"]
     assert store.save_breaker_state(
         "orders", "billing", state="open", opened_at_ms=1, cooldown_ms=2, expected_version=None

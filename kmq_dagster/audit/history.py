@@ -1,0 +1,155 @@
+"""The history of a dead letter: when it failed, every replay and discard of it (by whom), and
+what became of each replayed copy.
+
+A message can be dead-lettered, replayed and dead-lettered again: every dead letter of one
+group with the same original coordinates (``kmq-original-*`` headers, kept across every hop)
+is the same message, so its history spans all of them. Events are keyed by DLQ coordinates,
+so a replay recorded before its dead letter was ingested still shows once it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, and_, insert, literal, or_, select
+
+from kmq_dagster.audit.models import DeadLetter, DeadLetterEvent
+
+if TYPE_CHECKING:
+    from kmq_dagster.audit.store import AuditStore
+
+REPLAY = "replay"
+DISCARD = "discard"
+DEAD_LETTERED = "dead-lettered"
+
+
+@dataclass(frozen=True)
+class ReplayedCopy:
+    """One dead letter replayed: its DLQ coordinates and where its copy was written."""
+
+    dlq_partition: int
+    dlq_offset: int
+    copy_topic: str
+    copy_partition: int
+    copy_offset: int
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One step in a message's life, oldest first."""
+
+    at: datetime
+    kind: str
+    #: The dead letter this step belongs to.
+    dead_letter_id: int | None
+    actor: str | None
+    #: Reason (dead-lettered, discard) or replay id.
+    detail: str
+    copy_topic: str | None = None
+    copy_partition: int | None = None
+    copy_offset: int | None = None
+    #: A replayed copy that failed again: the dead letter it became.
+    came_back_as: int | None = None
+
+
+def record_discard_events(
+    connection: Connection, selected: Any, *, actor: str, reason: str
+) -> None:
+    """A discard event for every dead letter ``selected`` (a condition) picks, in one
+    statement; call it in the transaction that marks them discarded."""
+    at = datetime.now(UTC)
+    rows = select(
+        DeadLetter.dlq_topic,
+        DeadLetter.dlq_partition,
+        DeadLetter.dlq_offset,
+        literal(DISCARD),
+        literal(at, DeadLetterEvent.at.type),
+        literal(actor),
+        literal(reason),
+    ).where(selected)
+    columns = ["dlq_topic", "dlq_partition", "dlq_offset", "kind", "at", "actor", "detail"]
+    connection.execute(insert(DeadLetterEvent).from_select(columns, rows))
+
+
+def record_replay_events(
+    store: AuditStore,
+    dlq_topic: str,
+    copies: Sequence[ReplayedCopy],
+    *,
+    actor: str,
+    replay_id: str,
+) -> None:
+    """A replay event per copy the broker acknowledged."""
+    if not copies:
+        return
+    at = datetime.now(UTC)
+    rows = [
+        {"dlq_topic": dlq_topic, "dlq_partition": c.dlq_partition, "dlq_offset": c.dlq_offset,
+         "kind": REPLAY, "at": at, "actor": actor, "detail": replay_id,
+         "copy_topic": c.copy_topic, "copy_partition": c.copy_partition,
+         "copy_offset": c.copy_offset}
+        for c in copies
+    ]  # fmt: skip
+    with store.engine.begin() as connection:
+        connection.execute(insert(DeadLetterEvent), rows)
+
+
+def same_message(store: AuditStore, dead_letter: DeadLetter) -> list[DeadLetter]:
+    """Every stored dead letter of the same message and group, oldest first (at least
+    ``dead_letter`` itself)."""
+    if dead_letter.original_topic is None or dead_letter.original_offset is None:
+        return [dead_letter]
+    query = (
+        select(DeadLetter)
+        .where(
+            DeadLetter.original_topic == dead_letter.original_topic,
+            DeadLetter.original_partition == dead_letter.original_partition,
+            DeadLetter.original_offset == dead_letter.original_offset,
+            DeadLetter.group_id == dead_letter.group_id,
+        )
+        .order_by(DeadLetter.last_failure_at, DeadLetter.id)
+    )
+    with store.session() as session:
+        return list(session.scalars(query)) or [dead_letter]
+
+
+def history(store: AuditStore, dead_letter: DeadLetter) -> list[HistoryEntry]:
+    """The life of ``dead_letter``'s message: failures, replays, discards, oldest first."""
+    letters = same_message(store, dead_letter)
+    by_coordinates = {(d.dlq_topic, d.dlq_partition, d.dlq_offset): d for d in letters}
+    events_query = (
+        select(DeadLetterEvent)
+        .where(or_(*(
+            and_(DeadLetterEvent.dlq_topic == topic, DeadLetterEvent.dlq_partition == partition,
+                 DeadLetterEvent.dlq_offset == offset)
+            for topic, partition, offset in by_coordinates
+        )))
+        .order_by(DeadLetterEvent.at, DeadLetterEvent.id)
+    )  # fmt: skip
+    with store.session() as session:
+        events = list(session.scalars(events_query))
+    entries = [
+        HistoryEntry(as_utc(d.last_failure_at), DEAD_LETTERED, d.id, None, d.reason)
+        for d in letters
+    ]
+    for event in events:
+        owner = by_coordinates[(event.dlq_topic, event.dlq_partition, event.dlq_offset)]
+        came_back = None
+        if event.kind == REPLAY:
+            later = [d for d in letters if as_utc(d.last_failure_at) > as_utc(event.at)]
+            came_back = later[0].id if later else None
+        entries.append(
+            HistoryEntry(
+                as_utc(event.at), event.kind, owner.id, event.actor, event.detail,
+                event.copy_topic, event.copy_partition, event.copy_offset, came_back,
+            )
+        )  # fmt: skip
+    return sorted(entries, key=lambda entry: entry.at)
+
+
+def as_utc(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes (stored as UTC); PostgreSQL aware ones."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

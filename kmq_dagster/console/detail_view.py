@@ -1,0 +1,142 @@
+"""One dead letter in full: metadata, value (JSON, text or hex), headers, error, traceback,
+and its history. Every piece of message data goes through a literal element."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pandas as pd
+import streamlit as st
+
+from kmq_dagster.audit.history import REPLAY, HistoryEntry, history
+from kmq_dagster.audit.models import DeadLetter
+from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.console import session
+from kmq_dagster.console.copies import copy_fates
+from kmq_dagster.console.masking import Masker
+from kmq_dagster.console.rendering import (
+    BINARY,
+    EMPTY,
+    JSON,
+    export,
+    header_rows,
+    key_text,
+    view_value,
+)
+from kmq_dagster.core.retry_headers import TRACEBACK
+
+FORMATS = ("JSON", "Text", "Hex")
+#: Height of a table row in pixels (Streamlit's default), to show short tables whole.
+_ROW_PX = 35
+
+
+def show_detail(store: AuditStore, dead_letter: DeadLetter, masker: Masker) -> None:
+    st.subheader(f"Dead letter #{dead_letter.id}")
+    facts = _facts(dead_letter)
+    st.dataframe(pd.DataFrame(facts), hide_index=True, height=_ROW_PX * (len(facts) + 1) + 3)
+    value_tab, headers_tab, error_tab, history_tab = st.tabs(
+        ["Value", "Headers", "Error", "History"]
+    )
+    with value_tab:
+        _value(dead_letter, masker)
+    with headers_tab:
+        rows = header_rows(dead_letter, masker)
+        st.dataframe(pd.DataFrame(rows, columns=["name", "value", "encoding"]), hide_index=True)
+    with error_tab:
+        st.text("Error message")
+        st.code(dead_letter.error_message or "(none)", language=None)
+        traceback = _traceback(dead_letter)
+        st.text("Traceback")
+        st.code(traceback or "(none recorded)", language=None)
+    with history_tab:
+        entries = history(store, dead_letter)
+        fates = session.attempt(
+            lambda: copy_fates(session.kafka_settings(), dead_letter.group_id, entries)
+        )
+        fate_of = fates or {}
+        steps = [_history_row(e, dead_letter.id, fate_of.get(i)) for i, e in enumerate(entries)]
+        st.dataframe(pd.DataFrame(steps), hide_index=True)
+    st.download_button(
+        "Download as JSON (masked)",
+        json.dumps(export(dead_letter, masker), indent=2, ensure_ascii=False),
+        file_name=f"dead-letter-{dead_letter.id}.json",
+        mime="application/json",
+        key=f"export-{dead_letter.id}",
+    )
+
+
+def _facts(d: DeadLetter) -> list[dict[str, str]]:
+    original = (
+        f"{d.original_topic} [{d.original_partition}] @ {d.original_offset}"
+        if d.original_topic
+        else "unknown"
+    )
+    size = f"{d.value_size:,} bytes" + (" (stored cut at 64 KB)" if d.value_truncated else "")
+    facts = {
+        "queue / group": f"{d.queue_topic} / {d.group_id}",
+        "status": d.status,
+        "key": key_text(d.key),
+        "error type": d.error_type,
+        "reason": d.reason,
+        "attempts": str(d.attempts),
+        "first failure": _time(d.first_failure_at),
+        "last failure (dead-lettered)": _time(d.last_failure_at),
+        "original coordinates": original,
+        "DLQ coordinates": f"{d.dlq_topic} [{d.dlq_partition}] @ {d.dlq_offset}",
+        "value size": size,
+    }
+    return [{"field": name, "value": value} for name, value in facts.items()]
+
+
+def _value(dead_letter: DeadLetter, masker: Masker) -> None:
+    view = view_value(dead_letter.value, masker)
+    if view.kind == EMPTY:
+        st.text("(no value)")
+        return
+    default = {JSON: 0, BINARY: 2}.get(view.kind, 1)
+    shown = st.selectbox("Show as", FORMATS, index=default, key=f"format-{dead_letter.id}")
+    if view.masked_fields:
+        st.caption(f"{view.masked_fields} sensitive field(s) masked")
+    if shown == "JSON" and view.kind == JSON:
+        st.json(view.document)
+    elif shown == "Hex":
+        st.code(view.hex, language=None)
+    else:
+        if shown == "JSON":
+            st.caption("Not JSON: shown as text.")
+        st.code(view.text, language=None)
+
+
+def _traceback(dead_letter: DeadLetter) -> str | None:
+    """The failed attempt's traceback from the stored headers, if any."""
+    for name, value, is_base64 in dead_letter.headers or []:
+        if name == TRACEBACK and value is not None:
+            return "(not UTF-8)" if is_base64 else str(value)
+    return None
+
+
+def _history_row(entry: HistoryEntry, current_id: int, fate: str | None) -> dict[str, object]:
+    copy = ""
+    if entry.kind == REPLAY:
+        copy = f"{entry.copy_topic} [{entry.copy_partition}] @ {entry.copy_offset}"
+        if fate is None:  # Kafka did not answer: what the store knows
+            fate = (
+                f"failed again: dead letter #{entry.came_back_as}"
+                if entry.came_back_as
+                else "not dead-lettered again"
+            )
+    return {
+        "at": _time(entry.at),
+        "what": entry.kind,
+        "dead letter": f"#{entry.dead_letter_id}" + (" (this)" if entry.dead_letter_id ==
+                                                      current_id else ""),
+        "by": entry.actor or "",
+        "detail": entry.detail,
+        "replayed copy": copy,
+        "what became of it": fate or "",
+    }  # fmt: skip
+
+
+def _time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"

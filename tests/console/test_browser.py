@@ -1,0 +1,308 @@
+"""The console end to end in a real browser (Debian's Chromium driven by Playwright) against
+``kmq console`` as a real process, the real broker and a real worker: an operator logs in,
+filters, opens a dead letter whose value and headers carry XSS payloads (shown literally,
+never run), replays 10 dead letters with a dry run then for real, and sees them processed and
+audited; a viewer gets no replay control and the action itself refuses them. The screenshots
+in README's Console section are taken here."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
+
+from kmq_dagster.audit.filters import DeadLetterFilter
+from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.broker.ports import free_port
+from kmq_dagster.console.auth import ADMIN, OPERATOR, VIEWER, Principal, UsersFile
+from kmq_dagster.console.operations import ReplayPlan, start_replay
+from kmq_dagster.core.headers import replace_headers
+from kmq_dagster.core.naming import dlq_topic, retry_topic
+from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
+from kmq_dagster.errors import PermissionDeniedError
+from kmq_dagster.kafka.consumer import KmqMessage
+from kmq_dagster.kafka.dlq_ingester import DlqIngester
+from kmq_dagster.kafka.queues import open_queue
+from kmq_dagster.settings import KmqSettings
+from tests.kafka_helpers import new_queue, running_worker, wait_for
+from tests.processes import kmq_argv, pid_alive
+
+pytestmark = [pytest.mark.browser, pytest.mark.kafka]
+
+CHROMIUM = "/usr/bin/chromium"
+IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+GROUP = "billing"
+PASSWORD = "a long enough password"
+XSS_VALUE = '<img src=x onerror="window.__xss=1;alert(1)">'
+XSS_HEADER = "<script>window.__xss=2</script>"
+XSS_MESSAGE = "**bold** <b>tag</b> <script>window.__xss=3</script>"
+CARD = "4111111111111111"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+def produce(settings: KmqSettings, topic: str, items: list[tuple[bytes, str, str, bytes]],
+            user_headers: list[tuple[str, bytes]] | None = None) -> None:  # fmt: skip
+    """Dead letters (key, error type, message, value) as the retry router writes them."""
+    producer = Producer(settings.producer_config())
+    for n, (key, error_type, message, value) in enumerate(items):
+        headers = copy_headers(
+            Origin(topic, n % 2, 1_000 + n, 1_700_000_000_000), GROUP,
+            Failure(error_type, message, "Traceback (most recent call last):\n  ...\n"),
+            attempt=4, dlq_reason=f"failed 4 attempts, the last with {error_type}",
+        )  # fmt: skip
+        producer.produce(dlq_topic(topic, GROUP), key=key, value=value, partition=n % 2,
+                         headers=[*replace_headers(user_headers or [], headers)])  # fmt: skip
+    assert producer.flush(30) == 0
+
+
+@pytest.fixture(scope="module")
+def topic_name() -> str:
+    """A short queue name: it shows in the README's screenshots."""
+    return f"orders-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="module")
+def audit_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('browser') / 'audit.db'}"
+
+
+@pytest.fixture(scope="module")
+def console(
+    settings: KmqSettings,
+    topic_name: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    audit_url: str,
+) -> Iterator[str]:
+    """``kmq console`` on a free port over a DLQ of 10 timeouts, 4 key errors and a poisoned
+    dead letter, with a breaker, an alert and a snapshot; yields its URL."""
+    new_queue(settings, topic_name, GROUP, partitions=2, retry_delays_ms=(1_000,))
+    orders = [json.dumps({"order": n, "amount": 19.9 + n, "currency": "EUR"}).encode()
+              for n in range(14)]  # fmt: skip
+    produce(settings, topic_name, [
+        *((f"order-{n}".encode(), "TimeoutError", f"payments API timed out after {20 + n} s",
+           orders[n]) for n in range(10)),
+        *((f"order-{n}".encode(), "KeyError", "'customer_id'", orders[n]) for n in range(10, 14)),
+    ], [("trace-id", b"4bf92f3577b34da6")])  # fmt: skip
+    poisoned = json.dumps({"note": XSS_VALUE, "card_number": CARD}).encode()
+    produce(settings, topic_name, [(b"<b>key</b>", "ValueError", XSS_MESSAGE, poisoned)],
+            [("x-note", XSS_HEADER.encode()), ("Authorization", b"Bearer s3cr3t")])  # fmt: skip
+    tmp_path = tmp_path_factory.mktemp("console")
+    fill_store(settings, topic_name, audit_url)
+    users = UsersFile(tmp_path / "users.json")
+    users.add(Principal("root", ADMIN), "olivia", OPERATOR, PASSWORD)
+    users.add(Principal("root", ADMIN), "victor", VIEWER, PASSWORD)
+    port = free_port()
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path),
+        "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "KMQ_CONSOLE_USERS_FILE": str(tmp_path / "users.json"),
+        "KMQ_CONSOLE_REFRESH_S": "2",
+    }
+    log = (tmp_path / "console.log").open("w")
+    argv = kmq_argv("console", "--port", str(port), "--audit-url", audit_url)
+    process = subprocess.Popen(argv, env=env, cwd=tmp_path,
+                               stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_for(lambda: _healthy(url), timeout_s=60), (tmp_path / "console.log").read_text()
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+            log.close()
+        assert not pid_alive(process.pid)
+
+
+def fill_store(settings: KmqSettings, topic: str, url: str) -> None:
+    """Ingest the DLQ; add two hours of snapshots, a breaker that tripped, an alert."""
+    store = AuditStore(url)
+    ingester = DlqIngester(settings, store, open_queue(settings, topic, GROUP))
+    ingester.ingest_available()
+    ingester.close()
+    now = datetime.now(UTC)
+    queue = {"queue_topic": topic, "group_id": GROUP}
+    for minutes in range(120, -1, -5):
+        store.record_snapshot(
+            at=now - timedelta(minutes=minutes), lag=max(0, 2_000 - abs(minutes - 60) * 30),
+            inflight=40, oldest_unacked_age_ms=2_300, in_rate=180.0, ack_rate=175.5, **queue,
+        )  # fmt: skip
+    store.save_breaker_state(topic, GROUP, state="closed", opened_at_ms=0, cooldown_ms=10_000,
+                             expected_version=None)  # fmt: skip
+    for before, after in [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]:
+        store.record_transition(
+            at=now, from_state=before, to_state=after, error_rate=0.9, window_calls=20,
+            window_ms=30_000, reason="payments API outage", **queue,
+        )  # fmt: skip
+    store.record_alert(severity="critical", message="circuit breaker closed -> open", **queue)
+    store.close()
+
+
+def test_an_operator_filters_inspects_and_replays_ten_dead_letters_in_the_browser(
+    console: str, browser: Browser, settings: KmqSettings, topic_name: str, audit_url: str
+) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    alerts: list[str] = []
+
+    def on_dialog(dialog: Dialog) -> None:  # an alert() from a payload that ran
+        alerts.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+    log_in(page, console, "olivia")
+    updated = page.get_by_text(re.compile(r"^Updated "))
+    expect(updated).to_be_visible()
+    settle(page)
+    shoot(page, "overview")
+    first_update = updated.inner_text()
+    expect(updated).not_to_have_text(first_update, timeout=15_000)  # it refreshed itself
+
+    page.get_by_role("link", name="Dead letters").click()
+    settle(page)
+    page.get_by_role("radio", name="By cause").click()
+    settle(page)
+    expect(page.get_by_text("Click a cause to list its dead letters.")).to_be_visible()
+    shoot(page, "by-cause")
+    page.get_by_role("radio", name="List").click()
+    apply_filter(page, "Error type", "ValueError")
+    choose(page, "Open dead letter", "ValueError")
+    heading = page.get_by_role("heading", name=re.compile(r"Dead letter #\d+"))
+    expect(heading).to_be_visible()
+    expect(page.get_by_text(XSS_VALUE)).to_be_visible()  # the value, as JSON text
+    expect(page.get_by_text(CARD)).to_have_count(0)  # masked
+    heading.evaluate("element => element.scrollIntoView({block: 'start'})")
+    shoot(page, "detail")
+    page.get_by_role("tab", name="Headers").click()
+    settle(page)
+    cells = page.locator("td").all_text_contents()
+    assert XSS_HEADER in cells and "****" in cells and "Bearer s3cr3t" not in cells
+    page.get_by_role("tab", name="Error").click()
+    expect(page.get_by_text(XSS_MESSAGE).filter(visible=True).first).to_be_visible()
+    assert page.evaluate("window.__xss") is None and alerts == []
+    assert page.locator("img[src=x], b:text('tag')").count() == 0
+
+    processed: list[KmqMessage] = []
+    with running_worker(settings, open_queue(settings, topic_name, GROUP), processed.append):
+        apply_filter(page, "Error type", "TimeoutError")
+        expect(page.get_by_text("Page 1: 10 of 10 matching")).to_be_visible()
+        shoot(page, "dead-letters")
+        page.get_by_role("button", name="Replay all matching (10)").click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_role("button", name="Dry run").click()
+        target = retry_topic(topic_name, GROUP, 1_000)
+        expect(dialog.get_by_text(f"Dry run: 10 dead letters would be replayed to {target}.")
+               ).to_be_visible()  # fmt: skip
+        shoot(page, "replay-dialog")
+        dialog.get_by_role("button", name="Replay 10 dead letters").click()
+        expect(page.get_by_text(f"10 dead letters to {target}")).to_be_visible()
+        assert wait_for(lambda: len(processed) == 10, timeout_s=60), len(processed)
+    assert sorted(m.key or b"" for m in processed) == sorted(
+        f"order-{i}".encode() for i in range(10)
+    )
+
+    page.get_by_role("link", name="Actions").click()
+    expect(page.get_by_text("replayed 10 of 15 dead letters").first).to_be_visible()
+    expect(page.locator("td", has_text="olivia").first).to_be_attached()
+    shoot(page, "actions")
+    page.get_by_role("link", name="Breakers & alerts").click()
+    settle(page)
+    expect(page.get_by_role("heading", name="Alerts", exact=True)).to_be_visible()
+    shoot(page, "breakers")
+    store = AuditStore(audit_url)
+    assert store.count_dead_letters(DeadLetterFilter(status="replayed")) == 10
+    assert [(a.actor, a.dry_run, a.count) for a in store.actions()] == [
+        ("olivia", True, 10), ("olivia", False, 10)]  # fmt: skip
+    store.close()
+    page.close()
+
+
+def test_a_viewer_gets_no_replay_control_and_the_action_refuses_them(
+    console: str, browser: Browser, settings: KmqSettings, audit_url: str
+) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    log_in(page, console, "victor")
+    page.get_by_role("link", name="Dead letters").click()
+    settle(page)
+
+    expect(page.get_by_text("replay and discard need the operator role")).to_be_visible()
+    expect(page.get_by_role("button", name="Replay all matching")).to_have_count(0)
+    expect(page.get_by_role("button", name="Discard all matching")).to_have_count(0)
+    store = AuditStore(audit_url)
+    before = len(store.actions())
+    with pytest.raises(PermissionDeniedError, match="victor is a viewer"):
+        start_replay(Principal("victor", VIEWER), settings, store, ReplayPlan(DeadLetterFilter()))
+    assert len(store.actions()) == before
+    store.close()
+    page.close()
+
+
+def log_in(page: Page, url: str, name: str) -> None:
+    page.goto(url)
+    page.get_by_role("textbox", name="User name").fill(name)
+    page.get_by_role("textbox", name="Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible(timeout=30_000)
+    settle(page)
+
+
+def apply_filter(page: Page, label: str, value: str) -> None:
+    page.get_by_label(label, exact=True).fill(value)
+    page.get_by_role("button", name="Apply filters").click()
+    settle(page)
+
+
+def choose(page: Page, label: str, option_text: str) -> None:
+    page.get_by_role("combobox", name=label).click()
+    page.get_by_role("option", name=re.compile(re.escape(option_text))).first.click()
+    settle(page)
+
+
+def settle(page: Page) -> None:
+    """Wait until Streamlit has finished the run the last action started: no "running"
+    status, and no element of the previous run left (Streamlit marks those stale)."""
+    page.wait_for_timeout(500)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+        " && !document.querySelector('[data-stale=\"true\"]')",
+        timeout=30_000,
+    )
+
+
+def shoot(page: Page, name: str) -> None:
+    """Screenshot the page for README when KMQ_SCREENSHOTS=1 (the tracked images stay as they
+    are on ordinary test runs); always render it, so a page that cannot be drawn fails."""
+    image = page.screenshot()
+    if os.environ.get("KMQ_SCREENSHOTS") == "1":
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        (IMAGES / f"console-{name}.png").write_bytes(image)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+            return bool(response.read() == b"ok")
+    except OSError:
+        return False

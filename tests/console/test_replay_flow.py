@@ -1,0 +1,94 @@
+"""The replay flow of the console in ``AppTest`` against the real broker: select rows, dry run,
+confirm the named count and target, the background replay, the audit trail, the copies
+processed by the group, and the history naming each copy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kmq_dagster.audit.filters import DeadLetterFilter
+from kmq_dagster.audit.history import REPLAY, history
+from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.console import jobs
+from kmq_dagster.console.auth import OPERATOR, Principal
+from kmq_dagster.console.copies import copy_fates
+from kmq_dagster.core.naming import retry_topic
+from kmq_dagster.kafka.consumer import KmqMessage
+from kmq_dagster.kafka.dlq_ingester import DlqIngester
+from kmq_dagster.kafka.queues import open_queue
+from kmq_dagster.settings import KmqSettings
+from tests.console.apps import button, open_app, texts
+from tests.console.test_dead_letters_page import apply_filters, listed, select_rows
+from tests.kafka_helpers import new_queue, produce_dead_letters, running_worker, wait_for
+
+pytestmark = pytest.mark.kafka
+
+GROUP = "g"
+
+
+@pytest.fixture
+def queue(
+    settings: KmqSettings,
+    topic_name: str,
+    private_audit_store: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> str:
+    """A queue whose DLQ holds 15 dead letters, ingested into the test's audit store."""
+    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
+    defined = new_queue(settings, topic_name, GROUP, partitions=2, retry_delays_ms=(1_000, 60_000))
+    produce_dead_letters(settings, defined, [(f"k{i}", "TimeoutError") for i in range(15)])
+    store = AuditStore(private_audit_store)
+    ingester = DlqIngester(settings, store, defined)
+    ingester.ingest_available()
+    ingester.close()
+    store.close()
+    return topic_name
+
+
+def test_an_operator_replays_ten_selected_dead_letters_after_a_dry_run_and_they_are_processed(
+    console_env: Path, settings: KmqSettings, queue: str, private_audit_store: str
+) -> None:
+    store = AuditStore(private_audit_store)
+    app = open_app(Principal("olivia", OPERATOR), page="dead letters")
+    apply_filters(app, queue=f"{queue} / {GROUP}")
+    select_rows(app, list(range(10)))
+    app.run()
+    chosen = listed(app)[:10]
+
+    button(app, "Replay selected (10)").click().run()
+    assert "Run a dry run to see what would move." in texts(app)
+    button(app, "Dry run").click().run()
+    target = retry_topic(queue, GROUP, 1_000)  # the shortest delay is the first retry topic
+    assert f"Dry run: 10 dead letters would be replayed to {target}." in texts(app)
+    assert store.count_dead_letters(DeadLetterFilter(status="replayed")) == 0
+    button(app, "Replay 10 dead letters").click().run()
+
+    assert f"10 dead letters to {target}" in texts(app)
+    (job,) = [j for j in jobs.jobs() if j.queue_topic == queue]
+    assert wait_for(lambda: job.state != jobs.RUNNING, timeout_s=60), job
+    assert (job.state, job.replayed) == (jobs.FINISHED, 10)
+    replayed = store.dead_letters(DeadLetterFilter(queue_topic=queue, status="replayed"))
+    assert sorted(d.id for d in replayed) == sorted(chosen)
+    dry, real = store.actions(queue_topic=queue)
+    assert (dry.actor, dry.dry_run, dry.count) == ("olivia", True, 10)
+    assert (real.actor, real.dry_run, real.count, real.target) == ("olivia", False, 10, target)
+
+    steps = history(store, replayed[0])
+    assert [(s.kind, s.actor, s.copy_topic) for s in steps][-1] == (REPLAY, "olivia", target)
+    assert copy_fates(settings, GROUP, steps) == {1: f"waiting for {GROUP} (committed there: None)"}
+
+    processed: list[KmqMessage] = []
+    with running_worker(settings, open_queue(settings, queue, GROUP), processed.append):
+        assert wait_for(lambda: len(processed) == 10, timeout_s=60)
+        picked_up = f"picked up by {GROUP}; not dead-lettered again"
+        assert wait_for(lambda: copy_fates(settings, GROUP, steps) == {1: picked_up})
+    assert sorted(m.key or b"" for m in processed) == sorted(d.key or b"" for d in replayed)
+    apply_filters(app, status="replayed", key=(replayed[0].key or b"").decode())
+    app.selectbox[-1].select(replayed[0].id).run()
+    fates = list(app.dataframe[-1].value["what became of it"])
+    assert fates == ["", picked_up]
+    actions_page = open_app(Principal("olivia", OPERATOR), page="actions")
+    assert "replayed 10 of 15 dead letters" in texts(actions_page)
+    store.close()
