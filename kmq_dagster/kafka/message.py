@@ -8,7 +8,7 @@ from typing import Protocol
 
 from confluent_kafka import Message
 
-from kmq_dagster.core.headers import REDELIVERY_COUNT, int_header, normalize_headers
+from kmq_dagster.core.headers import REDELIVERY_COUNT, Headers, int_header, normalize_headers
 from kmq_dagster.core.retry_headers import Origin, origin_of, read_due_ms
 
 
@@ -31,7 +31,7 @@ class QueueMessage(Protocol):
     def value(self) -> bytes | None: ...
 
     @property
-    def headers(self) -> list[tuple[str, bytes | None]]: ...
+    def headers(self) -> Headers: ...
 
 
 class KmqMessage:

@@ -1,0 +1,94 @@
+"""Start and end markers from Spark: one producer per process, written without waiting per
+chunk, and waited for once before anyone relies on them.
+
+Executors and the driver both write markers (start markers and the end markers of routed
+failures on the executors, the end markers of a committed batch on the driver). Spark reuses
+its Python workers, and an idempotent producer spends ~0.5 s getting its producer id (measured
+on the embedded broker), so each process keeps one producer per configuration.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
+from kmq_dagster.core.naming import markers_topic
+from kmq_dagster.kafka.clients import CLIENT_LOGGER
+from kmq_dagster.settings import KmqSettings
+
+#: Longest wait for the broker to acknowledge a task's or a batch's markers.
+MARKER_WAIT_S = 30.0
+
+_PRODUCERS: dict[str, Any] = {}
+
+
+def _producer(settings: KmqSettings) -> Any:
+    config = settings.producer_config(logger=CLIENT_LOGGER)
+    key = json.dumps(config, sort_keys=True, default=str)
+    if key not in _PRODUCERS:
+        _PRODUCERS[key] = Producer(config)
+    return _PRODUCERS[key]
+
+
+class MarkerWriter:
+    """Writes one queue's markers; :meth:`wait` says whether all of them are durable."""
+
+    def __init__(self, settings: KmqSettings, queue_topic: str, group: str) -> None:
+        self._producer = _producer(settings)
+        self._topic = markers_topic(queue_topic, group)
+        self._errors: list[KafkaError] = []
+        self.written = 0
+
+    def write(self, markers: Sequence[StartMarker | EndMarker]) -> None:
+        """Send ``markers`` (in order, per queue partition) without waiting for the broker."""
+        for marker in markers:
+            value = encode_marker(marker)
+            while True:
+                try:
+                    self._producer.produce(
+                        self._topic, value=value, partition=marker.partition,
+                        on_delivery=self._delivered,
+                    )  # fmt: skip
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    self._producer.poll(0.05)
+        self.written += len(markers)
+        self._producer.poll(0)
+
+    def wait(self) -> None:
+        """Wait until the broker has every marker written so far.
+
+        Raises:
+            KafkaException: a marker was not written. Markers are idempotent facts: Spark
+                retries the task, or the driver its batch's acknowledgement, and writing them
+                twice is harmless.
+        """
+        remaining = self._producer.flush(MARKER_WAIT_S)
+        if self._errors or remaining:
+            raise KafkaException(
+                self._errors[0] if self._errors else KafkaError(KafkaError._TIMED_OUT)
+            )
+
+    def _delivered(self, error: KafkaError | None, _record: Message) -> None:
+        if error is not None:
+            self._errors.append(error)
+
+
+def merge_runs(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``(first offset, count)`` runs in ascending order, those that continue each other merged."""
+    merged: list[tuple[int, int]] = []
+    for first, count in runs:
+        if merged and sum(merged[-1]) == first:
+            merged[-1] = (merged[-1][0], merged[-1][1] + count)
+        else:
+            merged.append((first, count))
+    return merged
+
+
+def end_markers(topic: str, partition: int, runs: list[tuple[int, int]]) -> list[EndMarker]:
+    """End markers for ``(first offset, count)`` runs of one partition, in ascending order."""
+    return [EndMarker(topic, partition, first, count) for first, count in merge_runs(runs)]
