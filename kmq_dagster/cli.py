@@ -886,15 +886,16 @@ def bench_audit(
 
 
 @bench.command("spark")
-@click.option("--messages", type=click.IntRange(min=1000), default=200_000, show_default=True)
+@click.option("--messages", type=click.IntRange(min=1000), default=1_000_000, show_default=True)
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True)
 @_external_option
 @click.pass_obj
-def bench_spark(settings: KmqSettings, messages: int, external: bool) -> None:
-    """The Spark path against the plain Python worker on the same messages."""
+def bench_spark(settings: KmqSettings, messages: int, rounds: int, external: bool) -> None:
+    """The Spark path against the plain Python worker and plain Spark on the same messages."""
     from kmq_dagster.bench.spark import run_spark_benchmark
 
     with _bench_cluster(settings, external)() as kafka:
-        figures = run_spark_benchmark(kafka, messages, _report)
+        figures = run_spark_benchmark(kafka, messages, _report, rounds=rounds)
     click.echo(figures.as_json())
 
 

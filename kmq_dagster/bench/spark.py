@@ -1,21 +1,34 @@
-"""``kmq bench spark``: the Spark path against the plain Python worker on the same messages.
+"""``kmq bench spark``: the Spark path against the plain Python worker and against plain Spark.
 
-One topic is filled once; the worker (consumer, retry router, no-op handler, one process) reads
-it in one group and Spark local[2] (no-op function, Parquet output) in another, so both read the
-same messages from the same broker in one run. Group joins and Spark's start are not timed.
+Each round fills one topic, then reads it three ways: the worker (consumer, retry router,
+no-op handler, one process) in one group, ``SparkQueueJob`` on local[2] (no-op function,
+Parquet output) in another, and a plain PySpark job over a Parquet dump of the same messages
+(same function, same output columns, same sink, no kmq; and as a DataFrame job). Group joins,
+Spark's start (its Python workers included), a warm-up round of each Spark path and the dump
+are not timed. Throughputs are medians over the rounds; ``breakdown_ms`` says where the Spark
+path's batches spent their time, per million messages.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyspark.sql import SparkSession
+
 from kmq_dagster.bench.common import Report, fill_topic
+from kmq_dagster.bench.plain_spark import (
+    dataframe_spark_seconds,
+    dump_topic,
+    plain_spark_seconds,
+)
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
@@ -29,30 +42,86 @@ from kmq_dagster.spark.tasks import SparkMessage
 
 PARTITIONS = 2
 RETRY_DELAYS_MS = (10_000,)
+#: Messages of the untimed round that warms both Spark paths up.
+WARM_UP_MESSAGES = 200_000
 
 
 @dataclass
 class SparkFigures:
     messages: int
-    spark_msgs_per_s: float
-    worker_msgs_per_s: float
+    worker_runs: list[float] = field(default_factory=list)
+    spark_runs: list[float] = field(default_factory=list)
+    plain_runs: list[float] = field(default_factory=list)
+    dataframe_runs: list[float] = field(default_factory=list)
+    #: Milliseconds per phase, summed over every timed batch of every round.
+    breakdown_ms: Counter[str] = field(default_factory=Counter)
+    batches: int = 0
 
     def as_json(self) -> str:
+        worker, spark, plain, dataframe = (
+            statistics.median(runs)
+            for runs in (self.worker_runs, self.spark_runs, self.plain_runs, self.dataframe_runs)
+        )
+        per_million = 1_000_000 / (self.messages * len(self.spark_runs))
         return json.dumps(
             {
-                "spark_msgs_per_s": round(self.spark_msgs_per_s),
-                "worker_msgs_per_s": round(self.worker_msgs_per_s),
-                "ratio": round(self.spark_msgs_per_s / self.worker_msgs_per_s, 3),
+                "spark_msgs_per_s": round(spark),
+                "worker_msgs_per_s": round(worker),
+                "ratio": round(spark / worker, 3),
+                "plain_spark_msgs_per_s": round(plain),
+                "ratio_vs_plain_spark": round(spark / plain, 3),
+                "plain_spark_dataframe_msgs_per_s": round(dataframe),
+                "ratio_vs_plain_dataframe": round(spark / dataframe, 3),
+                "breakdown_ms": {k: round(v * per_million) for k, v in self.breakdown_ms.items()},
                 "messages": self.messages,
+                "rounds": len(self.spark_runs),
+                "batches": self.batches,
             }
         )
 
 
 def no_op(_message: KmqMessage | SparkMessage) -> None:
-    """What both paths call per message: the benchmark measures the queue, not the work."""
+    """What every path calls per message: the benchmark measures the queue, not the work."""
 
 
-def run_spark_benchmark(settings: KmqSettings, messages: int, report: Report) -> SparkFigures:
+def run_spark_benchmark(
+    settings: KmqSettings, messages: int, report: Report, rounds: int = 3
+) -> SparkFigures:
+    figures = SparkFigures(messages)
+    report(f"{rounds} rounds of {messages:,} messages of 100 bytes on {PARTITIONS} partitions")
+    session = local_session("kmq bench spark")
+    try:
+        # Both Spark paths get faster over their first runs (the JVM compiles its hot code):
+        # one untimed round of each first.
+        warm_up = min(messages, WARM_UP_MESSAGES)
+        report(f"warming up both Spark paths with {warm_up:,} messages (not timed) ...")
+        topic = _filled_topic(settings, warm_up)
+        spark_throughput(session, settings, topic, warm_up, SparkFigures(warm_up))
+        plain_spark_throughput(session, settings, topic, warm_up)
+        for number in range(1, rounds + 1):
+            topic = _filled_topic(settings, messages)
+            figures.worker_runs.append(worker_throughput(settings, topic, messages))
+            figures.spark_runs.append(spark_throughput(session, settings, topic, messages, figures))
+            plain, dataframe = plain_spark_throughput(session, settings, topic, messages)
+            figures.plain_runs.append(plain)
+            figures.dataframe_runs.append(dataframe)
+            report(
+                f"round {number}/{rounds}: worker {figures.worker_runs[-1]:,.0f} msg/s, "
+                f"Spark with kmq {figures.spark_runs[-1]:,.0f} msg/s, plain Spark "
+                f"{plain:,.0f} msg/s (as a DataFrame job {dataframe:,.0f} msg/s)"
+            )
+    finally:
+        session.stop()
+    per_million = 1_000_000 / (messages * rounds)
+    report(
+        "where the Spark path's time went, ms per million messages (task phases summed over "
+        "the parallel tasks): "
+        + ", ".join(f"{k} {v * per_million:,.0f}" for k, v in figures.breakdown_ms.items())
+    )
+    return figures
+
+
+def _filled_topic(settings: KmqSettings, messages: int) -> str:
     topic = f"bench-spark-{uuid.uuid4().hex[:8]}"
     for group in ("worker", "spark"):
         provision_queue(
@@ -60,12 +129,7 @@ def run_spark_benchmark(settings: KmqSettings, messages: int, report: Report) ->
             delay_queue=False,
         )  # fmt: skip
     fill_topic(settings, topic, messages, PARTITIONS)
-    report(f"{messages:,} messages of 100 bytes on {PARTITIONS} partitions")
-    worker = worker_throughput(settings, topic, messages)
-    report(f"plain Python worker: {worker:,.0f} msg/s")
-    spark = spark_throughput(settings, topic, messages)
-    report(f"Spark local[2]: {spark:,.0f} msg/s")
-    return SparkFigures(messages, spark, worker)
+    return topic
 
 
 def worker_throughput(settings: KmqSettings, topic: str, messages: int) -> float:
@@ -87,8 +151,9 @@ def worker_throughput(settings: KmqSettings, topic: str, messages: int) -> float
     return messages / (time.perf_counter() - started[0])
 
 
-def spark_throughput(settings: KmqSettings, topic: str, messages: int) -> float:
-    session = local_session("kmq bench spark")
+def spark_throughput(
+    session: SparkSession, settings: KmqSettings, topic: str, messages: int, figures: SparkFigures
+) -> float:
     with tempfile.TemporaryDirectory(prefix="kmq-bench-spark-") as scratch:
         job = SparkQueueJob(
             session, settings, topic, "spark", function=no_op,
@@ -98,11 +163,28 @@ def spark_throughput(settings: KmqSettings, topic: str, messages: int) -> float:
         try:
             if not job.lease.wait_for_partitions(120):
                 raise TimeoutError("the Spark job got no partitions")
+            job.warm_up()
             started = time.perf_counter()
             read = 0
             while read < messages:
-                read += job.run_batch().read
+                batch = job.run_batch()
+                read += batch.read
+                figures.breakdown_ms.update(batch.timings_ms)
+                figures.batches += 1
             return messages / (time.perf_counter() - started)
         finally:
             job.close()
-            session.stop()
+
+
+def plain_spark_throughput(
+    session: SparkSession, settings: KmqSettings, topic: str, messages: int
+) -> tuple[float, float]:
+    """Plain Spark through kmq's sink, and as a DataFrame job, in msg/s."""
+    with tempfile.TemporaryDirectory(prefix="kmq-bench-plain-") as scratch:
+        dump = Path(scratch) / "dump"
+        dumped = dump_topic(settings, topic, PARTITIONS, dump)
+        if dumped != messages:
+            raise RuntimeError(f"dumped {dumped} of {messages} messages")
+        plain = plain_spark_seconds(session, no_op, dump, Path(scratch) / "out")
+        dataframe = dataframe_spark_seconds(session, no_op, dump, Path(scratch) / "frame")
+        return messages / plain, messages / dataframe
