@@ -78,14 +78,20 @@ class MarkerWriter:
             self._errors.append(error)
 
 
+def extend_runs(runs: list[tuple[int, int]], more: list[tuple[int, int]]) -> None:
+    """Append ascending ``(first offset, count)`` runs to ``runs``; runs that continue each
+    other are merged, so a partition read without gaps stays one run."""
+    for first, count in more:
+        if runs and sum(runs[-1]) == first:
+            runs[-1] = (runs[-1][0], runs[-1][1] + count)
+        else:
+            runs.append((first, count))
+
+
 def merge_runs(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """``(first offset, count)`` runs in ascending order, those that continue each other merged."""
     merged: list[tuple[int, int]] = []
-    for first, count in runs:
-        if merged and sum(merged[-1]) == first:
-            merged[-1] = (merged[-1][0], merged[-1][1] + count)
-        else:
-            merged.append((first, count))
+    extend_runs(merged, runs)
     return merged
 
 

@@ -28,7 +28,7 @@ from kmq_dagster.core.ranges import offset_runs
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.settings import KmqSettings
-from kmq_dagster.spark.markers import MarkerWriter, end_markers
+from kmq_dagster.spark.markers import MarkerWriter, end_markers, extend_runs
 from kmq_dagster.spark.message import SparkMessage, record_columns, spark_messages
 from kmq_dagster.spark.process import Function, call_function, message_rows, output_columns
 from kmq_dagster.spark.reader import Slice, SliceReader
@@ -72,7 +72,8 @@ class SliceOutcome:
     read: int = 0
     succeeded: int = 0
     failed: int = 0
-    #: ``(first offset, count)`` runs to acknowledge once the batch's files are committed.
+    #: ``(first offset, count)`` runs to acknowledge once the batch's files are committed:
+    #: one per stretch between failures, however many messages.
     pending_acks: list[tuple[int, int]] = field(default_factory=list)
 
 
@@ -162,7 +163,7 @@ class _Task:
         messages = spark_messages(work.topic, work.partition, columns)
         if function is None:
             new_rows = message_rows(messages)
-            slice_.pending_acks += runs
+            extend_runs(slice_.pending_acks, runs)
             timings["function"] += clock() - started
             self._append(rows, new_rows)
             return len(records)
@@ -183,7 +184,7 @@ class _Task:
             ok = [o for o, good in zip(done_offsets, outcome.succeeded(), strict=True) if good]
         else:
             ok = done_offsets
-        slice_.pending_acks += offset_runs(ok)
+        extend_runs(slice_.pending_acks, offset_runs(ok))
         slice_.succeeded += len(ok)
         slice_.failed += len(outcome.failed)
         self._append(rows, output_columns(messages, outcome, columns, self.plan.batch_id))

@@ -17,7 +17,7 @@ from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.tracker import Tracker
 from kmq_dagster.settings import KmqSettings
-from kmq_dagster.spark.job import SparkQueueJob
+from kmq_dagster.spark.job import COORDINATES, SparkQueueJob
 from kmq_dagster.spark.session import local_session
 from kmq_dagster.spark.tasks import SparkMessage
 from tests.kafka_helpers import produce, read_topic, running_service, wait_for
@@ -149,16 +149,28 @@ def test_a_dataframe_transform_is_written_and_its_messages_acknowledged(
     assert tracker.stats.redelivered == 0
 
 
-def test_a_transform_must_keep_the_coordinates(
+def test_a_transform_must_keep_the_coordinates_and_a_failed_one_commits_nothing(
     spark: SparkSession, settings: KmqSettings, queue: str, tmp_path: Path
 ) -> None:
     produce(settings, queue, [b"x"], partitions=PARTITIONS)
+    output = str(tmp_path / "out")
     job = SparkQueueJob(
         spark, settings, queue, GROUP, transform=lambda frame: frame.select("value"),
-        output_path=str(tmp_path / "out"), policy=RetryPolicy.fixed([1_000]),
+        output_path=output, policy=RetryPolicy.fixed([1_000]),
     )  # fmt: skip
     try:
         with pytest.raises(ConfigError, match="lacks topic, partition, offset"):
             job.run_batch()
     finally:
         job.close()
+
+    fixed = SparkQueueJob(
+        spark, settings, queue, GROUP, transform=lambda f: f.select(*COORDINATES, "value"),
+        output_path=output, policy=RetryPolicy.fixed([1_000]),
+    )  # fmt: skip
+    try:
+        report = fixed.run_batch()
+    finally:
+        fixed.close()
+    assert report.read == 1  # its offset was not committed: read again
+    assert [r["value"] for r in spark.read.parquet(output).collect()] == [b"x"]
