@@ -482,8 +482,9 @@ def worker(
 )
 @click.option("--output", required=True, help="Parquet dataset the results are appended to.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
-@click.option("--max-per-partition", type=click.IntRange(min=1), default=50_000,
-              show_default=True, help="Messages per partition and batch.")  # fmt: skip
+@click.option("--max-per-partition", type=click.IntRange(min=1),
+              help="Messages per partition and batch at most [default: what a third of the "
+              "visibility timeout allows].")  # fmt: skip
 @click.option("--visibility-timeout", metavar="DURATION", help="[default 30s]")
 @click.option("--forever", is_flag=True, help="Keep running batches (default: stop when idle).")
 @_retry_options
@@ -496,7 +497,7 @@ def spark_command(
     function_spec: str,
     output: str,
     master: str,
-    max_per_partition: int,
+    max_per_partition: int | None,
     visibility_timeout: str | None,
     forever: bool,
     retry: RetryOptions,

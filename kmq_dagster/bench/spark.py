@@ -3,7 +3,8 @@
 Each round fills one topic, then reads it three ways: the worker (consumer, retry router,
 no-op handler, one process) in one group, ``SparkQueueJob`` on local[2] (no-op function,
 Parquet output) in another, and a plain PySpark job over a Parquet dump of the same messages
-(same function, same output columns, same sink, no kmq; and as a DataFrame job). Group joins,
+(same function, same output columns, same sink, no kmq; also reading Kafka without kmq, and
+as a DataFrame job). Group joins,
 Spark's start (its Python workers included), a warm-up round of each Spark path and the dump
 are not timed. Throughputs are medians over the rounds; ``breakdown_ms`` says where the Spark
 path's batches spent their time, per million messages.
@@ -27,6 +28,7 @@ from kmq_dagster.bench.common import Report, fill_topic
 from kmq_dagster.bench.plain_spark import (
     dataframe_spark_seconds,
     dump_topic,
+    kafka_spark_seconds,
     plain_spark_seconds,
 )
 from kmq_dagster.core.retry import RetryPolicy
@@ -53,14 +55,21 @@ class SparkFigures:
     spark_runs: list[float] = field(default_factory=list)
     plain_runs: list[float] = field(default_factory=list)
     dataframe_runs: list[float] = field(default_factory=list)
+    kafka_runs: list[float] = field(default_factory=list)
     #: Milliseconds per phase, summed over every timed batch of every round.
     breakdown_ms: Counter[str] = field(default_factory=Counter)
     batches: int = 0
 
     def as_json(self) -> str:
-        worker, spark, plain, dataframe = (
+        worker, spark, plain, dataframe, kafka = (
             statistics.median(runs)
-            for runs in (self.worker_runs, self.spark_runs, self.plain_runs, self.dataframe_runs)
+            for runs in (
+                self.worker_runs,
+                self.spark_runs,
+                self.plain_runs,
+                self.dataframe_runs,
+                self.kafka_runs,
+            )
         )
         per_million = 1_000_000 / (self.messages * len(self.spark_runs))
         return json.dumps(
@@ -72,6 +81,8 @@ class SparkFigures:
                 "ratio_vs_plain_spark": round(spark / plain, 3),
                 "plain_spark_dataframe_msgs_per_s": round(dataframe),
                 "ratio_vs_plain_dataframe": round(spark / dataframe, 3),
+                "plain_spark_from_kafka_msgs_per_s": round(kafka),
+                "ratio_vs_plain_spark_from_kafka": round(spark / kafka, 3),
                 "breakdown_ms": {k: round(v * per_million) for k, v in self.breakdown_ms.items()},
                 "messages": self.messages,
                 "rounds": len(self.spark_runs),
@@ -102,13 +113,15 @@ def run_spark_benchmark(
             topic = _filled_topic(settings, messages)
             figures.worker_runs.append(worker_throughput(settings, topic, messages))
             figures.spark_runs.append(spark_throughput(session, settings, topic, messages, figures))
-            plain, dataframe = plain_spark_throughput(session, settings, topic, messages)
+            plain, dataframe, kafka = plain_spark_throughput(session, settings, topic, messages)
             figures.plain_runs.append(plain)
             figures.dataframe_runs.append(dataframe)
+            figures.kafka_runs.append(kafka)
             report(
                 f"round {number}/{rounds}: worker {figures.worker_runs[-1]:,.0f} msg/s, "
                 f"Spark with kmq {figures.spark_runs[-1]:,.0f} msg/s, plain Spark "
-                f"{plain:,.0f} msg/s (as a DataFrame job {dataframe:,.0f} msg/s)"
+                f"{plain:,.0f} msg/s (reading Kafka {kafka:,.0f}, as a DataFrame job "
+                f"{dataframe:,.0f})"
             )
     finally:
         session.stop()
@@ -178,8 +191,8 @@ def spark_throughput(
 
 def plain_spark_throughput(
     session: SparkSession, settings: KmqSettings, topic: str, messages: int
-) -> tuple[float, float]:
-    """Plain Spark through kmq's sink, and as a DataFrame job, in msg/s."""
+) -> tuple[float, float, float]:
+    """Plain Spark through kmq's sink, as a DataFrame job, and reading Kafka, in msg/s."""
     with tempfile.TemporaryDirectory(prefix="kmq-bench-plain-") as scratch:
         dump = Path(scratch) / "dump"
         dumped = dump_topic(settings, topic, PARTITIONS, dump)
@@ -187,4 +200,7 @@ def plain_spark_throughput(
             raise RuntimeError(f"dumped {dumped} of {messages} messages")
         plain = plain_spark_seconds(session, no_op, dump, Path(scratch) / "out")
         dataframe = dataframe_spark_seconds(session, no_op, dump, Path(scratch) / "frame")
-        return messages / plain, messages / dataframe
+        kafka = kafka_spark_seconds(
+            session, no_op, settings, topic, partitions=PARTITIONS, output=Path(scratch) / "kafka"
+        )
+        return messages / plain, messages / dataframe, messages / kafka
