@@ -204,6 +204,7 @@ class SparkQueueJob:
         report.read = sum(o.read for o in outcomes)
         report.succeeded = sum(o.succeeded for o in outcomes)
         report.failed = sum(o.failed for o in outcomes)
+        report.timings_ms = {phase: round(ms, 1) for phase, ms in timings.items()}
         log.info("batch %s: %s", report.batch_id, report)
         return report
 
