@@ -156,16 +156,19 @@ class _Task:
     ) -> int:
         """Steps 2-5 for one chunk; returns how many of its records were done."""
         clock, timings = time.perf_counter, self.timings
+        started = clock()
         columns = record_columns(records)
         runs = offset_runs(columns.offsets)
+        timings["read"] += clock() - started
         self._write_markers(work, runs, start=True)
         started = clock()
         messages = spark_messages(work.topic, work.partition, columns)
         if function is None:
-            new_rows = message_rows(messages)
             extend_runs(slice_.pending_acks, runs)
             timings["function"] += clock() - started
-            self._append(rows, new_rows)
+            started = clock()
+            rows.append(message_rows(messages))
+            timings["write"] += clock() - started
             return len(records)
         check = _metadata_check(self.config) if work.gated or any(columns.raw_headers) else None
         outcome = call_function(function, messages, self.stop_at, check)
@@ -187,7 +190,9 @@ class _Task:
         extend_runs(slice_.pending_acks, offset_runs(ok))
         slice_.succeeded += len(ok)
         slice_.failed += len(outcome.failed)
-        self._append(rows, output_columns(messages, outcome, columns, self.plan.batch_id))
+        started = clock()
+        rows.append(output_columns(messages, outcome, columns, self.plan.batch_id))
+        timings["write"] += clock() - started
         return done
 
     def _write_markers(self, work: Slice, runs: list[tuple[int, int]], *, start: bool) -> None:
@@ -203,11 +208,6 @@ class _Task:
         else:
             self.markers.write(end_markers(work.topic, work.partition, runs))
         self.timings["start_markers" if start else "route"] += time.perf_counter() - started
-
-    def _append(self, rows: StagedFile, columns: list[Any]) -> None:
-        started = time.perf_counter()
-        rows.append(columns)
-        self.timings["write"] += time.perf_counter() - started
 
     def _timed(self, items: Iterable[T], phase: str) -> Iterator[T]:
         iterator = iter(items)
