@@ -119,6 +119,7 @@ class _Task:
     def run(self, function: Function | None) -> TaskReport:
         began = time.perf_counter()
         reader = SliceReader(self.config.settings, self.slices, self.stop_at)
+        self.timings["read"] += time.perf_counter() - began
         rows = StagedFile(
             self.plan.sink,
             self.plan.batch_id,
@@ -140,7 +141,9 @@ class _Task:
             rows.close()
             self.timings["write"] += time.perf_counter() - started
         finally:
+            started = time.perf_counter()
             reader.close()
+            self.timings["read"] += time.perf_counter() - started
         if rows.path is not None:
             self.report.staged.append(rows.path)
         self.report.wall_s = time.perf_counter() - began
