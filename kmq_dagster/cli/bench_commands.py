@@ -155,14 +155,15 @@ def bench_audit(
 
 @bench.command("spark")
 @click.option(
-    "--messages", type=click.IntRange(1000, 100_000_000), default=200_000, show_default=True
+    "--messages", type=click.IntRange(1000, 100_000_000), default=1_000_000, show_default=True
 )
+@click.option("--rounds", type=click.IntRange(1, 100), default=3, show_default=True)
 @external_option
 @click.pass_context
-def bench_spark(ctx: click.Context, messages: int, external: bool) -> None:
-    """The Spark path against the plain Python worker on the same messages."""
+def bench_spark(ctx: click.Context, messages: int, rounds: int, external: bool) -> None:
+    """The Spark path against the plain Python worker and plain Spark on the same messages."""
     from kmq_dagster.bench.spark import run_spark_benchmark
 
     with bench_cluster(settings_of(ctx), external) as kafka:
-        figures = run_spark_benchmark(kafka, messages, report)
+        figures = run_spark_benchmark(kafka, messages, report, rounds=rounds)
     click.echo(figures.as_json())

@@ -36,9 +36,8 @@ if TYPE_CHECKING:
 @click.option(
     "--max-per-partition",
     type=click.IntRange(1, 10_000_000),
-    default=50_000,
-    show_default=True,
-    help="Messages per partition and batch.",
+    help="Messages per partition and batch at most [default: what a third of the visibility "
+    "timeout allows].",
 )
 @click.option("--forever", is_flag=True, help="Keep running batches (default: stop when idle).")
 @definition_options
@@ -52,7 +51,7 @@ def spark_command(
     function_spec: str,
     output: str,
     master: str,
-    max_per_partition: int,
+    max_per_partition: int | None,
     forever: bool,
     definition: DefinitionOptions,
     non_retryable: str,

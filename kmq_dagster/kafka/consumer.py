@@ -31,11 +31,11 @@ from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, produce
 from kmq_dagster.kafka.due_gate import DueGate, group_by_source
 from kmq_dagster.kafka.message import (
     KmqMessage,
+    ViewPool,
     due_ms_or_now,
     record_of,
     record_offset,
     record_source,
-    views_of,
 )
 from kmq_dagster.kafka.queues import ensure_provisioned
 from kmq_dagster.kafka.runs import fetched_runs, record_runs, run_bounds
@@ -131,6 +131,7 @@ class KmqConsumer:
         self._acks: list[KmqMessage | Message] = []
         self.ack = self._acks.append  # type: ignore[method-assign,assignment]
         self._handouts: HandoutLedger[KmqMessage | Message] = HandoutLedger()
+        self._views = ViewPool()
         self._commits = CommitQueue()
         self._commits_lock = threading.Lock()
         self._last_ack_flush = time.monotonic()
@@ -150,7 +151,7 @@ class KmqConsumer:
         redelivered after the visibility timeout.
         """
         records, runs = self._fetch(timeout_s)
-        messages = views_of(records)
+        messages = self._views.views_of(records)
         self._handouts.record(messages, runs)
         return messages
 

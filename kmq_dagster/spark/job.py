@@ -1,28 +1,33 @@
-"""The driver side: one batch = Spark tasks over the partitions this job owns, a sink write,
+"""The driver side: one batch = one Spark job over the partitions this job owns, a sink commit,
 then acknowledgements, then offset commits.
 
 Order per batch (invariants 2 and 3):
-  1. tasks read their slices, write start markers (durable), process each message, send
-     failures to the retry topic or the DLQ and acknowledge those;
-  2. the driver writes the successes to the sink (Parquet by default);
-  3. only then tasks acknowledge the successes (end markers);
+  1. tasks read their slices, write start markers (durable before they report), process each
+     message, send failures to the retry topic or the DLQ and acknowledge those, and stage
+     the successes' rows as Parquet files (see tasks.py);
+  2. the driver commits the staged files to the sink (for a DataFrame transform: runs the
+     transform over the staged messages and writes its output with Spark's writer);
+  3. only then the driver acknowledges the successes (end markers: offset runs, no payloads);
   4. the driver commits the group's offsets past the slices, through its group lease.
 A driver killed anywhere in between loses nothing: messages with start markers and no end
 markers are redelivered by the tracker, uncommitted offsets are read again; the output may hold
 duplicates, which its (topic, partition, offset) columns identify.
+
+A batch lasts about a third of the visibility timeout: tasks take no new chunk after that, so
+the messages they started are acknowledged long before their deadline, whatever the function
+costs per message. ``max_messages_per_partition`` caps a batch besides.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
+import time
 import uuid
+from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
-from pyspark import RDD, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import lit
 from pyspark.sql.types import (
@@ -38,20 +43,27 @@ from pyspark.sql.types import (
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.errors import ConfigError, KmqTimeoutError
+from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.group_lease import GroupLease
 from kmq_dagster.kafka.queues import ensure_provisioned
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.spark.markers import MarkerWriter, end_markers
+from kmq_dagster.spark.reader import Slice
+from kmq_dagster.spark.sink import ParquetSink
 from kmq_dagster.spark.tasks import (
+    BatchPlan,
     Function,
-    Row,
-    Slice,
     TaskConfig,
-    acknowledge,
-    read_slice,
-    run_slice,
+    TaskReport,
+    run_task,
+    stage_task,
 )
 
 log = logging.getLogger(__name__)
+
+#: Share of the visibility timeout a batch's tasks may spend reading and processing; the rest
+#: covers the sink commit, the acknowledgements and Spark's scheduling.
+BATCH_SHARE_OF_VISIBILITY = 1 / 3
 
 #: Columns of the output: where each message was first produced, its key, the function's result.
 OUTPUT_SCHEMA = StructType(
@@ -64,8 +76,6 @@ OUTPUT_SCHEMA = StructType(
         StructField("batch_id", StringType(), nullable=False),
     ]
 )
-
-
 #: Columns of the DataFrame a transform gets: one row per message of the batch.
 INPUT_SCHEMA = StructType(
     [
@@ -114,6 +124,11 @@ class BatchReport:
     failed: int = 0
     #: Partitions the group moved away during the batch: their offsets were not committed.
     lost_partitions: int = 0
+    #: Where the batch's time went, in ms: task phases (read, function, start_markers, route,
+    #: write) summed over the tasks, which run in parallel; driver phases (job, commit, ack,
+    #: offsets) as wall time. ``job`` is the Spark job from submission to the last result,
+    #: ``spark`` the part of it beyond the longest task.
+    timings_ms: dict[str, float] = field(default_factory=dict)
 
 
 class SparkQueueJob:
@@ -124,8 +139,8 @@ class SparkQueueJob:
         transform: instead of ``function``, a DataFrame transform of the whole batch.
         policy: the queue's retry policy unless given; it may differ only in which error
             types are fatal.
-        max_messages_per_partition: messages per partition and batch (a batch must finish
-            within the queue's visibility timeout).
+        max_messages_per_partition: a cap per partition and batch; by default a batch takes
+            what a third of the queue's visibility timeout allows.
 
     Examples:
         >>> job = SparkQueueJob(spark, settings, open_queue(settings, "orders", "billing"),
@@ -144,11 +159,11 @@ class SparkQueueJob:
         function: Function | None = None,
         transform: Transform | None = None,
         policy: RetryPolicy | None = None,
-        max_messages_per_partition: int = 50_000,
+        max_messages_per_partition: int | None = None,
     ) -> None:
         if (function is None) == (transform is None):
             raise ConfigError("give the job a per-message function or a DataFrame transform")
-        if max_messages_per_partition < 1:
+        if max_messages_per_partition is not None and max_messages_per_partition < 1:
             raise ConfigError(
                 "max messages per partition must be at least 1",
                 setting="max_messages_per_partition",
@@ -160,13 +175,18 @@ class SparkQueueJob:
         self.group = queue.group
         self.function = function
         self.output_path = output_path
+        self.sink = ParquetSink(output_path)
+        #: ``None``: as many as a third of the visibility timeout allows.
         self.max_messages_per_partition = max_messages_per_partition
         self.retry_topics = list(queue.retry_topics.values())
         self.config = TaskConfig(settings, queue, policy or queue.retry_policy)
         self.lease = GroupLease(settings, queue.consumed_topics, queue.group)
+        # Made now: its producer gets its id while the lease joins, not in the first batch.
+        self._acks = MarkerWriter(settings, queue.markers_topic)
 
     def run_batch(self, wait_for_partitions_s: float = 60.0) -> BatchReport:
-        """Process up to ``max_messages_per_partition`` from every owned partition.
+        """Process what every owned partition holds, for up to a third of the visibility
+        timeout (and up to ``max_messages_per_partition`` each).
 
         Raises:
             KmqTimeoutError: the group gave this job no partition in time.
@@ -178,55 +198,68 @@ class SparkQueueJob:
             )
         owned = sorted(self.lease.owned())
         committed = self.lease.committed(owned)
-        slices = [
-            Slice(t, p, committed[(t, p)], self.max_messages_per_partition, t in self.retry_topics)
-            for t, p in owned
-        ]
+        most = self.max_messages_per_partition or 2**62
+        slices = [Slice(t, p, committed[(t, p)], most, t in self.retry_topics) for t, p in owned]
         report = BatchReport(uuid.uuid4().hex[:12], len(slices))
-        config, function, batch_id = self.config, self.function, report.batch_id
-        transform = self.transform
-        tasks = self.spark.sparkContext.parallelize(slices, len(slices))
-        rows: RDD[Any]
-        if transform is None:
-            assert function is not None
-            rows = tasks.flatMap(lambda work: run_slice(work, config, function))
-        else:
-            rows = tasks.flatMap(lambda work: read_slice(work, config))
-        rows.persist(StorageLevel.MEMORY_AND_DISK)
+        budget_ms = int(self.config.visibility_timeout_ms * BATCH_SHARE_OF_VISIBILITY)
+        plan = BatchPlan(report.batch_id, self.sink, stop_at_ms=wall_clock_ms() + budget_ms)
+        timings = report.timings_ms
         try:
-            self._write_output(rows, batch_id)
-            done = rows.filter(lambda row: row[0] == "done")
-            done.foreachPartition(lambda part: acknowledge(part, config))
-            summaries = done.map(_summary).collect()  # offsets and counts only, no payloads
+            started = time.perf_counter()
+            tasks = self._run_tasks(_by_partition_number(slices), plan)
+            timings["job"] = _ms_since(started)
+            # Spark's part: the job's time beyond its longest task (scheduling, serialization,
+            # Python workers starting).
+            timings["spark"] = timings["job"] - 1000 * max((t.wall_s for t in tasks), default=0)
+            for phase in ("read", "function", "start_markers", "route", "write"):
+                timings[phase] = 1000 * sum(task.timings_s.get(phase, 0.0) for task in tasks)
+            started = time.perf_counter()
+            self._commit_output(tasks, report.batch_id)  # 2.
+            timings["commit"] = _ms_since(started)
         finally:
-            rows.unpersist()
-        for _source, _next, counts in summaries:
-            report.read += counts["read"]
-            report.succeeded += counts["succeeded"]
-            report.failed += counts["failed"]
-        next_offsets = {source: next_offset for source, next_offset, _ in summaries}
-        report.lost_partitions = len(self.lease.commit(next_offsets))
+            self.sink.discard(report.batch_id)
+        outcomes = [outcome for task in tasks for outcome in task.slices]
+        started = time.perf_counter()
+        for o in outcomes:  # 3.
+            self._acks.write(end_markers(o.topic, o.partition, o.pending_acks))
+        self._acks.wait()
+        timings["ack"] = _ms_since(started)
+        started = time.perf_counter()
+        next_offsets = {(o.topic, o.partition): o.next_offset for o in outcomes if o.read}
+        report.lost_partitions = len(self.lease.commit(next_offsets))  # 4.
+        timings["offsets"] = _ms_since(started)
+        report.read = sum(o.read for o in outcomes)
+        report.succeeded = sum(o.succeeded for o in outcomes)
+        report.failed = sum(o.failed for o in outcomes)
+        report.timings_ms = {phase: round(ms, 1) for phase, ms in timings.items()}
         log.info("batch %s: %s", report.batch_id, report)
         return report
 
-    def _write_output(self, rows: RDD[Any], batch_id: str) -> None:
+    def _run_tasks(self, groups: list[list[Slice]], plan: BatchPlan) -> list[TaskReport]:
+        """1. One Spark task per group of slices; only offsets, counts and names come back."""
+        config, function = self.config, self.function
+        work = self.spark.sparkContext.parallelize(groups, max(1, len(groups)))
+        if function is None:
+            return work.map(lambda group: stage_task(group, config, plan)).collect()
+        return work.map(lambda group: run_task(group, config, plan, function)).collect()
+
+    def _commit_output(self, tasks: list[TaskReport], batch_id: str) -> None:
         """2. The sink write; it must commit before anything is acknowledged."""
+        staged = [path for task in tasks for path in task.staged]
         if self.transform is None:
-            successes = rows.filter(lambda row: row[0] == "ok").map(
-                lambda row: (row[1], row[2], row[3], row[4], row[5], batch_id)
+            self.sink.commit(staged)
+            return
+        if not staged:
+            return
+        paths = [self.sink.spark_path(path) for path in staged]
+        frame = self.transform(self.spark.read.schema(INPUT_SCHEMA).parquet(*paths))
+        missing = [name for name in COORDINATES if name not in frame.columns]
+        if missing:
+            raise ConfigError(
+                f"the transform's output lacks {', '.join(missing)}: keep the coordinates "
+                "so duplicates can be removed"
             )
-            frame = self.spark.createDataFrame(successes, OUTPUT_SCHEMA)
-        else:
-            messages = rows.filter(lambda row: row[0] == "msg").map(lambda row: row[1:])
-            frame = self.transform(self.spark.createDataFrame(messages, INPUT_SCHEMA))
-            missing = [name for name in COORDINATES if name not in frame.columns]
-            if missing:
-                raise ConfigError(
-                    f"the transform's output lacks {', '.join(missing)}: keep the coordinates "
-                    "so duplicates can be removed"
-                )
-            frame = frame.withColumn("batch_id", lit(batch_id))
-        frame.write.mode("append").parquet(self.output_path)
+        frame.withColumn("batch_id", lit(batch_id)).write.mode("append").parquet(self.output_path)
 
     def run(
         self,
@@ -257,10 +290,30 @@ class SparkQueueJob:
         """Run batches until one reads nothing; returns the totals."""
         return self.run(threading.Event())
 
+    def warm_up(self) -> None:
+        """Start Spark's Python workers and import the task code in them (otherwise the first
+        batch does it, in the time of its visibility timeout)."""
+        cores = self.spark.sparkContext.defaultParallelism
+        self.spark.sparkContext.parallelize(range(cores), cores).map(_import_tasks).collect()
+
     def close(self) -> None:
         self.lease.close()
 
 
-def _summary(row: Row) -> tuple[tuple[str, int], int, dict[str, Any]]:
-    _kind, topic, partition, next_offset, _key, detail = row
-    return (topic, partition), next_offset, json.loads(detail)
+def _by_partition_number(slices: list[Slice]) -> list[list[Slice]]:
+    """One task per partition number: a queue partition and the redelivery and retry
+    partitions of the same number are read together, by one consumer."""
+    groups: dict[int, list[Slice]] = defaultdict(list)
+    for work in slices:
+        groups[work.partition].append(work)
+    return [groups[number] for number in sorted(groups)]
+
+
+def _import_tasks(_index: int) -> bool:
+    import kmq_dagster.spark.tasks  # noqa: F401
+
+    return True
+
+
+def _ms_since(started: float) -> float:
+    return 1000 * (time.perf_counter() - started)

@@ -1,4 +1,4 @@
-"""A Spark session for running kmq locally; on a cluster, build your own and pass it in."""
+"""A Spark session for running kmq; on a cluster, build your own or pass the master."""
 
 from __future__ import annotations
 
@@ -22,26 +22,33 @@ def local_session(
     quiet: bool = True,
     jvm_log: Path | None = None,
 ) -> SparkSession:
-    """A session on this machine: loopback only, no web UI, few shuffle partitions.
+    """A session on ``master``: no web UI or progress bar, few shuffle partitions.
+
+    With a ``local`` master everything stays on loopback and the Python workers run this very
+    interpreter. With a cluster's master (``spark://host:7077``, ...) addresses, the
+    executors' Python and any other settings come from Spark's own configuration
+    (``spark-defaults.conf`` in ``SPARK_CONF_DIR``, or ``PYSPARK_PYTHON``).
 
     Args:
-        quiet: keep Spark's stage progress bars and INFO/WARN logs off the console (errors
-            still show); ``kmq ... -v`` turns it off.
+        quiet: keep Spark's INFO/WARN logs off the console (errors still show); ``kmq ... -v``
+            turns it off.
         jvm_log: where the JVM's own console output goes (its start-up notices included)
             instead of this process's stdout and stderr.
     """
-    # Python workers connect back to the JVM; on hosts with several addresses pick loopback.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # Executors run this same interpreter, so they import kmq and confluent-kafka from here.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        # kmq prints a line per batch; Spark's progress bar would overwrite it.
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.ui.showConsoleProgress", str(not quiet).lower())
     )
+    if master.startswith("local"):
+        # Python workers connect back to the JVM; on hosts with several addresses pick loopback.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Executors run this same interpreter, so they import kmq and confluent-kafka from here.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.config("spark.driver.host", "127.0.0.1")
     if quiet:
         builder = builder.config(
             "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={QUIET_LOG4J}"

@@ -1,43 +1,46 @@
-"""What Spark tasks run on the executors: read one queue partition's slice with confluent-kafka,
-write its start markers, process each message, route failures, acknowledge.
+"""What Spark tasks run on the executors: read a few partitions' slices with confluent-kafka,
+process them chunk by chunk, stage the output, report offsets and counts.
 
-Everything here is shipped to executors by pickling: plain data in, plain rows out; payloads
-stay on the executors (and in the sink), never on the driver.
+Per chunk (a few hundred records of one partition, in offset order):
+  1. read it (:class:`~kmq_dagster.spark.reader.SliceReader`);
+  2. write its start markers (the task waits for them before it reports, so they are durable
+     before the driver commits the offsets: invariant 2);
+  3. call the function per message (or, for a DataFrame transform, keep the messages as rows);
+  4. copy failures to the retry topic or the DLQ and acknowledge those copied;
+  5. append the successes to the task's staged Parquet file.
+Successes are acknowledged by the driver, after the batch's files are committed (invariant 3).
+A task stops taking chunks when the batch's time is up, so a batch fits its visibility timeout.
+Payloads stay on the executors and in the sink; the driver gets offsets, counts and file names.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from kmq_dagster.core.due import split_due
-from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
+from confluent_kafka import Message
+
+from kmq_dagster.core.markers import StartMarker
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.ranges import offset_runs
 from kmq_dagster.core.retry import RetryPolicy
-from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.kafka.clients import wall_clock_ms
-from kmq_dagster.kafka.message import due_ms_or_now, offset_of, origin_coordinates
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.spark.markers import MarkerWriter, end_markers, extend_runs
+from kmq_dagster.spark.message import SparkMessage, record_columns, spark_messages
+from kmq_dagster.spark.process import Function, call_function, message_rows, output_columns
+from kmq_dagster.spark.reader import Slice, SliceReader
+from kmq_dagster.spark.sink import INPUT_COLUMNS, OUTPUT_COLUMNS, ParquetSink, StagedFile
 
-#: Longest a task waits for its slice's messages before taking what it has.
-READ_TIMEOUT_S = 30.0
+__all__ = ["Function", "Slice", "SparkMessage", "TaskConfig", "TaskReport", "run_task"]
 
+#: However late a task starts, it may work this long (so every batch makes progress).
+MIN_TASK_S = 1.0
 
-@dataclass(frozen=True)
-class Slice:
-    """Up to ``max_messages`` messages of one partition, from ``start_offset``."""
-
-    topic: str
-    partition: int
-    start_offset: int
-    max_messages: int
-    #: Retry topics hold messages with due times: a slice stops at the first one not due.
-    gated: bool = False
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -54,203 +57,198 @@ class TaskConfig:
 
 
 @dataclass(frozen=True)
-class SparkMessage:
-    """One queue message, as the user's function gets it on an executor."""
+class BatchPlan:
+    """What every task of one batch shares."""
+
+    batch_id: str
+    sink: ParquetSink
+    #: Wall-clock time (ms since the epoch) after which tasks take no new chunk.
+    stop_at_ms: int
+
+
+@dataclass
+class SliceOutcome:
+    """What a task did with one slice: offsets and counts only."""
 
     topic: str
     partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
-    timestamp_ms: int = 0
+    #: Where the group's offset goes once the batch commits.
+    next_offset: int
+    read: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    #: ``(first offset, count)`` runs to acknowledge once the batch's files are committed:
+    #: one per stretch between failures, however many messages.
+    pending_acks: list[tuple[int, int]] = field(default_factory=list)
 
 
-Function = Callable[[SparkMessage], object]
+@dataclass
+class TaskReport:
+    slices: list[SliceOutcome]
+    #: Staged files (paths on the sink's filesystem) holding the task's rows.
+    staged: list[str] = field(default_factory=list)
+    #: Seconds spent per phase: read, function, start_markers, route, write.
+    timings_s: dict[str, float] = field(default_factory=dict)
+    #: Seconds from the task's start to its report.
+    wall_s: float = 0.0
 
-#: Rows a task returns: ("ok", origin topic, partition, offset, key, result JSON) per success,
-#: ("done", topic, partition, next offset, None, JSON summary) per slice; the summary has the
-#: succeeded offsets' runs (acknowledged after the sink write) and counts.
-Row = tuple[str, str, int, int, bytes | None, str]
+
+def run_task(
+    slices: list[Slice], config: TaskConfig, plan: BatchPlan, function: Function
+) -> TaskReport:
+    """Process ``slices`` with ``function``; stage the successes' rows for the driver."""
+    return _Task(slices, config, plan).run(function)
 
 
-def run_slice(work: Slice, config: TaskConfig, function: Function) -> Iterator[Row]:
-    """Process one slice; yields a row per success and one ``done`` row.
+def stage_task(slices: list[Slice], config: TaskConfig, plan: BatchPlan) -> TaskReport:
+    """For a DataFrame transform: read ``slices``, write their start markers and stage one row
+    per message; every message read is acknowledged once the transform's output is written."""
+    return _Task(slices, config, plan).run(None)
 
-    Failed messages are copied to the retry topic or DLQ and acknowledged here. Successes are
-    acknowledged later, by :func:`acknowledge`, once the sink write has committed.
-    """
-    from kmq_dagster.kafka.retry_router import RetryRouter, failure_of
 
-    messages = _start(work, config)
-    if not messages:
-        yield ("done", work.topic, work.partition, work.start_offset, None, _summary([], 0, 0))
-        return
-    succeeded: list[int] = []
-    failed: list[tuple[SparkMessage, Failure | str]] = []
-    router = RetryRouter(
-        config.settings, config.queue, policy=config.policy, clock_ms=wall_clock_ms
-    )
-    for message in messages:
-        problem = router.metadata_problem(message)
-        if problem is not None:
-            failed.append((message, problem))
-            continue
+class _Task:
+    def __init__(self, slices: list[Slice], config: TaskConfig, plan: BatchPlan) -> None:
+        self.config, self.plan, self.slices = config, plan, slices
+        left_s = (plan.stop_at_ms - wall_clock_ms()) / 1000
+        self.stop_at = time.monotonic() + max(left_s, MIN_TASK_S)
+        # Every message of this task is acknowledged at the end of the batch at the latest, so
+        # one deadline from the task's start covers them all.
+        self.deadline_ms = wall_clock_ms() + config.visibility_timeout_ms
+        self.report = TaskReport(
+            [SliceOutcome(w.topic, w.partition, w.start_offset) for w in slices]
+        )
+        self.timings = dict.fromkeys(("read", "function", "start_markers", "route", "write"), 0.0)
+        self.report.timings_s = self.timings
+        self.markers = MarkerWriter(config.settings, config.queue.markers_topic)
+
+    def run(self, function: Function | None) -> TaskReport:
+        began = time.perf_counter()
+        reader = SliceReader(self.config.settings, self.slices, self.stop_at)
+        self.timings["read"] += time.perf_counter() - began
+        rows = StagedFile(
+            self.plan.sink,
+            self.plan.batch_id,
+            INPUT_COLUMNS if function is None else OUTPUT_COLUMNS,
+        )
+        outcomes = {(o.topic, o.partition): o for o in self.report.slices}
         try:
-            result = function(message)
-        except Exception as exc:
-            failed.append((message, failure_of(exc)))
-            continue
-        succeeded.append(message.offset)
-        origin = origin_coordinates(message)
-        yield ("ok", origin[0], origin[1], origin[2], message.key, _as_json(result))
-    routed = router.route(failed) if failed else []
-    router.close()
-    _write_end_markers(config, work.topic, work.partition, [m.offset for m in routed])
-    next_offset = messages[-1].offset + 1
-    summary = _summary(succeeded, len(messages), len(failed))
-    yield ("done", work.topic, work.partition, next_offset, None, summary)
+            for work, records in self._timed(reader.chunks(), "read"):
+                outcome = outcomes[work.source]
+                done = self._chunk(work, records, function, outcome, rows)
+                reader.used(done)
+                outcome.read += done
+            for outcome in self.report.slices:
+                outcome.next_offset = reader.next_offset[(outcome.topic, outcome.partition)]
+            started = time.perf_counter()
+            self.markers.wait()  # start markers durable before the driver commits offsets
+            self.timings["start_markers"] += time.perf_counter() - started
+            started = time.perf_counter()
+            rows.close()
+            self.timings["write"] += time.perf_counter() - started
+        finally:
+            started = time.perf_counter()
+            reader.close()
+            self.timings["read"] += time.perf_counter() - started
+        if rows.path is not None:
+            self.report.staged.append(rows.path)
+        self.report.wall_s = time.perf_counter() - began
+        return self.report
 
+    def _chunk(
+        self,
+        work: Slice,
+        records: list[Message],
+        function: Function | None,
+        slice_: SliceOutcome,
+        rows: StagedFile,
+    ) -> int:
+        """Steps 2-5 for one chunk; returns how many of its records were done."""
+        clock, timings = time.perf_counter, self.timings
+        started = clock()
+        columns = record_columns(records)
+        runs = offset_runs(columns.offsets)
+        timings["read"] += clock() - started
+        self._write_markers(work, runs, start=True)
+        started = clock()
+        messages = spark_messages(work.topic, work.partition, columns)
+        if function is None:
+            extend_runs(slice_.pending_acks, runs)
+            timings["function"] += clock() - started
+            started = clock()
+            rows.append(message_rows(messages))
+            timings["write"] += clock() - started
+            return len(records)
+        check = _metadata_check(self.config) if work.gated or any(columns.raw_headers) else None
+        outcome = call_function(function, messages, self.stop_at, check)
+        done = outcome.done
+        timings["function"] += clock() - started
+        done_offsets = columns.offsets[:done]
+        if done < len(records):
+            # Time is up mid-chunk. The rest is not committed, so the next batch reads it
+            # again; its end markers only keep the tracker from redelivering it as well.
+            self._write_markers(work, offset_runs(columns.offsets[done:]), start=False)
+        if outcome.failed:
+            started = clock()
+            routed = _router(self.config).route(outcome.failed)
+            self._write_markers(work, offset_runs([m.offset for m in routed]), start=False)
+            timings["route"] += clock() - started
+            ok = [o for o, good in zip(done_offsets, outcome.succeeded(), strict=True) if good]
+        else:
+            ok = done_offsets
+        extend_runs(slice_.pending_acks, offset_runs(ok))
+        slice_.succeeded += len(ok)
+        slice_.failed += len(outcome.failed)
+        started = clock()
+        rows.append(output_columns(messages, outcome, columns, self.plan.batch_id))
+        timings["write"] += clock() - started
+        return done
 
-#: A message row for DataFrame transforms: ("msg", origin topic, partition, offset, key,
-#: value, timestamp ms, headers as [name, value] pairs).
-MessageRow = tuple[
-    str, str, int, int, bytes | None, bytes | None, int, list[tuple[str, bytes | None]]
-]
-
-
-def read_slice(work: Slice, config: TaskConfig) -> Iterator[MessageRow | Row]:
-    """For DataFrame transforms: read one slice, write its start markers, yield one row per
-    message and one ``done`` row; nothing is acknowledged until the batch's output is written."""
-    messages = _start(work, config)
-    if not messages:
-        yield ("done", work.topic, work.partition, work.start_offset, None, _summary([], 0, 0))
-        return
-    for message in messages:
-        origin = origin_coordinates(message)
-        yield ("msg", *origin, message.key, message.value, message.timestamp_ms, message.headers)
-    offsets = [m.offset for m in messages]
-    summary = _summary(offsets, len(messages), 0)
-    yield ("done", work.topic, work.partition, offsets[-1] + 1, None, summary)
-
-
-def acknowledge(done_rows: Iterable[Row], config: TaskConfig) -> None:
-    """Write the end markers of the successes that ``done`` rows list (after the sink write)."""
-    for _kind, topic, partition, _next, _key, summary in done_rows:
-        runs = json.loads(summary)["runs"]
-        offsets = [first + i for first, count in runs for i in range(count)]
-        _write_end_markers(config, topic, partition, offsets)
-
-
-def _start(work: Slice, config: TaskConfig) -> list[SparkMessage]:
-    """Read the slice (up to its first message not due, on a retry topic) and write its start
-    markers; returns the messages now in flight."""
-    messages = _read(work, config.settings)
-    if work.gated:
-        messages = split_due(messages, wall_clock_ms(), due_ms_or_now, offset_of).ready
-    if messages:
-        _write_start_markers(work, messages, config)
-    return messages
-
-
-def _summary(succeeded: list[int], read: int, failed: int) -> str:
-    runs = offset_runs(succeeded) if succeeded else []
-    return json.dumps({"runs": runs, "read": read, "succeeded": len(succeeded), "failed": failed})
-
-
-def _read(work: Slice, settings: KmqSettings) -> list[SparkMessage]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    from kmq_dagster.core.headers import normalize_headers
-    from kmq_dagster.kafka.topic_reader import records_and_ends
-
-    consumer = Consumer(
-        settings.consumer_config(
-            f"kmq-spark-reader-{uuid.uuid4().hex}", **{"enable.partition.eof": True}
-        )
-    )
-    consumer.assign([TopicPartition(work.topic, work.partition, work.start_offset)])
-    messages: list[SparkMessage] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + READ_TIMEOUT_S
-    try:
-        while len(messages) < work.max_messages and time.monotonic() < deadline:
-            fetched = consumer.consume(min(500, work.max_messages - len(messages)), 1.0)
-            messages += (
-                SparkMessage(
-                    work.topic,
-                    work.partition,
-                    record.offset() or 0,
-                    record.key(),
-                    record.value(),
-                    normalize_headers(record.headers()),
-                    record.timestamp()[1],
-                )
-                for record in records_and_ends(fetched, at_end)
+    def _write_markers(self, work: Slice, runs: list[tuple[int, int]], *, start: bool) -> None:
+        """3. (start) Start markers, before the chunk is processed; or end markers."""
+        started = time.perf_counter()
+        if start:
+            self.markers.write(
+                [
+                    StartMarker(work.topic, work.partition, first, count, self.deadline_ms)
+                    for first, count in runs
+                ]
             )
-            if at_end:
-                break
-    finally:
-        consumer.close()
-    return messages[: work.max_messages]
+        else:
+            self.markers.write(end_markers(work.topic, work.partition, runs))
+        self.timings["start_markers" if start else "route"] += time.perf_counter() - started
+
+    def _timed(self, items: Iterable[T], phase: str) -> Iterator[T]:
+        iterator = iter(items)
+        while True:
+            started = time.perf_counter()
+            try:
+                item = next(iterator)
+            except StopIteration:
+                self.timings[phase] += time.perf_counter() - started
+                return
+            self.timings[phase] += time.perf_counter() - started
+            yield item
 
 
-def _write_start_markers(work: Slice, messages: list[SparkMessage], config: TaskConfig) -> None:
-    """Durable before any processing (and before the driver commits the slice's offsets)."""
-    deadline_ms = wall_clock_ms() + config.visibility_timeout_ms
-    starts = [
-        StartMarker(work.topic, work.partition, first, count, deadline_ms)
-        for first, count in offset_runs([m.offset for m in messages])
-    ]
-    _produce_markers(config, starts)
+#: One retry router per executor process and queue: it holds a producer (see markers.py).
+_ROUTERS: dict[str, Any] = {}
 
 
-def _write_end_markers(config: TaskConfig, topic: str, partition: int, offsets: list[int]) -> None:
-    if offsets:
-        ends = [EndMarker(topic, partition, f, c) for f, c in offset_runs(sorted(offsets))]
-        _produce_markers(config, ends)
+def _router(config: TaskConfig) -> Any:
+    from kmq_dagster.kafka.retry_router import RetryRouter
 
-
-#: One marker producer per executor process and cluster: Spark reuses its Python workers, and
-#: an idempotent producer spends ~0.5 s getting its producer id (measured on the embedded broker).
-_PRODUCERS: dict[str, Any] = {}
-
-
-def _marker_producer(settings: KmqSettings) -> Any:
-    from confluent_kafka import Producer
-
-    config = settings.producer_config()
-    key = json.dumps(config, sort_keys=True, default=str)
-    if key not in _PRODUCERS:
-        _PRODUCERS[key] = Producer(config)
-    return _PRODUCERS[key]
-
-
-def _produce_markers(config: TaskConfig, markers: list[StartMarker] | list[EndMarker]) -> None:
-    from confluent_kafka import KafkaError, KafkaException, Message
-
-    producer = _marker_producer(config.settings)
-    errors: list[KafkaError] = []
-
-    def delivered(error: KafkaError | None, _record: Message) -> None:
-        if error is not None:
-            errors.append(error)
-
-    topic = config.queue.markers_topic
-    for marker in markers:
-        producer.produce(
-            topic, value=encode_marker(marker), partition=marker.partition, on_delivery=delivered
+    key = json.dumps(
+        [config.settings.producer_config(), repr(config.queue), repr(config.policy)],
+        sort_keys=True,
+        default=str,
+    )
+    if key not in _ROUTERS:
+        _ROUTERS[key] = RetryRouter(
+            config.settings, config.queue, policy=config.policy, clock_ms=wall_clock_ms
         )
-    remaining = producer.flush(30)
-    if errors or remaining:
-        # Spark retries the task: markers are idempotent facts, writing them twice is harmless.
-        raise KafkaException(errors[0] if errors else KafkaError(KafkaError._TIMED_OUT))
+    return _ROUTERS[key]
 
 
-def _as_json(result: object) -> str:
-    if isinstance(result, bytes):
-        result = result.decode("utf-8", errors="replace")
-    try:
-        return json.dumps(result)
-    except TypeError:
-        return json.dumps(str(result))
+def _metadata_check(config: TaskConfig) -> Callable[[SparkMessage], str | None]:
+    check: Callable[[SparkMessage], str | None] = _router(config).metadata_problem
+    return check

@@ -15,7 +15,7 @@ from kmq_dagster.core.queue import Queue
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
-from kmq_dagster.spark.job import SparkQueueJob
+from kmq_dagster.spark.job import COORDINATES, SparkQueueJob
 from kmq_dagster.spark.session import local_session
 from kmq_dagster.spark.tasks import SparkMessage
 from tests.kafka_helpers import new_queue, produce, read_topic, running_service, wait_for
@@ -136,16 +136,27 @@ def test_a_dataframe_transform_is_written_and_its_messages_acknowledged(
     assert tracker.stats.redelivered == 0
 
 
-def test_a_transform_must_keep_the_coordinates(
+def test_a_transform_must_keep_the_coordinates_and_a_failed_one_commits_nothing(
     spark: SparkSession, settings: KmqSettings, queue: Queue, tmp_path: Path
 ) -> None:
     produce(settings, queue.topic, [b"x"], partitions=PARTITIONS)
+    output = str(tmp_path / "out")
     job = SparkQueueJob(
-        spark, settings, queue, transform=lambda frame: frame.select("value"),
-        output_path=str(tmp_path / "out"),
-    )  # fmt: skip
+        spark, settings, queue, transform=lambda frame: frame.select("value"), output_path=output
+    )
     try:
         with pytest.raises(ConfigError, match="lacks topic, partition, offset"):
             job.run_batch()
     finally:
         job.close()
+
+    fixed = SparkQueueJob(
+        spark, settings, queue, transform=lambda f: f.select(*COORDINATES, "value"),
+        output_path=output,
+    )  # fmt: skip
+    try:
+        report = fixed.run_batch()
+    finally:
+        fixed.close()
+    assert report.read == 1  # its offset was not committed: read again
+    assert [r["value"] for r in spark.read.parquet(output).collect()] == [b"x"]

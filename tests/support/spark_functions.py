@@ -22,3 +22,12 @@ def slow_echo(message: SparkMessage) -> str:
         time.sleep(3_600)
     time.sleep(WORK_S)
     return (message.value or b"").decode()
+
+
+def where_it_ran(message: SparkMessage) -> dict[str, object]:
+    """Every tenth message is bad input; the others report the process and directory that ran
+    them (on a standalone cluster: an executor's work directory under its worker's)."""
+    number = int(message.value or b"-1")
+    if number % 10 == 0:
+        raise ValueError(f"{number} is not allowed")
+    return {"n": number, "pid": os.getpid(), "cwd": os.getcwd()}

@@ -90,8 +90,11 @@ class FakeProducer:
             failed = record.topic in self.failing_topics
             if not failed:
                 self.delivered.append(record)
+            written = FakeRecord(
+                record.topic, record.partition or 0, len(self.to(record.topic)) - 1
+            )
             if report is not None:
-                report(KafkaError(KafkaError._MSG_TIMED_OUT) if failed else None, record)
+                report(KafkaError(KafkaError._MSG_TIMED_OUT) if failed else None, written)
         return 0
 
     def to(self, topic: str) -> list[Produced]:
