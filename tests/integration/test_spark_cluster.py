@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
-from kmq_dagster.kafka.tracker import Tracker
 
 from kmq_dagster.broker.ports import free_port
 from kmq_dagster.core.naming import dlq_topic, redelivery_topic
+from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import new_queue, produce, read_topic, running_service, wait_for
 from tests.processes import kmq_argv
@@ -99,7 +99,7 @@ def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
 def test_kmq_spark_on_a_standalone_cluster_gives_the_same_results_and_guarantees(
     cluster: StandaloneCluster, settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
-    new_queue(settings, topic_name, GROUP, partitions=2, retry_delays_ms=(1_000,),
+    queue = new_queue(settings, topic_name, GROUP, partitions=2, retry_delays_ms=(1_000,),
               visibility_timeout_ms=6_000)  # fmt: skip
     produce(settings, topic_name, [str(i).encode() for i in range(MESSAGES)], partitions=2)
     conf_dir = tmp_path / "conf"
@@ -158,7 +158,7 @@ def test_kmq_spark_on_a_standalone_cluster_gives_the_same_results_and_guarantees
     dead = read_topic(settings, dlq_topic(topic_name, GROUP), 2, at_least=40)
     assert sorted(int(r.value() or b"-1") for r in dead) == list(range(0, MESSAGES, 10))
     # everything was acknowledged: past the visibility timeout, nothing comes back
-    with running_service(Tracker(settings, topic_name, GROUP)) as tracker:
+    with running_service(RedeliveryTracker(settings, queue)) as tracker:
         time.sleep(8)
     assert tracker.stats.redelivered == 0
     assert read_topic(settings, redelivery_topic(topic_name, GROUP), 2, timeout_s=3) == []
