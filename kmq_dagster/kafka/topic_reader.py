@@ -15,16 +15,36 @@ from kmq_dagster.settings import KmqSettings
 ErrorHook = Callable[[KafkaError], None]
 
 
+def split_fetched(
+    fetched: list[Message], on_error: ErrorHook | None = None
+) -> tuple[list[Message], list[tuple[str, int]]]:
+    """The records among ``fetched`` (from a consumer with ``enable.partition.eof``), and the
+    (topic, partition) pairs that reported their end, in order.
+
+    Raises:
+        KafkaException: a fatal client error (others go to ``on_error``).
+    """
+    records: list[Message] = []
+    ended: list[tuple[str, int]] = []
+    for record in fetched:
+        error = record.error()
+        if error is None:
+            records.append(record)
+        elif _is_end(error, on_error):
+            ended.append((record.topic() or "", record.partition() or 0))
+    return records, ended
+
+
 def records_and_ends(
     fetched: list[Message], at_end: set[int], on_error: ErrorHook | None = None
 ) -> list[Message]:
-    """The records among ``fetched`` (from a consumer with ``enable.partition.eof``).
+    """The records among ``fetched`` of one topic's partitions.
 
     A partition that reports its end is added to ``at_end`` and leaves it again when a record
-    of it follows. Other errors go to ``on_error``; fatal ones raise.
+    of it follows.
 
     Raises:
-        KafkaException: a fatal client error.
+        KafkaException: a fatal client error (others go to ``on_error``).
     """
     records: list[Message] = []
     for record in fetched:
@@ -32,14 +52,20 @@ def records_and_ends(
         if error is None:
             records.append(record)
             at_end.discard(record.partition() or 0)
-        elif error.code() == KafkaError._PARTITION_EOF:
+        elif _is_end(error, on_error):
             at_end.add(record.partition() or 0)
-        else:
-            if on_error is not None:
-                on_error(error)
-            if error.fatal():
-                raise KafkaException(error)
     return records
+
+
+def _is_end(error: KafkaError, on_error: ErrorHook | None) -> bool:
+    """Whether ``error`` is a partition's end; any other is reported, and raised if fatal."""
+    if error.code() == KafkaError._PARTITION_EOF:
+        return True
+    if on_error is not None:
+        on_error(error)
+    if error.fatal():
+        raise KafkaException(error)
+    return False
 
 
 def read_to_end(

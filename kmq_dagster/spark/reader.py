@@ -16,11 +16,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from kmq_dagster.core.due import split_due
 from kmq_dagster.kafka.clients import new_consumer, wall_clock_ms
 from kmq_dagster.kafka.message import due_ms_or_now, offset_of, record_offset, views_of
+from kmq_dagster.kafka.topic_reader import split_fetched
 from kmq_dagster.settings import KmqSettings
 
 #: Records asked of the consumer at a time; a chunk holds at most this many. Small on purpose:
@@ -81,7 +82,7 @@ class SliceReader:
             )
             ended: list[tuple[str, int]] = []
             if fetched and any(map(Message.error, fetched)):
-                fetched = _without_events(fetched, ended)
+                fetched, ended = split_fetched(fetched)
             for source, stretch in _by_source(fetched):
                 if source not in self._open:
                     continue  # the slice ended; the rest is read again next batch
@@ -128,25 +129,6 @@ class SliceReader:
         if source in self._open:
             self._open.discard(source)
             self._consumer.pause([TopicPartition(*source)])
-
-
-def _without_events(fetched: list[Message], ended: list[tuple[str, int]]) -> list[Message]:
-    """The records among ``fetched``; partitions that reported their end go to ``ended``.
-
-    Raises:
-        KafkaException: a fatal client error (Spark retries the task). Other errors are the
-            client's to recover from, as in every kmq consumer.
-    """
-    records: list[Message] = []
-    for record in fetched:
-        error = record.error()
-        if error is None:
-            records.append(record)
-        elif error.code() == KafkaError._PARTITION_EOF:
-            ended.append((record.topic() or "", record.partition() or 0))
-        elif error.fatal():
-            raise KafkaException(error)
-    return records
 
 
 def _by_source(records: list[Message]) -> Iterator[tuple[tuple[str, int], list[Message]]]:
