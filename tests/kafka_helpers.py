@@ -16,7 +16,7 @@ from kmq_dagster.core.replay import REPLAY_COUNT
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
 from kmq_dagster.errors import KmqTimeoutError
-from kmq_dagster.kafka.consumer import KmqMessage
+from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.topic_reader import assigned_reader, read_to_end
 from kmq_dagster.kafka.worker import Worker
@@ -118,6 +118,15 @@ def wait_for(
         if time.monotonic() > deadline:
             return False
         time.sleep(interval_s)
+
+
+def poll_until(consumer: KmqConsumer, count: int, timeout_s: float = 30) -> list[KmqMessage]:
+    """Poll ``consumer`` until ``count`` messages arrived or ``timeout_s`` passed."""
+    received: list[KmqMessage] = []
+    deadline = time.monotonic() + timeout_s
+    while len(received) < count and time.monotonic() < deadline:
+        received += consumer.poll(timeout_s=0.5)
+    return received
 
 
 @contextmanager

@@ -25,7 +25,14 @@ from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import new_queue, produce, read_topic, running_service, wait_for
+from tests.kafka_helpers import (
+    new_queue,
+    poll_until,
+    produce,
+    read_topic,
+    running_service,
+    wait_for,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -57,14 +64,6 @@ def consumer_factory(settings: KmqSettings, queue: Queue) -> Iterator[Callable[.
     yield make
     for consumer in made:
         consumer.close()
-
-
-def poll_until(consumer: KmqConsumer, count: int, timeout_s: float = 30) -> list[KmqMessage]:
-    received: list[KmqMessage] = []
-    deadline = time.monotonic() + timeout_s
-    while len(received) < count and time.monotonic() < deadline:
-        received += consumer.poll(timeout_s=0.5)
-    return received
 
 
 def test_acks_from_many_threads_in_any_order_are_never_redelivered(
@@ -291,33 +290,6 @@ def test_tracker_survives_garbage_markers_and_still_redelivers(
     assert tracker.stats.records_gone == 2
     assert tracker.stats.redelivered == 1
     assert tracker.stats.dead_lettered == 0
-
-
-def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknowledged(
-    settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
-) -> None:
-    produce(settings, queue.topic, [f"m{i}".encode() for i in range(100)], partitions=PARTITIONS)
-    consumer = consumer_factory(visibility_timeout_ms=1_000, batch_size=20)
-    first = RedeliveryTracker(settings, consumer.queue)
-    with running_service(first):
-        for message in poll_until(consumer, 100):
-            consumer.ack(message)
-        consumer.flush()
-        assert wait_for(lambda: first.stats.markers >= consumer.stats.start_markers + 1)
-        assert wait_for(lambda: first.inflight_count() == 0)
-    markers_read_first = first.stats.markers
-
-    # when a new tracker starts after every deadline has passed
-    time.sleep(1.5)
-    second = RedeliveryTracker(settings, consumer.queue)
-    with running_service(second):
-        time.sleep(4)
-
-    # then it re-read none of the closed markers and redelivered nothing
-    assert markers_read_first > 0
-    assert second.stats.markers == 0
-    assert second.stats.redelivered == 0
-    assert read_topic(settings, queue.redelivery_topic, PARTITIONS) == []
 
 
 def test_null_keys_and_values_1mib_values_and_binary_headers_survive_redelivery(
