@@ -120,6 +120,30 @@ def wait_for(
         time.sleep(interval_s)
 
 
+#: The longest a test waits for one subprocess or condition, or for all its waits together:
+#: pytest stops a test after 300 s (pyproject.toml), and a wait must end well before that, so
+#: that the test fails with its own message rather than a timeout dump.
+LONGEST_WAIT_S = 240
+
+
+class WaitBudget:
+    """One time budget shared by several waits of a test.
+
+    Examples:
+        >>> budget = WaitBudget(200)
+        >>> wait_for(started, budget.left_s())                      # doctest: +SKIP
+        >>> wait_for(finished, budget.left_s())                     # doctest: +SKIP
+    """
+
+    def __init__(self, seconds: float) -> None:
+        assert seconds <= LONGEST_WAIT_S, f"{seconds} s cannot fit in pytest's limit"
+        self._deadline = time.monotonic() + seconds
+
+    def left_s(self) -> float:
+        """Seconds left (at least 0.1, so a wait still looks once)."""
+        return max(0.1, self._deadline - time.monotonic())
+
+
 def poll_until(consumer: KmqConsumer, count: int, timeout_s: float = 30) -> list[KmqMessage]:
     """Poll ``consumer`` until ``count`` messages arrived or ``timeout_s`` passed."""
     received: list[KmqMessage] = []
