@@ -15,10 +15,9 @@ from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.replay import REPLAY_COUNT
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
-from kmq_dagster.errors import KmqTimeoutError
-from kmq_dagster.kafka.consumer import KmqMessage
+from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.provision import provision_queue
-from kmq_dagster.kafka.topic_reader import assigned_reader, read_to_end
+from kmq_dagster.kafka.topic_reader import assigned_reader, records_and_ends
 from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
 
@@ -66,21 +65,20 @@ def produce(
 def read_topic(
     settings: KmqSettings, topic: str, partitions: int, *, at_least: int = 0, timeout_s: float = 30
 ) -> list[Message]:
-    """Every record of ``topic`` from the start, without a group; waits for ``at_least``."""
+    """Every record of ``topic`` from the start, without a group: read until every partition
+    reported its end with at least ``at_least`` records read, or ``timeout_s`` passed."""
     deadline = time.monotonic() + timeout_s
     consumer = assigned_reader(settings, topic, dict.fromkeys(range(partitions), 0))
     records: list[Message] = []
+    # A partition is at its end after its EOF event, until a record of it follows (then its
+    # next EOF event puts it back): records arriving later are waited for, not the timeout.
+    at_end: set[int] = set()
     try:
-        while True:
-            try:
-                for batch in read_to_end(
-                    consumer, range(partitions), timeout_s=max(0.5, deadline - time.monotonic())
-                ):
-                    records += batch
-            except KmqTimeoutError:
-                return records
-            if len(records) >= at_least or time.monotonic() > deadline:
-                return records
+        while time.monotonic() < deadline:
+            records += records_and_ends(consumer.consume(1_000, 0.1), at_end)
+            if len(at_end) == partitions and len(records) >= at_least:
+                break
+        return records
     finally:
         consumer.close()
 
@@ -118,6 +116,39 @@ def wait_for(
         if time.monotonic() > deadline:
             return False
         time.sleep(interval_s)
+
+
+#: The longest a test waits for one subprocess or condition, or for all its waits together:
+#: pytest stops a test after 300 s (pyproject.toml), and a wait must end well before that, so
+#: that the test fails with its own message rather than a timeout dump.
+LONGEST_WAIT_S = 240
+
+
+class WaitBudget:
+    """One time budget shared by several waits of a test.
+
+    Examples:
+        >>> budget = WaitBudget(200)
+        >>> wait_for(started, budget.left_s())                      # doctest: +SKIP
+        >>> wait_for(finished, budget.left_s())                     # doctest: +SKIP
+    """
+
+    def __init__(self, seconds: float) -> None:
+        assert seconds <= LONGEST_WAIT_S, f"{seconds} s cannot fit in pytest's limit"
+        self._deadline = time.monotonic() + seconds
+
+    def left_s(self) -> float:
+        """Seconds left (at least 0.1, so a wait still looks once)."""
+        return max(0.1, self._deadline - time.monotonic())
+
+
+def poll_until(consumer: KmqConsumer, count: int, timeout_s: float = 30) -> list[KmqMessage]:
+    """Poll ``consumer`` until ``count`` messages arrived or ``timeout_s`` passed."""
+    received: list[KmqMessage] = []
+    deadline = time.monotonic() + timeout_s
+    while len(received) < count and time.monotonic() < deadline:
+        received += consumer.poll(timeout_s=0.5)
+    return received
 
 
 @contextmanager

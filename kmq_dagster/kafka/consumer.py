@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from kmq_dagster.core.commits import CommitQueue
 from kmq_dagster.core.handouts import HandoutLedger, OffsetRun
@@ -91,6 +91,10 @@ class KmqConsumer:
         >>> for message in consumer.poll():                         # doctest: +SKIP
         ...     handle(message)
         ...     consumer.ack(message)
+
+    Args:
+        clock_ms: the clock deadlines are set by (ms since the epoch); default the wall clock.
+        producer: writes the markers; default a new one (tests pass one that fails on purpose).
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class KmqConsumer:
         *,
         batch_size: int | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        producer: Producer | None = None,
     ) -> None:
         self.queue = queue = ensure_provisioned(settings, queue)
         self.retry_topics = list(queue.retry_topics.values())
@@ -108,7 +113,7 @@ class KmqConsumer:
         self.batch_size = batch_size or settings.batch_size
         self.stats = ConsumerStats()
         self._clock_ms = clock_ms
-        self._producer = new_producer(settings, **{"linger.ms": MARKER_LINGER_MS})
+        self._producer = producer or new_producer(settings, **{"linger.ms": MARKER_LINGER_MS})
         self._consumer = new_consumer(
             settings,
             queue.group,

@@ -143,6 +143,11 @@ class RedeliveryTracker:
         """Markers partitions this tracker is assigned now."""
         return sorted(self._partitions)
 
+    def caught_up_partitions(self) -> list[int]:
+        """Owned markers partitions read to their end since they were assigned: only these
+        are redelivered from (step 2)."""
+        return sorted(p for p, state in list(self._partitions.items()) if state.caught_up)
+
     def describe_stats(self) -> str:
         """One line of the tracker's counters, for its log."""
         stats = self.stats

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.kafka_helpers import LONGEST_WAIT_S
 from tests.processes import run_kmq
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
@@ -15,7 +16,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 def test_kmq_demo_drains_the_stream_and_loses_nothing(tmp_path: Path) -> None:
     home = tmp_path / "home"
     result = run_kmq(
-        "demo", "--orders", "400", "--output-dir", str(tmp_path), timeout_s=600,
+        "demo", "--orders", "400", "--output-dir", str(tmp_path), timeout_s=LONGEST_WAIT_S,
         env={"HOME": str(home)},
     )  # fmt: skip
 

@@ -2,7 +2,9 @@
 
 10,000 messages with unique ids; two workers whose handler fails ~10% of calls; one worker is
 SIGKILLed mid-batch twice (and replaced), the tracker is SIGKILLed and restarted once. At the end
-every id was processed at least once or sits in the DLQ with a reason; duplicates are printed.
+every id was processed at least once or sits in the DLQ with the reason its retries ran out;
+the kills hit messages in flight (the tracker redelivered some), and the DLQ holds no more than
+three failures in a row make likely, so a bug that dead-letters everything cannot pass.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from kmq_dagster.core.headers import DLQ_REASON, header_value, normalize_headers
+from kmq_dagster.core.headers import DLQ_REASON, ERROR_TYPE, header_value, normalize_headers
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import new_queue, produce, read_topic, wait_for
+from tests.kafka_helpers import WaitBudget, new_queue, produce, read_topic, wait_for
 from tests.processes import kmq_argv
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -26,6 +28,17 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 MESSAGES = 10_000
 PARTITIONS = 2
 GROUP = "proof"
+RETRY_DELAYS_MS = (1_000, 2_000)
+#: The handler's failure rate (tests/support/flaky_handler.py).
+FAILURE_RATE = 0.1
+#: A message is dead-lettered when all three attempts fail: about 10 of 10,000 (Poisson); more
+#: than 50 has a probability below 1e-16, while a bug that dead-letters failures at once gives
+#: about 1,000.
+MAX_DEAD_LETTERS = 50
+#: All waits of the test together (it takes ~40 s): room is left under pytest's 300 s limit for
+#: the setup and for stopping the processes.
+WAIT_BUDGET_S = 200
+EXPECTED_REASON = b"failed 3 attempts, the last with FlakyDependencyError"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -40,6 +53,7 @@ class Fleet:
             "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
             "KMQ_SESSION_TIMEOUT_MS": "6000",
             "KMQ_TEST_OUTPUT_DIR": str(out_dir),
+            "KMQ_TEST_FAILURE_RATE": str(FAILURE_RATE),
         }
         self.processes: list[subprocess.Popen[bytes]] = []
 
@@ -99,9 +113,10 @@ def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
     queue = new_queue(settings, topic_name, GROUP, partitions=PARTITIONS,
-                      retry_delays_ms=(1_000, 2_000), visibility_timeout_ms=5_000)  # fmt: skip
+                      retry_delays_ms=RETRY_DELAYS_MS, visibility_timeout_ms=5_000)  # fmt: skip
     ids = [f"id-{i:05d}".encode() for i in range(MESSAGES)]
     fleet = Fleet(settings, topic_name, tmp_path)
+    budget = WaitBudget(WAIT_BUDGET_S)
     try:
         tracker = fleet.tracker()
         victim = fleet.worker()
@@ -111,7 +126,8 @@ def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
         # SIGKILL one worker mid-batch, twice, replacing it each time
         for _ in range(2):
             target = processed_by(tmp_path, victim.pid) + 300
-            assert wait_for(functools.partial(has_processed, tmp_path, victim.pid, target), 120)
+            killable = functools.partial(has_processed, tmp_path, victim.pid, target)
+            assert wait_for(killable, budget.left_s())
             victim.send_signal(signal.SIGKILL)
             victim.wait()
             victim = fleet.worker()
@@ -126,21 +142,31 @@ def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
             dead = {m.value() for m in read_topic(settings, dlq, PARTITIONS, timeout_s=5)}
             return set(ids) <= set(processed_counts(tmp_path)) | dead
 
-        assert wait_for(all_accounted, 240)
+        assert wait_for(all_accounted, budget.left_s())
     finally:
         fleet.stop_all()
 
     processed = processed_counts(tmp_path)
     dead_letters = read_topic(settings, queue.dlq_topic, PARTITIONS, timeout_s=5)
-    dead = {
-        m.value(): header_value(normalize_headers(m.headers()), DLQ_REASON) for m in dead_letters
-    }
-    missing = set(ids) - set(processed) - set(dead)
+    dead = {m.value() for m in dead_letters}
+    redelivered = read_topic(settings, queue.redelivery_topic, PARTITIONS, timeout_s=5)
+    missing = set(ids) - set(processed) - dead
     duplicates = sum(count - 1 for count in processed.values() if count > 1)
     print(
         f"\nat-least-once: {len(ids)} ids, {len(processed)} processed, {len(dead)} dead-lettered, "
-        f"{len(missing)} missing, {duplicates} duplicate deliveries"
+        f"{len(missing)} missing, {duplicates} duplicate deliveries, "
+        f"{len(redelivered)} redelivered by the tracker"
     )
     assert not missing
-    assert all(reason for reason in dead.values()), "every dead letter carries a reason"
     assert set(processed) <= set(ids)
+    # the kills hit messages in flight: the tracker had to redeliver some
+    assert redelivered, "no message was in flight when the workers were killed"
+    assert {m.value() for m in redelivered} <= set(ids)
+    # every dead letter ran out of retries, and no more than chance explains
+    reasons = collections.Counter(
+        (header_value(headers, DLQ_REASON), header_value(headers, ERROR_TYPE))
+        for headers in (normalize_headers(m.headers()) for m in dead_letters)
+    )
+    assert set(reasons) <= {(EXPECTED_REASON, b"FlakyDependencyError")}, reasons
+    assert len(dead_letters) <= MAX_DEAD_LETTERS, f"{len(dead_letters)} dead letters"
+    assert dead <= set(ids)

@@ -33,6 +33,11 @@ INJECTIONS = [
     "x' UNION SELECT * FROM actions --",
     "0) OR (1=1",
 ]
+#: A time range holding every dead letter of these tests.
+EVERY_TIME: dict[str, Any] = {
+    "since": datetime(2000, 1, 1, tzinfo=UTC),
+    "until": datetime(2100, 1, 1, tzinfo=UTC),
+}
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -131,7 +136,20 @@ def test_filters_select_exactly_and_status_changes_stick(store_url: str) -> None
     store.close()
 
 
-def test_injection_strings_through_every_filter_match_nothing_and_change_nothing(
+def injected_filters(attack: str) -> list[DeadLetterFilter]:
+    """``attack`` in each text field of a filter, then in all of them at once within a time
+    range that holds every dead letter."""
+    fields: dict[str, Any] = {
+        "queue_topic": attack, "group_id": attack, "error_type": attack,
+        "key": attack.encode(), "text": attack,
+    }  # fmt: skip
+    return [
+        *(DeadLetterFilter(**{name: value}) for name, value in fields.items()),
+        DeadLetterFilter(**fields, **EVERY_TIME),
+    ]
+
+
+def test_injection_strings_through_every_filter_and_discard_match_nothing_and_change_nothing(
     store_url: str,
 ) -> None:
     store = AuditStore(store_url)
@@ -141,28 +159,58 @@ def test_injection_strings_through_every_filter_match_nothing_and_change_nothing
         selection="all", count=5, target="retry", dry_run=False, outcome="ok",
     )  # fmt: skip
     before = [(d.dlq_offset, d.status) for d in store.dead_letters()]
+    # the time range alone selects them all
+    assert store.count_dead_letters(DeadLetterFilter(**EVERY_TIME)) == 5
 
+    discards = 0
     for attack in INJECTIONS:
-        filters = [
-            DeadLetterFilter(queue_topic=attack),
-            DeadLetterFilter(group_id=attack),
-            DeadLetterFilter(error_type=attack),
-            DeadLetterFilter(key=attack.encode()),
-            DeadLetterFilter(text=attack),
-        ]
-        for where in filters:
+        for where in injected_filters(attack):
             assert store.count_dead_letters(where) == 0, (attack, where)
             assert store.dead_letters(where) == []
+            # discarding through the same filter, as a dry run and for real, changes nothing
+            assert store.discard(where, actor=attack, dry_run=True) == 0
+            assert store.discard(where, actor=attack) == 0
+            discards += 2
+        with pytest.raises(ConfigError, match="status must be one of"):
+            DeadLetterFilter(status=attack)
         assert store.set_status(attack, [(0, 0)], "discarded") == 0
-        assert store.actions(queue_topic=attack) == []
+        assert store.actions(queue_topic=attack)  # the discards' actions, under the attack
         assert store.alerts(queue_topic=attack) == []
         assert store.transitions(attack, attack) == []
         assert store.breaker_state(attack, attack) is None
 
     assert [(d.dlq_offset, d.status) for d in store.dead_letters()] == before
-    assert len(store.actions()) == 1
+    actions = store.actions()
+    assert len(actions) == 1 + discards
+    # the attack strings were stored as plain values in the discards' actions
+    stored = {(a.actor, a.queue_topic, a.count) for a in actions[1:]}
+    assert {actor for actor, _, _ in stored} == set(INJECTIONS)
+    assert {topic for _, topic, _ in stored} == {*INJECTIONS, "*"}
+    assert {count for _, _, count in stored} == {0}
     assert {"dead_letters", "actions"} <= set(inspect(store.engine).get_table_names())
     store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect: DeadLetterFilter does not check the types of since/until; on SQLite a "
+    "string compares as text, so since=\"' OR '1'='1\" selects (and discard marks) every dead "
+    "letter. Fix in DeadLetterFilter.__post_init__ (audit browsing queries), then drop this mark",
+)
+def test_a_time_bound_that_is_not_a_datetime_is_refused_with_a_clear_error(
+    store_url: str,
+) -> None:
+    store = AuditStore(store_url)
+    store.add_dead_letters([row(i) for i in range(5)])
+    try:
+        for attack in INJECTIONS:
+            for bound in ("since", "until"):
+                not_a_datetime: dict[str, Any] = {bound: attack}
+                with pytest.raises(ConfigError, match=bound):
+                    DeadLetterFilter(**not_a_datetime)
+    finally:
+        assert store.count_dead_letters(DeadLetterFilter(status="new")) == 5
+        store.close()
 
 
 def test_only_one_of_two_racing_breaker_writes_wins(store_url: str) -> None:

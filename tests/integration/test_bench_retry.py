@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.kafka_helpers import LONGEST_WAIT_S
 from tests.processes import run_kmq
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -14,7 +15,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 def test_bench_retry_prints_its_figures_and_nothing_was_early() -> None:
     args = ("bench", "retry", "--messages", "300", "--send-seconds", "2", "--max-delay", "4s")
 
-    result = run_kmq(*args, timeout_s=300)
+    result = run_kmq(*args, timeout_s=LONGEST_WAIT_S)
 
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])

@@ -1,10 +1,12 @@
 """A 30-second outage of the downstream service with the circuit breaker on, against the real
 broker and a real SQLite audit store: it opens within its window, no message reaches the retry
-topics or the DLQ while it is open (failed probes wait), and after recovery every message is
-processed; nothing is lost."""
+topics or the DLQ while it is open (failed probes wait), the messages it holds keep their
+visibility through the outage (nothing is redelivered), and after recovery every message is
+processed exactly once; nothing is lost."""
 
 from __future__ import annotations
 
+import collections
 import threading
 from pathlib import Path
 
@@ -27,6 +29,8 @@ GROUP = "billing"
 PARTITIONS = 2
 MESSAGES = 400
 OUTAGE_S = 30
+#: Far shorter than the outage: held messages survive it only by having their visibility extended.
+VISIBILITY_MS = 8_000
 RETRY_DELAYS_MS = (2_000, 5_000, 10_000, 20_000, 40_000)
 CONFIG = BreakerConfig(
     window_ms=5_000,
@@ -48,10 +52,11 @@ def test_an_outage_opens_the_breaker_and_then_nothing_reaches_the_retry_topics(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
     queue = new_queue(
-        settings, topic_name, GROUP, partitions=PARTITIONS, retry_delays_ms=RETRY_DELAYS_MS
-    )
+        settings, topic_name, GROUP, partitions=PARTITIONS, retry_delays_ms=RETRY_DELAYS_MS,
+        visibility_timeout_ms=VISIBILITY_MS,
+    )  # fmt: skip
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
-    processed: set[bytes] = set()
+    processed: list[bytes] = []  # a list: a message processed twice shows up twice
     failures_ms: list[int] = []
     alerts: list[Transition] = []
     outage_ends_ms = [0]
@@ -61,14 +66,14 @@ def test_an_outage_opens_the_breaker_and_then_nothing_reaches_the_retry_topics(
         if now_ms < outage_ends_ms[0]:
             failures_ms.append(now_ms)
             raise DownstreamError("payments API answers 503")
-        processed.add(message.value or b"")
+        processed.append(message.value or b"")
 
     breaker = SharedBreaker(CircuitBreaker(CONFIG), queue, store=store, on_transition=alerts.append)
     service = Worker(settings, queue, handler, breaker=breaker)
     router = service.router
     stop = threading.Event()
     worker = threading.Thread(target=service.run, args=(stop,))
-    with running_service(RedeliveryTracker(settings, queue)):
+    with running_service(RedeliveryTracker(settings, queue)) as tracker:
         worker.start()
         try:
             outage_ends_ms[0] = wall_clock_ms() + OUTAGE_S * 1000
@@ -76,11 +81,18 @@ def test_an_outage_opens_the_breaker_and_then_nothing_reaches_the_retry_topics(
                 settings, topic_name, [str(i).encode() for i in range(MESSAGES)],
                 partitions=PARTITIONS,
             )  # fmt: skip
-            everything = wait_for(lambda: len(processed) == MESSAGES, timeout_s=OUTAGE_S + 90)
+            everything = wait_for(lambda: len(set(processed)) == MESSAGES, timeout_s=OUTAGE_S + 90)
+            # every message is acknowledged once the tracker has seen every end marker
+            settled = wait_for(lambda: tracker.inflight_count() == 0, timeout_s=30)
         finally:
             stop.set()
             worker.join(60)
-    assert everything, f"only {len(processed)} of {MESSAGES} processed after the outage"
+    assert everything, f"only {len(set(processed))} of {MESSAGES} processed after the outage"
+    assert settled, f"{tracker.inflight_count()} messages never acknowledged"
+    duplicates = sorted(v for v, n in collections.Counter(processed).items() if n > 1)
+    assert duplicates == [], f"processed more than once: {duplicates[:10]}"
+    assert tracker.stats.redelivered == 0, "a held message lost its visibility"
+    assert read_topic(settings, queue.redelivery_topic, PARTITIONS, timeout_s=3) == []
 
     transitions = store.transitions(topic_name, GROUP)
     opened = transitions[0]

@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from kmq_dagster.broker.ports import free_port
 from kmq_dagster.kafka.provision import provision_topic
+from kmq_dagster.kafka.topic_reader import records_and_ends
 from kmq_dagster.settings import KmqSettings
 from tests.processes import BrokerProcess, pid_alive, run_kmq
 
@@ -22,22 +23,22 @@ def _settings(bootstrap_servers: str) -> KmqSettings:
     return KmqSettings(bootstrap_servers=bootstrap_servers, session_timeout_ms=6_000)
 
 
-def _read_all(
-    settings: KmqSettings, topic: str, group: str, idle_s: float = 4
-) -> list[bytes | None]:
-    """Read until nothing new arrives for ``idle_s`` after partitions reached EOF."""
+def _read_all(settings: KmqSettings, topic: str, group: str) -> list[bytes | None]:
+    """Read ``topic`` in ``group`` from its committed offsets until every partition assigned
+    reported its end (a partition-EOF event), then commit what was read."""
     consumer = Consumer(settings.consumer_config(group, **{"enable.partition.eof": True}))
     consumer.subscribe([topic])
     values: list[bytes | None] = []
-    last_progress = time.monotonic()
+    at_end: set[int] = set()
     deadline = time.monotonic() + 60
     try:
-        while time.monotonic() < deadline and time.monotonic() - last_progress < idle_s:
-            message = consumer.poll(0.2)
-            if message is None or message.error():
-                continue
-            values.append(message.value())
-            last_progress = time.monotonic()
+        while True:
+            assert time.monotonic() < deadline, f"{topic} not read to its end within 60 s"
+            records = records_and_ends(consumer.consume(100, 0.2), at_end)
+            values += [record.value() for record in records]
+            assigned = {tp.partition for tp in consumer.assignment()}
+            if assigned and assigned <= at_end:
+                break
         if values:
             consumer.commit(asynchronous=False)
     finally:

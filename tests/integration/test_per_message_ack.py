@@ -21,11 +21,20 @@ from kmq_dagster.core.headers import (
 )
 from kmq_dagster.core.markers import StartMarker, encode_marker
 from kmq_dagster.core.queue import Queue
+from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import new_queue, produce, read_topic, running_service, wait_for
+from tests.kafka_helpers import (
+    new_queue,
+    poll_until,
+    produce,
+    read_topic,
+    running_service,
+    wait_for,
+)
+from tests.unit.fakes import FakeClock
 
 pytestmark = pytest.mark.kafka
 
@@ -59,14 +68,6 @@ def consumer_factory(settings: KmqSettings, queue: Queue) -> Iterator[Callable[.
         consumer.close()
 
 
-def poll_until(consumer: KmqConsumer, count: int, timeout_s: float = 30) -> list[KmqMessage]:
-    received: list[KmqMessage] = []
-    deadline = time.monotonic() + timeout_s
-    while len(received) < count and time.monotonic() < deadline:
-        received += consumer.poll(timeout_s=0.5)
-    return received
-
-
 def test_acks_from_many_threads_in_any_order_are_never_redelivered(
     settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
@@ -81,11 +82,16 @@ def test_acks_from_many_threads_in_any_order_are_never_redelivered(
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(consumer.ack, messages))
         consumer.flush()
-        # then, once the tracker has seen every marker and every deadline has passed,
-        assert wait_for(lambda: tracker.stats.markers >= consumer.stats.start_markers + 1)
-        assert wait_for(lambda: tracker.inflight_count() == 0)
-        time.sleep(2)
-        # nothing was redelivered
+        # then, once the tracker has read every marker to the end, nothing is in flight
+        written = consumer.stats.start_markers + consumer.stats.end_markers
+        assert wait_for(
+            lambda: (
+                tracker.caught_up_partitions() == [0, 1]
+                and tracker.stats.markers == written
+                and tracker.inflight_count() == 0
+            )
+        )
+        # and nothing was redelivered (nor can be)
         assert tracker.stats.redelivered == 0
     assert len(messages) == 300
     assert {m.value for m in messages} == {f"m{i}".encode() for i in range(300)}
@@ -158,8 +164,14 @@ def test_acking_something_that_is_not_a_message_is_reported_and_harms_nothing(
         consumer.ack(None)  # type: ignore[arg-type]
         consumer.ack(messages[1])
         consumer.flush()
-        assert wait_for(lambda: tracker.inflight_count() == 0)
-        time.sleep(2)
+        written = consumer.stats.start_markers + consumer.stats.end_markers
+        assert wait_for(
+            lambda: (
+                tracker.caught_up_partitions() == [0, 1]
+                and tracker.stats.markers == written
+                and tracker.inflight_count() == 0
+            )
+        )
     # then the garbage is counted and logged, and both messages count as acknowledged
     assert consumer.stats.invalid_acks == 2
     assert "not a message from this consumer" in caplog.text
@@ -240,21 +252,35 @@ def test_nack_redelivers_at_once_instead_of_after_the_timeout(
     assert time.monotonic() - started < 60  # far sooner than the 120 s timeout
 
 
-def test_extend_keeps_a_long_running_message_from_being_redelivered(
+def test_extend_keeps_a_long_running_message_from_being_redelivered_until_its_new_deadline(
     settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
-    produce(settings, queue.topic, [b"slow"])
-    consumer = consumer_factory(visibility_timeout_ms=1_500)
-    tracker = RedeliveryTracker(settings, consumer.queue)
+    # given two messages fetched together with a 1.5 s visibility timeout, one extended by 8 s
+    produce(settings, queue.topic, [b"slow", b"control"])
+    clock = FakeClock(wall_clock_ms())  # consumer and tracker: time moves when the test says
+    consumer = consumer_factory(visibility_timeout_ms=1_500, clock_ms=clock)
+    tracker = RedeliveryTracker(settings, consumer.queue, clock_ms=clock)
     with running_service(tracker):
-        [message] = poll_until(consumer, 1)
-        consumer.extend(message, seconds=8)
-        assert poll_until(consumer, 1, timeout_s=4) == []  # past the first deadline
-        consumer.ack(message)
+        slow, control = poll_until(consumer, 2)
+        consumer.extend(slow, seconds=8)
         consumer.flush()
-        assert wait_for(lambda: tracker.inflight_count() == 0)
-        assert poll_until(consumer, 1, timeout_s=7) == []  # past the extended deadline
-    assert tracker.stats.redelivered == 0
+        written = consumer.stats.start_markers + 1  # the fetch's and the extension's
+        assert wait_for(
+            lambda: tracker.caught_up_partitions() == [0, 1] and tracker.stats.markers == written
+        )
+        # when the clock passes the first deadline, up to 1 ms before the extended one
+        clock.advance(7_999)
+        assert wait_for(lambda: tracker.stats.redelivered == 1)
+        early = read_topic(settings, queue.redelivery_topic, PARTITIONS, at_least=1)
+        # and then reaches the extended deadline
+        clock.advance(1)
+        assert wait_for(lambda: tracker.stats.redelivered == 2)
+
+    # then the control message came back at the first deadline, the extended one only at its own
+    assert [r.value() for r in early] == [control.value] == [b"control"]
+    copies = read_topic(settings, queue.redelivery_topic, PARTITIONS, at_least=2)
+    assert [r.value() for r in copies] == [b"control", b"slow"] == [control.value, slow.value]
+    assert tracker.stats.redelivered == 2
 
 
 def test_tracker_survives_garbage_markers_and_still_redelivers(
@@ -291,33 +317,6 @@ def test_tracker_survives_garbage_markers_and_still_redelivers(
     assert tracker.stats.records_gone == 2
     assert tracker.stats.redelivered == 1
     assert tracker.stats.dead_lettered == 0
-
-
-def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknowledged(
-    settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
-) -> None:
-    produce(settings, queue.topic, [f"m{i}".encode() for i in range(100)], partitions=PARTITIONS)
-    consumer = consumer_factory(visibility_timeout_ms=1_000, batch_size=20)
-    first = RedeliveryTracker(settings, consumer.queue)
-    with running_service(first):
-        for message in poll_until(consumer, 100):
-            consumer.ack(message)
-        consumer.flush()
-        assert wait_for(lambda: first.stats.markers >= consumer.stats.start_markers + 1)
-        assert wait_for(lambda: first.inflight_count() == 0)
-    markers_read_first = first.stats.markers
-
-    # when a new tracker starts after every deadline has passed
-    time.sleep(1.5)
-    second = RedeliveryTracker(settings, consumer.queue)
-    with running_service(second):
-        time.sleep(4)
-
-    # then it re-read none of the closed markers and redelivered nothing
-    assert markers_read_first > 0
-    assert second.stats.markers == 0
-    assert second.stats.redelivered == 0
-    assert read_topic(settings, queue.redelivery_topic, PARTITIONS) == []
 
 
 def test_null_keys_and_values_1mib_values_and_binary_headers_survive_redelivery(

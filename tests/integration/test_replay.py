@@ -23,7 +23,8 @@ from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
-from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
+from kmq_dagster.kafka.replay import CHUNK, ReplayRequest, replay_dead_letters
+from kmq_dagster.kafka.topic_reader import assigned_reader
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import (
     new_queue,
@@ -92,7 +93,9 @@ def test_replayed_dead_letters_are_processed_again_by_their_group(
     assert report.replayed == 1
     with running_worker(settings, queue, seen.append):
         assert wait_for(lambda: len(seen) == 1, timeout_s=60)
-        time.sleep(1)  # nothing else arrives
+    # nothing else can arrive: the replay wrote one copy, and the queue topic is empty
+    assert len(read_topic(settings, queue.first_retry_topic, PARTITIONS, at_least=1)) == 1
+    assert read_topic(settings, queue.topic, PARTITIONS, timeout_s=3) == []
     (message,) = seen
     assert (message.key, message.value) == (b"b", b"value-b")
     headers = dict(message.headers)
@@ -163,38 +166,75 @@ def test_the_rate_limit_spreads_copies_out(settings: KmqSettings, queue: Queue) 
 
 
 @pytest.mark.slow
-def test_a_replay_killed_mid_way_resumes_without_losing_any_and_counts_duplicates(
+def test_a_replay_killed_mid_way_resumes_where_it_was_done_and_duplicates_at_most_a_chunk(
     settings: KmqSettings, queue: Queue, tmp_path: Path
 ) -> None:
-    count = 600
+    # given 1,600 dead letters (8 s at 200/s): number i sits at DLQ partition i % 2, offset i // 2
+    count = 1_600
+    per_partition = count // PARTITIONS
     dead_letter(settings, queue, [(str(i), "TimeoutError") for i in range(count)])
+    target = queue.first_retry_topic
     env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
     argv = kmq_argv("replay", "--topic", queue.topic, "--group", GROUP, "--rate", "200")
     log = (tmp_path / "replay-1.log").open("wb")
     first = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    watcher = assigned_reader(settings, target, dict.fromkeys(range(PARTITIONS), 0))
     try:
-        target = queue.first_retry_topic
-        assert wait_for(lambda: len(read_topic(settings, target, PARTITIONS, timeout_s=1)) > 150)
+        # when it is killed once every partition is past its first chunk (a replay that started
+        # over would repeat more than a chunk), in the middle of a chunk of copies
+        copied = dict.fromkeys(range(PARTITIONS), 0)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for record in watcher.consume(CHUNK, 0.01):
+                copied[record.partition() or 0] += record.error() is None
+            if min(copied.values()) > CHUNK + 10 and 20 <= sum(copied.values()) % CHUNK <= 70:
+                break
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
     finally:
+        watcher.close()
         if first.poll() is None:
             first.kill()
             first.wait(timeout=10)
-    before = len(read_topic(settings, target, PARTITIONS, timeout_s=2))
-    assert before < count, "the kill must land mid-way"
+    before = copies_by_partition(settings, target, timeout_s=2)
+    assert sum(map(len, before.values())) < count, "the kill must land mid-way"
 
+    # and run again to the end
     second = run_kmq("replay", "--topic", queue.topic, "--group", GROUP, env=env)
 
     assert second.returncode == 0, second.stderr
-    copies = read_topic(settings, target, PARTITIONS, at_least=count, timeout_s=60)
-    seen = collections.Counter(r.key() for r in copies)
-    duplicates = sum(n - 1 for n in seen.values())
+    after = copies_by_partition(settings, target, at_least=count, timeout_s=60)
     reported = int(second.stdout.rsplit("possible duplicates ", 1)[1].split(";")[0])
-    print(f"replayed before the kill {before}, duplicates {duplicates}, reported {reported}")
-    assert len(seen) == count, "a dead letter was never replayed"
-    assert duplicates <= reported
-    assert "replayed" in second.stdout
+    replayed_again = int(second.stdout.split("replayed ", 1)[1].split(" ", 1)[0])
+    duplicates = 0
+    for partition in range(PARTITIONS):
+        keys = [str(PARTITIONS * offset + partition).encode() for offset in range(per_partition)]
+        copied_first = len(before[partition])
+        first_run, second_run = after[partition][:copied_first], after[partition][copied_first:]
+        # then the first run copied in order, and the second resumed at a position no more
+        # than one chunk behind where the first stopped, and went on to the end
+        assert first_run == keys[: len(first_run)]
+        resumed_at = per_partition - len(second_run)
+        assert second_run == keys[resumed_at:]
+        assert 0 <= len(first_run) - resumed_at <= CHUNK, (partition, resumed_at)
+        duplicates += len(first_run) - resumed_at
+    copied_before = sum(map(len, before.values()))
+    print(f"copied before the kill {copied_before}, duplicates {duplicates}, reported {reported}")
+    assert min(copied.values()) > CHUNK + 10, "the first run was not killed past its first chunk"
+    assert duplicates > 0, "the kill did not land in the middle of a chunk"
+    assert duplicates <= reported <= CHUNK * PARTITIONS
+    assert replayed_again == sum(map(len, after.values())) - copied_before
+
+
+def copies_by_partition(
+    settings: KmqSettings, topic: str, *, at_least: int = 0, timeout_s: float = 30
+) -> dict[int, list[bytes | None]]:
+    """Keys of ``topic``'s records per partition, in offset order."""
+    records = read_topic(settings, topic, PARTITIONS, at_least=at_least, timeout_s=timeout_s)
+    by_partition: dict[int, list[bytes | None]] = {p: [] for p in range(PARTITIONS)}
+    for record in sorted(records, key=lambda r: (r.partition() or 0, r.offset() or 0)):
+        by_partition[record.partition() or 0].append(record.key())
+    return by_partition
 
 
 def test_bad_replay_arguments_are_one_line_errors(settings: KmqSettings, queue: Queue) -> None:

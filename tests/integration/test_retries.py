@@ -153,12 +153,14 @@ def test_groups_are_isolated_only_the_failing_group_retries(
         lambda m: FlakyError("b only") if len(calls_b.seen) <= 2 else None
     )
     with running_worker(settings, a, handler_a), running_worker(settings, b, handler_b):
-        assert wait_for(lambda: len(calls_b.seen) == 4, timeout_s=60)
-        time.sleep(1)
+        assert wait_for(lambda: len(calls_b.seen) == 4 and len(calls_a.seen) == 2, timeout_s=60)
     assert sorted(calls_a.values()) == [b"m1", b"m2"]  # A saw each message once, no copies
     assert sorted(calls_b.values()) == [b"m1", b"m1", b"m2", b"m2"]
+    # and no more can come: A has no copies at all, B exactly its two retries
     assert read_topic(settings, a.retry_topics[DELAY_MS], 1) == []
+    assert read_topic(settings, a.redelivery_topic, 1) == []
     assert len(read_topic(settings, b.retry_topics[DELAY_MS], 1, at_least=2)) == 2
+    assert read_topic(settings, b.redelivery_topic, 1) == []
 
 
 def test_keyboard_interrupt_in_a_handler_stops_the_worker_without_losing_the_message(

@@ -13,6 +13,7 @@ from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.errors import AuditStoreError
 from kmq_dagster.secrets import mask_config, mask_url
 from kmq_dagster.settings import KmqSettings
+from tests.kafka_helpers import LONGEST_WAIT_S
 from tests.processes import run_kmq
 
 pytestmark = pytest.mark.kafka
@@ -57,7 +58,7 @@ def test_bench_output_never_shows_the_postgres_password(postgres_url: str, tmp_p
 
     result = run_kmq(
         "bench", "audit", "--rows", "100", "--rounds", "1", "--postgres-url", with_password,
-        timeout_s=300,
+        timeout_s=LONGEST_WAIT_S,
     )  # fmt: skip
 
     assert result.returncode == 0, result.stderr[-2000:]

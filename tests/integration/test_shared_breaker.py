@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from kmq_dagster.audit.shared_breaker import SharedBreaker
@@ -55,3 +56,24 @@ def test_a_silent_prober_is_replaced(tmp_path: Path) -> None:
 
     assert b.allows(7_000)  # quiet for longer than the probe timeout: b takes over
     assert b.state is State.HALF_OPEN
+
+
+def test_at_the_default_sync_interval_one_worker_opening_stops_every_worker_within_a_second(
+    tmp_path: Path,
+) -> None:
+    # given three workers of one group as `kmq worker --breaker` builds them (default sync)
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    config = replace(CONFIG, cooldown_ms=60_000)  # no probing within the second looked at
+    a, b, c = (SharedBreaker.for_queue(Queue("orders", "billing"), store, config) for _ in "abc")
+    # b and c are working; c read the store the very moment before a opens the breaker
+    assert b.allows(10_000)
+    assert c.allows(10_400)
+
+    # when a opens it at 10,400 ms
+    fail(a, 4, now_ms=10_400)
+    assert a.state is State.OPEN
+
+    # then, one second later, neither b nor c takes another message
+    assert not b.allows(11_400)
+    assert not c.allows(11_400)
+    assert b.state is State.OPEN and c.state is State.OPEN

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.headers import DLQ_REASON, header_value, normalize_headers
-from kmq_dagster.core.naming import dlq_topic, retry_topic
+from kmq_dagster.core.markers import StartMarker, decode_marker
+from kmq_dagster.core.naming import dlq_topic, markers_topic, retry_topic
 from kmq_dagster.core.retry_headers import ATTEMPT
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import new_queue, produce, read_topic, wait_for
@@ -115,12 +115,21 @@ def test_conflicting_retry_flags_are_a_one_line_error(settings: KmqSettings) -> 
     assert {both.returncode, bad.returncode, stray.returncode} == {1}
 
 
+def held_messages_extended(settings: KmqSettings, topic: str) -> bool:
+    """Whether a worker of group g extended a message's visibility: a start marker for one
+    message (a fetch writes one per run of the batch, here one for all 200)."""
+    records = read_topic(settings, markers_topic(topic, "g"), 1, timeout_s=3)
+    markers = [decode_marker(r.value() or b"") for r in records]
+    return any(isinstance(m, StartMarker) and m.count == 1 for m in markers)
+
+
 def test_worker_breaker_stops_a_failure_flood_and_raises_an_alert(
     settings: KmqSettings, topic_name: str, tmp_path: Path, private_audit_store: str
 ) -> None:
     env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers, "KMQ_SESSION_TIMEOUT_MS": "6000"}
     delays = ("--retry-delays", "1m")
-    provisioned = run_kmq("provision", "-t", topic_name, "-p", "1", "-g", "g", *delays, env=env)
+    provisioned = run_kmq("provision", "-t", topic_name, "-p", "1", "-g", "g", *delays,
+                          "--visibility-timeout", "3s", env=env)  # fmt: skip
     assert provisioned.returncode == 0, provisioned.stderr
     produce(settings, topic_name, [str(i).encode() for i in range(200)])
     log = (tmp_path / "worker.log").open("wb")
@@ -136,7 +145,10 @@ def test_worker_breaker_stops_a_failure_flood_and_raises_an_alert(
     store = AuditStore(private_audit_store)
     try:
         assert wait_for(lambda: store.alerts(queue_topic=topic_name), timeout_s=60)
-        time.sleep(2)  # it stays stopped
+        # it keeps running with the breaker open: it extends the visibility of what it holds
+        assert wait_for(lambda: held_messages_extended(settings, topic_name), timeout_s=30)
+        # but calls the handler no more: 4 failures retried, the 5th opened the breaker
+        calls = b"".join(path.read_bytes() for path in tmp_path.glob("calls-*.log"))
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=60) == 0
@@ -146,6 +158,7 @@ def test_worker_breaker_stops_a_failure_flood_and_raises_an_alert(
     copies = read_topic(settings, retry_topic(topic_name, "g", 60_000), 1, timeout_s=3)
     # the first 4 failures were retried; the 5th opened the breaker and waits with the rest
     assert len(copies) == 4, "the flood reached the retry topic"
+    assert calls.count(b"\n") == 5, "the handler was called while the breaker was open"
     assert "circuit breaker of" in (tmp_path / "worker.log").read_text()
 
 

@@ -1,8 +1,8 @@
 """A handler for process-level tests: records each message it processed, fails ~10% of calls.
 
-Every successful call appends the message value as one line to
-``$KMQ_TEST_OUTPUT_DIR/processed-<pid>.log`` *before* returning, so the record exists before the
-acknowledgement (ack after effect) and survives a SIGKILL of the worker.
+Every call appends the message value as one line to ``$KMQ_TEST_OUTPUT_DIR/calls-<pid>.log``,
+and every successful call to ``processed-<pid>.log`` *before* returning, so the record exists
+before the acknowledgement (ack after effect) and survives a SIGKILL of the worker.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 from kmq_dagster.kafka.consumer import KmqMessage
 
 _rng = random.Random()
-#: The output file, opened on first use (keyed by pid: a forked worker opens its own).
-_outputs: dict[int, int] = {}
+#: Output files by (pid, kind), opened on first use (a forked worker opens its own).
+_outputs: dict[tuple[int, str], int] = {}
 
 #: Share of calls that raise.
 FAILURE_RATE = float(os.environ.get("KMQ_TEST_FAILURE_RATE", "0.1"))
@@ -29,10 +29,15 @@ class FlakyDependencyError(RuntimeError):
 
 def handle(message: KmqMessage) -> None:
     time.sleep(WORK_S)
+    _record("calls", message)
     if _rng.random() < FAILURE_RATE:
         raise FlakyDependencyError("simulated failure")
-    pid = os.getpid()
-    if pid not in _outputs:
-        path = os.path.join(os.environ["KMQ_TEST_OUTPUT_DIR"], f"processed-{pid}.log")
-        _outputs[pid] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.write(_outputs[pid], (message.value or b"<null>") + b"\n")
+    _record("processed", message)
+
+
+def _record(kind: str, message: KmqMessage) -> None:
+    key = (os.getpid(), kind)
+    if key not in _outputs:
+        path = os.path.join(os.environ["KMQ_TEST_OUTPUT_DIR"], f"{kind}-{key[0]}.log")
+        _outputs[key] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.write(_outputs[key], (message.value or b"<null>") + b"\n")

@@ -94,10 +94,11 @@ def test_the_edges_of_an_offset_range_and_the_since_time_are_selected() -> None:
     assert selection.matches(0, 15, None, None, 199)
 
 
-def test_no_filter_selects_everything_and_injection_strings_are_just_values() -> None:
+def test_no_filter_selects_everything_and_a_quoted_key_or_error_type_matches_only_itself() -> None:
     assert ReplaySelection().matches(3, 7, None, None, 0)
-    sly = ReplaySelection(key=b"' OR 1=1 --", error_type="x' OR '1'='1")
-    assert not sly.matches(0, 0, b"k", TIMEOUT, 0)
+    quoted = ReplaySelection(key=b"' OR 1=1 --", error_type="x' OR '1'='1")
+    assert not quoted.matches(0, 0, b"k", TIMEOUT, 0)
+    assert quoted.matches(0, 0, b"' OR 1=1 --", [(ERROR_TYPE, b"x' OR '1'='1")], 0)
 
 
 def test_since_must_come_before_until() -> None:
