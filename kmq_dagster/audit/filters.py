@@ -59,6 +59,13 @@ class DeadLetterFilter:
                 raise ConfigError(
                     f"{name} is a kmq header: filter by error type, reason, text or key instead"
                 )
+        for name in ("since", "until"):
+            moment = getattr(self, name)
+            if moment is not None and not isinstance(moment, datetime):
+                # A string would be compared as text by SQLite and select anything.
+                raise ConfigError(
+                    f"{name} must be a datetime, got {type(moment).__name__}", setting=name
+                )
         if self.since is not None and self.until is not None and self.since >= self.until:
             raise ConfigError("the start of the time range must be before its end")
 

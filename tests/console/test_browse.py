@@ -15,18 +15,7 @@ from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.errors import ConfigError
 from tests.console.conftest import BASE_MS, stored_row
-
-INJECTIONS = [
-    "' OR '1'='1",
-    "'; DROP TABLE dead_letters; --",
-    '" OR ""="',
-    "%",
-    "_",
-    "\\",
-    "x' UNION SELECT * FROM actions --",
-    "0) OR (1=1",
-    "*/ OR 1=1 /*",
-]
+from tests.support.injections import INJECTIONS
 
 
 def at(seconds: int) -> datetime:

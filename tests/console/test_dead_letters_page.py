@@ -16,7 +16,7 @@ from kmq_dagster.console.auth import OPERATOR, VIEWER, Principal
 from kmq_dagster.console.filter_form import widget_key
 from tests.console.apps import button, has_button, open_app, texts
 from tests.console.conftest import BASE_MS, stored_row
-from tests.console.test_browse import INJECTIONS
+from tests.support.injections import INJECTIONS
 
 OLIVIA = Principal("olivia", OPERATOR)
 VICTOR = Principal("victor", VIEWER)

@@ -22,17 +22,8 @@ from kmq_dagster.audit.models import Base
 from kmq_dagster.audit.store import HEAD_REVISION, AuditStore, DeadLetterFilter, schema_revision
 from kmq_dagster.core.headers import DLQ_REASON, ERROR_MESSAGE, ERROR_TYPE
 from kmq_dagster.errors import ConfigError
+from tests.support.injections import INJECTIONS
 
-INJECTIONS = [
-    "' OR '1'='1",
-    "'; DROP TABLE dead_letters; --",
-    '" OR ""="',
-    "%",
-    "_",
-    "\\",
-    "x' UNION SELECT * FROM actions --",
-    "0) OR (1=1",
-]
 #: A time range holding every dead letter of these tests.
 EVERY_TIME: dict[str, Any] = {
     "since": datetime(2000, 1, 1, tzinfo=UTC),
@@ -191,12 +182,6 @@ def test_injection_strings_through_every_filter_and_discard_match_nothing_and_ch
     store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: DeadLetterFilter does not check the types of since/until; on SQLite a "
-    "string compares as text, so since=\"' OR '1'='1\" selects (and discard marks) every dead "
-    "letter. Fix in DeadLetterFilter.__post_init__ (audit browsing queries), then drop this mark",
-)
 def test_a_time_bound_that_is_not_a_datetime_is_refused_with_a_clear_error(
     store_url: str,
 ) -> None:

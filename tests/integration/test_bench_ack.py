@@ -6,13 +6,16 @@ import json
 
 import pytest
 
+from tests.kafka_helpers import LONGEST_WAIT_S
 from tests.processes import run_kmq
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def test_bench_ack_prints_both_throughputs_their_ratio_latency_lateness_and_memory() -> None:
-    result = run_kmq("bench", "ack", "--messages", "5000", "--rounds", "1", timeout_s=300)
+    result = run_kmq(
+        "bench", "ack", "--messages", "5000", "--rounds", "1", timeout_s=LONGEST_WAIT_S
+    )
 
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])

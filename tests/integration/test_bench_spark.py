@@ -7,13 +7,16 @@ import json
 
 import pytest
 
+from tests.kafka_helpers import LONGEST_WAIT_S
 from tests.processes import run_kmq
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 
 def test_bench_spark_prints_the_throughputs_their_ratios_and_a_breakdown() -> None:
-    result = run_kmq("bench", "spark", "--messages", "4000", "--rounds", "1", timeout_s=600)
+    result = run_kmq(
+        "bench", "spark", "--messages", "4000", "--rounds", "1", timeout_s=LONGEST_WAIT_S
+    )
 
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])

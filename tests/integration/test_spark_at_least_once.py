@@ -18,7 +18,14 @@ from pyspark.sql import SparkSession
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.session import local_session
-from tests.kafka_helpers import new_queue, produce, running_service, wait_for
+from tests.kafka_helpers import (
+    LONGEST_WAIT_S,
+    WaitBudget,
+    new_queue,
+    produce,
+    running_service,
+    wait_for,
+)
 from tests.processes import kmq_argv
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
@@ -55,12 +62,13 @@ def test_a_driver_killed_mid_batch_loses_nothing(
     # the first batch (offsets 0-299 per partition) completes; the second hangs in its tasks
     first_env = {**env, "KMQ_TEST_HANG_FROM_OFFSET": "300", "KMQ_TEST_HANGING_FLAG": str(hanging)}
 
+    budget = WaitBudget(LONGEST_WAIT_S)
     first = subprocess.Popen(
         argv, cwd=REPO_ROOT, env=first_env, start_new_session=True,
         stdout=(tmp_path / "first.log").open("wb"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        assert wait_for(hanging.exists, timeout_s=180), "the second batch never started"
+        assert wait_for(hanging.exists, timeout_s=budget.left_s()), "the second batch never started"
         os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
         first.wait(timeout=30)
     finally:
@@ -72,9 +80,15 @@ def test_a_driver_killed_mid_batch_loses_nothing(
 
     # past the visibility timeout, the tracker redelivers what the killed batch had started
     with running_service(RedeliveryTracker(settings, queue)) as tracker:
-        assert wait_for(lambda: tracker.stats.redelivered > 0, timeout_s=60)
+        assert wait_for(lambda: tracker.stats.redelivered > 0, timeout_s=budget.left_s())
     second = subprocess.run(
-        argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+        argv,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=budget.left_s(),
+        check=False,
     )
     assert second.returncode == 0, second.stderr[-3000:]
 

@@ -3,7 +3,6 @@ the Parquet output is written (real broker, real Spark)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,7 +73,10 @@ def test_a_batch_writes_successes_with_coordinates_dead_letters_failures_and_ack
     assert sorted(int(r.value() or b"-1") for r in dead) == list(range(0, 400, 10))
     # every message was acknowledged: past the 2 s visibility timeout, nothing is redelivered
     with running_service(RedeliveryTracker(settings, queue)) as tracker:
-        time.sleep(6)
+        assert wait_for(
+            lambda: tracker.caught_up_partitions() == [0, 1] and tracker.inflight_count() == 0
+        )
+        assert tracker.stats.markers > 0  # it read the job's markers: every start has its end
     assert tracker.stats.redelivered == 0
     assert read_topic(settings, queue.redelivery_topic, PARTITIONS, timeout_s=3) == []
 
@@ -132,7 +134,10 @@ def test_a_dataframe_transform_is_written_and_its_messages_acknowledged(
     assert (totals.batches, totals.read, len(rows)) == (2, 300, 300)  # the second read nothing
     assert {r[3] for r in rows} == {f"ORDER-{i}" for i in range(300)}
     with running_service(RedeliveryTracker(settings, queue)) as tracker:
-        time.sleep(6)
+        assert wait_for(
+            lambda: tracker.caught_up_partitions() == [0, 1] and tracker.inflight_count() == 0
+        )
+        assert tracker.stats.markers > 0  # it read the job's markers: every start has its end
     assert tracker.stats.redelivered == 0
 
 
