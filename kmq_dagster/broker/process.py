@@ -80,7 +80,8 @@ class ManagedProcess:
                     stderr=subprocess.STDOUT,
                     env=self.env,
                     start_new_session=True,
-                    preexec_fn=functools.partial(die_with_parent, os.getpid()),
+                    # Safe with threads: the child only calls prctl and getppid before exec.
+                    preexec_fn=functools.partial(die_with_parent, os.getpid()),  # noqa: PLW1509
                 )
             except OSError as exc:
                 raise BrokerError(f"cannot run {self.name} ({self.argv[0]}): {exc}") from exc

@@ -18,6 +18,12 @@ from kmq_dagster.errors import DeliveryError
 #: Longest kmq waits for the broker to acknowledge what it produced before it gives up (the
 #: records stay unacknowledged, so nothing is marked done: the work is tried again).
 DELIVERY_TIMEOUT_S = 30.0
+#: Longest kmq waits for the broker's answer about a copy whose original is acknowledged only
+#: once the copy is durable (a retry, a dead letter, a redelivery). Longer than a broker restart
+#: or a stall: giving up early would leave the copy queued in the client, to be written anyway,
+#: while the original is handed out again (a duplicate, and a redelivery spent on the broker's
+#: fault). librdkafka answers every record within its ``message.timeout.ms`` (300 s).
+COPY_ANSWER_TIMEOUT_S = 120.0
 #: How long to serve delivery reports before trying again when the local queue is full.
 BACKPRESSURE_POLL_S = 0.05
 

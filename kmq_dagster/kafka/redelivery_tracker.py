@@ -38,9 +38,15 @@ from kmq_dagster.core.headers import (
 from kmq_dagster.core.inflight import MessageRef, PartitionInflight
 from kmq_dagster.core.markers import EndMarker, StartMarker, decode_marker, encode_marker
 from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.ranges import offset_runs
 from kmq_dagster.errors import MarkerDecodeError
 from kmq_dagster.kafka.clients import ClientErrors, new_consumer, new_producer, wall_clock_ms
-from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, Deliveries, produce
+from kmq_dagster.kafka.delivery import (
+    COPY_ANSWER_TIMEOUT_S,
+    DELIVERY_TIMEOUT_S,
+    Deliveries,
+    produce,
+)
 from kmq_dagster.kafka.queues import ensure_provisioned
 from kmq_dagster.kafka.record_reader import RecordReader
 from kmq_dagster.settings import KmqSettings
@@ -53,6 +59,9 @@ CHECK_INTERVAL_S = 0.1
 COMMIT_INTERVAL_S = 1.0
 #: Reads of a record that neither find it nor rule it out before it counts as gone.
 MAX_UNDECIDED_READS = 3
+#: Most messages of one markers partition redelivered in one step: a backlog of a million
+#: overdue messages moves in bounded chunks, so the tracker's memory stays bounded too.
+REDELIVERY_CHUNK = 20_000
 
 
 @dataclass
@@ -204,7 +213,7 @@ class RedeliveryTracker:
         for markers_partition, state in list(self._partitions.items()):
             if not state.caught_up:
                 continue
-            overdue = state.inflight.overdue(now_ms)
+            overdue = state.inflight.overdue(now_ms, REDELIVERY_CHUNK)
             if overdue:
                 moved += self._redeliver(markers_partition, state, overdue)
         return moved
@@ -232,21 +241,27 @@ class RedeliveryTracker:
                     del state.undecided_reads[ref]
                     self._record_gone(ref)
                     done.append(ref)
-        if len(copies.wait().delivered) < len(copies):
+        if len(copies.wait(COPY_ANSWER_TIMEOUT_S).delivered) < len(copies):
             # Nothing is ended: every message stays in flight and is tried again next check.
             self.stats.produce_failures += 1
             failures = list(copies.failed.values())[:1] or "no answer in time"
             log.warning("redelivery not acknowledged by the broker; will retry: %s", failures)
             return 0
+        by_source.clear()
         for ref in done:
-            end = EndMarker(ref.topic, ref.partition, ref.offset, 1)
-            produce(
-                self._producer,
-                self.markers_topic,
-                value=encode_marker(end),
-                partition=markers_partition,
-            )
-            state.inflight.record_end(end)
+            by_source[(ref.topic, ref.partition)].append(ref.offset)
+        # One end marker per contiguous run: a chunk of a backlog is a few markers, not one
+        # per message for every tracker to read back.
+        for (topic, partition), offsets in by_source.items():
+            for first, count in offset_runs(offsets):
+                end = EndMarker(topic, partition, first, count)
+                produce(
+                    self._producer,
+                    self.markers_topic,
+                    value=encode_marker(end),
+                    partition=markers_partition,
+                )
+                state.inflight.record_end(end)
         self._producer.poll(0)
         return len(done)
 
