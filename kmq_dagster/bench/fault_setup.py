@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,13 +114,19 @@ class Scenario:
 
     # -- messages ---------------------------------------------------------------------------
 
-    def send(self, rng: random.Random | None = None) -> Ledger:
-        """Produce the workload's messages (some delayed, some poison); returns their ledger."""
+    def send(self, rng: random.Random | None = None, spread_s: float = 0.0) -> Ledger:
+        """Produce the workload's messages (some delayed, some poison), evenly over
+        ``spread_s`` seconds (0: at once); returns their ledger."""
         rng = rng or random.Random(7)
         workload = self.workload
         producer = KmqProducer(self.settings)
         ids: list[bytes] = []
+        began = time.monotonic()
         for index in range(workload.messages):
+            if spread_s and index % 500 == 0:
+                pause = began + spread_s * index / workload.messages - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
             draw = rng.random()
             if draw < workload.poison_share:
                 value = f"{fault_handler.POISON_PREFIX.decode()}-{index:07d}".encode()

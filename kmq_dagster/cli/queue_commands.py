@@ -20,7 +20,9 @@ from kmq_dagster.cli.options import (
     audit_url_option,
     definition_options,
     log_every,
+    metrics_port_option,
     queue_options,
+    serve_metrics_of,
     stop_on_signals,
     topic_option,
 )
@@ -296,6 +298,7 @@ def breaker_options(command: Any) -> Any:
     default="",
     help="Exception type names that go straight to the DLQ, e.g. ValueError,KeyError.",
 )
+@metrics_port_option
 @connection_options
 @click.pass_context
 def worker(
@@ -308,6 +311,7 @@ def worker(
     breaker: BreakerOptions,
     audit_url: str | None,
     non_retryable: str,
+    metrics_port: int | None,
 ) -> int:
     """Consume TOPIC in GROUP: returning acknowledges a message, raising retries it later."""
     from kmq_dagster.kafka.worker import HandlerExit, Worker, WorkerStats, load_handler
@@ -324,6 +328,11 @@ def worker(
         breaker=breaker.build(queue, audit_url),
         batch_size=batch_size,
     )
+    from kmq_dagster.metrics import worker_snapshot
+
+    metrics = serve_metrics_of(
+        metrics_port, "worker", queue.topic, queue.group, lambda: worker_snapshot(service)
+    )
     stop = stop_on_signals()
     log.info("worker for %s started", queue)
     last_report = [time.monotonic()]
@@ -338,6 +347,9 @@ def worker(
     except HandlerExit as exit_:
         click.echo(f"kmq worker: stopped: {exit_}", err=True)
         return exit_.code
+    finally:
+        if metrics is not None:
+            metrics.close()
     click.echo(f"kmq worker: stopped after {stats.handled} handled, {stats.failed} failed")
     return 0
 
@@ -345,32 +357,57 @@ def worker(
 @cli.command()
 @queue_options
 @definition_options
+@metrics_port_option
 @connection_options
 @click.pass_context
-def tracker(ctx: click.Context, topic: str, group: str, definition: DefinitionOptions) -> None:
+def tracker(
+    ctx: click.Context,
+    topic: str,
+    group: str,
+    definition: DefinitionOptions,
+    metrics_port: int | None,
+) -> None:
     """Redeliver GROUP's messages of TOPIC that were not acknowledged in time."""
+    from kmq_dagster.kafka.clients import wall_clock_ms
     from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
+    from kmq_dagster.metrics import tracker_snapshot
 
     settings = settings_of(ctx)
     service = RedeliveryTracker(settings, definition.open(settings, topic, group))
+    metrics = serve_metrics_of(
+        metrics_port, "tracker", topic, group, lambda: tracker_snapshot(service, wall_clock_ms())
+    )
     stop = stop_on_signals()
     log.info("tracker for %s started", service.queue)
     log_every(stop, 5, service.describe_stats, "kmq.tracker")
-    service.run(stop)
+    try:
+        service.run(stop)
+    finally:
+        if metrics is not None:
+            metrics.close()
     click.echo(f"kmq tracker: stopped after {service.stats.redelivered} redeliveries")
 
 
 @cli.command()
 @topic_option
+@metrics_port_option
 @connection_options
 @click.pass_context
-def delayer(ctx: click.Context, topic: str) -> None:
+def delayer(ctx: click.Context, topic: str, metrics_port: int | None) -> None:
     """Deliver TOPIC's delayed messages when due (several may run; partitions are shared)."""
-    from kmq_dagster.kafka.delay_forwarder import DelayForwarder
+    from kmq_dagster.kafka.delay_forwarder import DelayForwarder, delayer_group
+    from kmq_dagster.metrics import delayer_snapshot
 
     forwarder = DelayForwarder(settings_of(ctx), topic)
+    metrics = serve_metrics_of(
+        metrics_port, "delayer", topic, delayer_group(topic), lambda: delayer_snapshot(forwarder)
+    )
     stop = stop_on_signals()
     log.info("delay forwarder for %s started", topic)
     log_every(stop, 5, forwarder.describe_stats, "kmq.delayer")
-    forwarder.run(stop)
+    try:
+        forwarder.run(stop)
+    finally:
+        if metrics is not None:
+            metrics.close()
     click.echo(f"kmq delayer: stopped after {forwarder.stats.delivered} deliveries")

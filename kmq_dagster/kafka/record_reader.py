@@ -26,8 +26,11 @@ class ReadResult:
 READ_BATCH = 1_000
 #: Prefetch limits: a scan reads what it was asked for, and the tracker's memory must stay
 #: bounded with a million messages in flight (librdkafka's defaults buffer up to 64 MB).
-PREFETCH_MESSAGES = 20_000
-PREFETCH_KBYTES = 16_384
+PREFETCH_MESSAGES = 5_000
+PREFETCH_KBYTES = 4_096
+#: Largest fetch response: a broker may answer with up to this much at once (librdkafka's
+#: default, 50 MB, is a 50 MB buffer in the tracker).
+FETCH_MAX_BYTES = 1024 * 1024
 
 
 class RecordReader:
@@ -42,6 +45,7 @@ class RecordReader:
                 "enable.partition.eof": True,
                 "queued.min.messages": PREFETCH_MESSAGES,
                 "queued.max.messages.kbytes": PREFETCH_KBYTES,
+                "fetch.max.bytes": FETCH_MAX_BYTES,
             },
         )
 
