@@ -17,7 +17,7 @@ from typing import Any
 
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.bench.common import Report
-from kmq_dagster.bench.fault_setup import Scenario, ScenarioError, Workload
+from kmq_dagster.bench.fault_setup import Scenario, ScenarioError, Workload, progress_reporter
 from kmq_dagster.bench.fleet import KmqProcess
 from kmq_dagster.bench.tally import lines_of, topic_values
 from kmq_dagster.broker.ports import port_is_free
@@ -36,21 +36,6 @@ def stall_workload(messages: int) -> Workload:
     return Workload(messages=messages, delayed_share=0.1, failure_rate=0.02, work_ms=0.5)
 
 
-def wait_for_progress(scenario: Scenario, share: float, timeout_s: float) -> None:
-    """Wait until ``share`` of the messages were processed.
-
-    Raises:
-        ScenarioError: not within ``timeout_s``.
-    """
-    assert scenario.ledger is not None
-    wanted = int(share * len(scenario.ledger.ids))
-    deadline = time.monotonic() + timeout_s
-    while sum(1 for _ in scenario.ledger.processed()) < wanted:
-        if time.monotonic() > deadline:
-            raise ScenarioError(f"{scenario.name}: fewer than {wanted} processed in {timeout_s} s")
-        time.sleep(0.1)
-
-
 def start_services(scenario: Scenario, workers: int, *worker_args: str) -> list[KmqProcess]:
     services = [scenario.tracker(), scenario.delayer()]
     services += [scenario.worker(*worker_args) for _ in range(workers)]
@@ -65,7 +50,7 @@ def broker_crash(
         ledger = scenario.send()
         began = time.monotonic()
         services = start_services(scenario, 2)
-        wait_for_progress(scenario, FAULT_AT_SHARE, timeout_s)
+        scenario.wait_for_progress(FAULT_AT_SHARE, timeout_s)
         broker = scenario.broker
         report(f"crash: SIGKILL kmq broker (pid {broker.process.pid if broker.process else 0})")
         broker.sigkill()
@@ -77,7 +62,7 @@ def broker_crash(
         time.sleep(down_s)
         broker.start()
         report(f"crash: broker back on port {broker.port} after {down_s:g} s")
-        ledger.wait_until_accounted(timeout_s, _progress(report, "crash"))
+        ledger.wait_until_accounted(timeout_s, progress_reporter(report, "crash"))
         seconds = time.monotonic() - began
         scenario.require_alive(services)
         figures = ledger.outcome(seconds).figures()
@@ -93,7 +78,7 @@ def broker_stall(
         ledger = scenario.send()
         began = time.monotonic()
         services = start_services(scenario, 2, "--breaker")
-        wait_for_progress(scenario, FAULT_AT_SHARE, timeout_s)
+        scenario.wait_for_progress(FAULT_AT_SHARE, timeout_s)
         serving = scenario.broker.serving_pid()
         report(f"stall: SIGSTOP the broker (pid {serving}) for {stall_s:g} s")
         os.kill(serving, signal.SIGSTOP)
@@ -102,7 +87,7 @@ def broker_stall(
         finally:
             os.kill(serving, signal.SIGCONT)
         report("stall: SIGCONT")
-        ledger.wait_until_accounted(timeout_s, _progress(report, "stall"))
+        ledger.wait_until_accounted(timeout_s, progress_reporter(report, "stall"))
         seconds = time.monotonic() - began
         scenario.require_alive(services)
         figures = ledger.outcome(seconds).figures()
@@ -133,14 +118,3 @@ def _spent_on_broker_errors(scenario: Scenario) -> dict[str, int]:
         "redelivered": len(topic_values(settings, queue.redelivery_topic, partitions)),
         "breaker_transitions": transitions,
     }
-
-
-def _progress(report: Report, name: str) -> Any:
-    last = [0.0]
-
-    def show(accounted: int) -> None:
-        if time.monotonic() - last[0] >= 10:
-            last[0] = time.monotonic()
-            report(f"{name}: {accounted:,} accounted for")
-
-    return show

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -171,3 +172,29 @@ class Scenario:
         dead = self.fleet.dead(processes)
         if dead:
             raise ScenarioError(f"{self.name}: " + "\n".join(dead))
+
+    def wait_for_progress(self, share: float, timeout_s: float) -> None:
+        """Wait until ``share`` of the messages sent were processed.
+
+        Raises:
+            ScenarioError: not within ``timeout_s``.
+        """
+        assert self.ledger is not None, "send() first"
+        wanted = int(share * len(self.ledger.ids))
+        deadline = time.monotonic() + timeout_s
+        while len(self.ledger.processed()) < wanted:
+            if time.monotonic() > deadline:
+                raise ScenarioError(f"{self.name}: fewer than {wanted} processed in {timeout_s} s")
+            time.sleep(0.1)
+
+
+def progress_reporter(report: Report, name: str, every_s: float = 10.0) -> Callable[[int], None]:
+    """A progress hook for :meth:`Ledger.wait_until_accounted` that reports every ``every_s``."""
+    last = [time.monotonic()]
+
+    def show(accounted: int) -> None:
+        if time.monotonic() - last[0] >= every_s:
+            last[0] = time.monotonic()
+            report(f"{name}: {accounted:,} accounted for")
+
+    return show

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from kmq_dagster.bench.common import Report
-from kmq_dagster.bench.fault_setup import Scenario, ScenarioError, Workload
+from kmq_dagster.bench.fault_setup import Scenario, ScenarioError, Workload, progress_reporter
 from kmq_dagster.bench.tally import Ledger
 
 #: Share of the storm during which messages are still being sent.
@@ -74,20 +74,9 @@ def kill_storm(
         if not ledgers:
             raise ScenarioError("storm: sending the messages did not finish")
         report(f"storm over after {kills} kills; draining")
-        ledgers[0].wait_until_accounted(timeout_s, _every_10_s(report))
+        ledgers[0].wait_until_accounted(timeout_s, progress_reporter(report, "storm"))
         seconds = time.monotonic() - began
         scenario.require_alive(crew)
         figures = ledgers[0].outcome(seconds).figures()
         figures.update(kills=kills, workers=workers, trackers=trackers, partitions=partitions)
         return figures
-
-
-def _every_10_s(report: Report) -> Any:
-    last = [time.monotonic()]
-
-    def show(accounted: int) -> None:
-        if time.monotonic() - last[0] >= 10:
-            last[0] = time.monotonic()
-            report(f"storm: {accounted:,} accounted for")
-
-    return show
