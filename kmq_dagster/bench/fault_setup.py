@@ -7,6 +7,7 @@ every process it started, by PID.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import tempfile
@@ -32,6 +33,8 @@ from kmq_dagster.settings import KmqSettings
 #: Session timeout of every process: the smallest Apache Kafka accepts by default.
 SESSION_TIMEOUT_MS = 6_000
 GROUP = "faults"
+#: Set to keep a scenario's folder (logs, handler output, broker data) for a post-mortem.
+KEEP_ENV = "KMQ_FAULT_KEEP"
 
 
 class ScenarioError(KmqError):
@@ -111,7 +114,10 @@ class Scenario:
 
     def close(self) -> None:
         self.fleet.stop_all()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if os.environ.get(KEEP_ENV):
+            self.report(f"{self.name}: logs and data kept in {self.dir}")
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- messages ---------------------------------------------------------------------------
 
