@@ -99,11 +99,16 @@ class Fleet:
         return self.start(process.name, *process.args)
 
     def stop_all(self) -> None:
-        for process in self.processes:
-            if process.alive():
-                process.popen.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            process.stop()
+        """Stop every process: the clients first (so they can write what they hold), then
+        the broker."""
+        clients = [p for p in self.processes if p.name != "broker"]
+        brokers = [p for p in self.processes if p.name == "broker"]
+        for group in (clients, brokers):
+            for process in group:
+                if process.alive():
+                    process.popen.send_signal(signal.SIGTERM)
+            for process in group:
+                process.stop()
 
     def dead(self, processes: list[KmqProcess]) -> list[str]:
         """Descriptions of those of ``processes`` that exited, with their last log lines."""

@@ -23,8 +23,8 @@ def test_a_crash_of_the_durable_broker_loses_nothing_and_the_services_ride_throu
 
 def test_a_stalled_broker_spends_no_retries_or_dead_letters_and_leaves_the_breaker_alone() -> None:
     # given breaker-enabled workers whose handler fails 2% of calls; when the broker is
-    # SIGSTOPped for 10 s (longer than the 6 s session timeout) and then SIGCONTinued
-    figures = broker_stall(print, messages=3_000, stall_s=10.0, timeout_s=240)
+    # SIGSTOPped for 8 s (longer than the 6 s session timeout) and then SIGCONTinued
+    figures = broker_stall(print, messages=3_000, stall_s=8.0, timeout_s=240)
     print(figures)
     # then nothing is lost, every retry copy and dead letter is a handler failure's, and the
     # circuit breaker never moved
