@@ -40,11 +40,11 @@ class MockCluster:
 
     def __init__(self) -> None:
         self._owner = AdminClient(
-            {"test.mock.num.brokers": MOCK_BROKERS, "bootstrap.servers": "", "log_level": 3}
+            {"test.mock.num.brokers": MOCK_BROKERS, "bootstrap.servers": "", "log_level": 0}
         )
         brokers = self._owner.list_topics(timeout=10).brokers.values()
         self.bootstrap_servers = ",".join(f"{b.host}:{b.port}" for b in brokers)
-        self._creator = Producer({"bootstrap.servers": self.bootstrap_servers})
+        self._creator = Producer({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
 
     def create_topics(
         self,
