@@ -1,4 +1,9 @@
-"""Shared fixtures: one real embedded broker per test session, unique topic names per test."""
+"""Shared fixtures: one real embedded broker per test session, unique topic names per test.
+
+``KMQ_TEST_BOOTSTRAP=mock`` runs the kafka tests on librdkafka's mock cluster instead (a second
+Kafka protocol implementation; see ``tests/mock_cluster.py`` for what it cannot do). Tests
+marked ``embedded_broker_only`` are skipped there.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +11,42 @@ import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kmq_dagster.audit.local_postgres import PostgresServer
 from kmq_dagster.broker import EmbeddedBroker
 from kmq_dagster.settings import KmqSettings
+from tests.mock_cluster import MockCluster, mock_selected
 
 #: Fastest session timeout Apache Kafka accepts by default; group joins take ~3 s with it.
 TEST_SESSION_TIMEOUT_MS = 6_000
 
 
 @pytest.fixture(scope="session")
-def broker() -> Iterator[EmbeddedBroker]:
-    """The embedded broker (in memory) on a free loopback port, stopped after the session."""
+def broker() -> Iterator[Any]:
+    """The embedded broker (in memory) on a free loopback port, stopped after the session;
+    librdkafka's mock cluster with ``KMQ_TEST_BOOTSTRAP=mock``."""
+    if mock_selected():
+        cluster = MockCluster()
+        mocked = pytest.MonkeyPatch()
+        mocked.setattr("kmq_dagster.kafka.provision._create_topics", cluster.create_topics)
+        yield cluster
+        mocked.undo()
+        cluster.stop()
+        return
     with EmbeddedBroker(port=0) as embedded:
         yield embedded
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not mock_selected():
+        return
+    skip = pytest.mark.skip(reason="needs the embedded broker (KMQ_TEST_BOOTSTRAP=mock)")
+    for item in items:
+        if "embedded_broker_only" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

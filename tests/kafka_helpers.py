@@ -20,6 +20,7 @@ from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.topic_reader import assigned_reader, records_and_ends
 from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
+from tests.mock_cluster import MOCK_PARTITIONS, mock_selected
 
 
 def new_queue(
@@ -33,7 +34,9 @@ def new_queue(
     **definition: int,
 ) -> Queue:
     """Provision a queue (retry delays, visibility timeout, max redeliveries as given) and
-    return it."""
+    return it. On the mock cluster every topic has its fixed partition count."""
+    if mock_selected():
+        partitions = MOCK_PARTITIONS
     queue = Queue(
         topic,
         group,

@@ -113,6 +113,35 @@ class PostgresServer:
                     raise AuditStoreError(f"PostgreSQL did not start:\n{log}") from None
                 time.sleep(0.2)
 
+    def halt(self) -> None:
+        """Stop the server and keep its data: clients get "connection refused" until
+        :meth:`resume` (an outage of the audit store, for fault tests)."""
+        if self._process is not None:
+            self._process.stop()
+
+    def resume(self, timeout_s: float = 60) -> None:
+        """Start a halted server again, on the same port and data, and wait until it serves.
+
+        Raises:
+            AuditStoreError: it did not accept connections within ``timeout_s``.
+        """
+        assert self._process is not None, "resume() follows start() and halt()"
+        self._process.start()
+        import psycopg
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with psycopg.connect(
+                    host="127.0.0.1", port=self.port, user=USER, dbname=DATABASE, autocommit=True
+                ):
+                    return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline or self._process.exit_code() is not None:
+                    log = (self.base_dir / "postgres.log").read_text(errors="replace")[-2000:]
+                    raise AuditStoreError(f"PostgreSQL did not start again:\n{log}") from None
+                time.sleep(0.2)
+
     def __enter__(self) -> PostgresServer:
         self.start()
         return self

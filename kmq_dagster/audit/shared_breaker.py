@@ -7,12 +7,18 @@ records the transition and calls the alert hook, a loser adopts what the store h
 re-read the store every ``sync_interval_ms``, so one worker opening the breaker stops them all.
 Only the worker that moved the breaker to HALF_OPEN sends probes; if it goes quiet for
 ``probe_timeout_ms``, another worker takes the probing over.
+
+While the audit store is down, each worker keeps going on its local breaker: a store error is
+logged and counted (``store_failures``), never raised into the worker, and the transitions it
+could not write are written once the store answers again.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from kmq_dagster.audit.models import BreakerState
 from kmq_dagster.audit.store import AuditStore, now
@@ -24,6 +30,8 @@ log = logging.getLogger(__name__)
 AlertHook = Callable[[Transition], None]
 #: The longest an open breaker waits before probing again, however often probes failed.
 MAX_COOLDOWN_MS = 300_000
+#: Transitions kept to be written while the store is down (the oldest are dropped past this).
+MAX_UNWRITTEN_TRANSITIONS = 1_000
 
 
 class SharedBreaker:
@@ -51,6 +59,9 @@ class SharedBreaker:
         self._probing = True
         self._last_sync_ms: int | None = None
         self._seen_since_ms = 0
+        #: Store calls that failed (the store was down); the worker went on regardless.
+        self.store_failures = 0
+        self._unwritten: list[Transition] = []
 
     @classmethod
     def for_queue(
@@ -106,32 +117,66 @@ class SharedBreaker:
         if self.store is None:
             self._announce(transition)
             return
-        won = self.store.save_breaker_state(
-            self.topic,
-            self.group,
-            state=transition.to_state.value,
-            opened_at_ms=self.breaker.opened_at_ms,
-            cooldown_ms=self.breaker.cooldown_ms,
-            expected_version=self._version,
-        )
+        try:
+            won = self.store.save_breaker_state(
+                self.topic,
+                self.group,
+                state=transition.to_state.value,
+                opened_at_ms=self.breaker.opened_at_ms,
+                cooldown_ms=self.breaker.cooldown_ms,
+                expected_version=self._version,
+            )
+        except SQLAlchemyError as exc:
+            # The store is down: this worker acts on its own decision, written later.
+            self._store_failed(exc)
+            self._keep_unwritten(transition)
+            self._announce(transition)
+            return
         if not won:  # another worker decided first: follow it
             self._sync(now_ms, force=True)
             return
         self._version = (self._version or 0) + 1
         self._probing = True
         self._seen_since_ms = now_ms
-        self.store.record_transition(
-            queue_topic=self.topic,
-            group_id=self.group,
-            at=now(),
-            from_state=transition.from_state.value,
-            to_state=transition.to_state.value,
-            error_rate=transition.error_rate,
-            window_calls=transition.window_calls,
-            window_ms=self.breaker.config.window_ms,
-            reason=transition.reason,
-        )
+        self._keep_unwritten(transition)
+        self._write_unwritten()
         self._announce(transition)
+
+    def _keep_unwritten(self, transition: Transition) -> None:
+        self._unwritten.append(transition)
+        del self._unwritten[:-MAX_UNWRITTEN_TRANSITIONS]
+
+    def _write_unwritten(self) -> None:
+        """Record the transitions not yet in the store, oldest first, while it answers."""
+        assert self.store is not None
+        while self._unwritten:
+            transition = self._unwritten[0]
+            try:
+                self.store.record_transition(
+                    queue_topic=self.topic,
+                    group_id=self.group,
+                    at=now(),
+                    from_state=transition.from_state.value,
+                    to_state=transition.to_state.value,
+                    error_rate=transition.error_rate,
+                    window_calls=transition.window_calls,
+                    window_ms=self.breaker.config.window_ms,
+                    reason=transition.reason,
+                )
+            except SQLAlchemyError as exc:
+                self._store_failed(exc)
+                return
+            del self._unwritten[0]
+
+    def _store_failed(self, exc: SQLAlchemyError) -> None:
+        self.store_failures += 1
+        log.warning(
+            "audit store unavailable for the breaker of %s / %s (going on with this worker's "
+            "own state): %s",
+            self.topic,
+            self.group,
+            str(exc).splitlines()[0],
+        )
 
     def _announce(self, transition: Transition) -> None:
         log.warning(
@@ -155,7 +200,12 @@ class SharedBreaker:
         if not force and last_ms is not None and now_ms - last_ms < self.sync_interval_ms:
             return
         self._last_sync_ms = now_ms
-        row = self.store.breaker_state(self.topic, self.group)
+        try:
+            row = self.store.breaker_state(self.topic, self.group)
+        except SQLAlchemyError as exc:
+            self._store_failed(exc)
+            return
+        self._write_unwritten()
         if row is None:
             if self._version is not None:  # the row was deleted: start afresh
                 self._version = None
@@ -181,14 +231,19 @@ class SharedBreaker:
 
     def _take_over_probing(self, row: BreakerState, now_ms: int) -> None:
         assert self.store is not None
-        if self.store.save_breaker_state(
-            self.topic,
-            self.group,
-            state=row.state,
-            opened_at_ms=row.opened_at_ms,
-            cooldown_ms=row.cooldown_ms,
-            expected_version=row.version,
-        ):
+        try:
+            taken = self.store.save_breaker_state(
+                self.topic,
+                self.group,
+                state=row.state,
+                opened_at_ms=row.opened_at_ms,
+                cooldown_ms=row.cooldown_ms,
+                expected_version=row.version,
+            )
+        except SQLAlchemyError as exc:
+            self._store_failed(exc)
+            return
+        if taken:
             self._version = row.version + 1
             self.breaker.adopt(State.HALF_OPEN, row.opened_at_ms, row.cooldown_ms)
             self._probing = True

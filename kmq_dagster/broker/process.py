@@ -1,16 +1,43 @@
-"""A child process in its own session, stopped with SIGTERM then SIGKILL, always reaped."""
+"""A child process in its own session, stopped with SIGTERM then SIGKILL, always reaped.
+
+The child also dies with its parent: on Linux it asks the kernel (``prctl(PR_SET_PDEATHSIG)``)
+for SIGKILL when the process that started it ends, however that ends. Without it, a SIGKILL of
+``kmq broker`` left Tansu and SeaweedFS running as orphans that held the port.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import os
 import signal
 import subprocess
+import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kmq_dagster.errors import BrokerError
+
+#: ``prctl`` option: the signal the calling process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
+#: The C library, loaded before any fork: a forked child must not search for it.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """In a forked child before ``exec``: be SIGKILLed when the parent ends, however it ends.
+
+    The kernel keeps the setting across ``exec``; it fires when the *thread* that started the
+    child ends, so start children from a thread that lives as long as they should (the main
+    thread, as ``kmq broker`` does). A child whose parent ``parent_pid`` is already gone ends
+    at once. Does nothing outside Linux.
+    """
+    if _LIBC is None:
+        return
+    if _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0 and os.getppid() != parent_pid:
+        os._exit(1)
 
 
 class ManagedProcess:
@@ -53,6 +80,8 @@ class ManagedProcess:
                     stderr=subprocess.STDOUT,
                     env=self.env,
                     start_new_session=True,
+                    # Safe with threads: the child only calls prctl and getppid before exec.
+                    preexec_fn=functools.partial(die_with_parent, os.getpid()),  # noqa: PLW1509
                 )
             except OSError as exc:
                 raise BrokerError(f"cannot run {self.name} ({self.argv[0]}): {exc}") from exc

@@ -48,6 +48,7 @@ OPTION_FOR_SETTING = {
     "redefine": "--redefine",
     "group": "--group",
     "max_messages_per_partition": "--max-per-partition",
+    "metrics_port": "--metrics-port",
 }
 
 

@@ -167,3 +167,48 @@ def bench_spark(ctx: click.Context, messages: int, rounds: int, external: bool) 
     with bench_cluster(settings_of(ctx), external) as kafka:
         figures = run_spark_benchmark(kafka, messages, report, rounds=rounds)
     click.echo(figures.as_json())
+
+
+@bench.command("faults")
+@click.option(
+    "--only",
+    metavar="NAMES",
+    help="Run only these scenarios, comma-separated: broker_crash, broker_stall, kill_storm, "
+    "million_in_flight, audit_store_down.",
+)
+@click.option(
+    "--scale",
+    type=Number(0, 1, low_open=True),
+    default=1.0,
+    show_default=True,
+    help="Share of each scenario's messages (1 = the full sizes: 20,000, 200,000, a million).",
+)
+@click.option(
+    "--outage",
+    type=Duration(min_ms=1_000, max_ms=3_600_000),
+    default="30s",
+    show_default=True,
+    metavar="DURATION",
+    help="How long the broker stalls and the audit store is down.",
+)
+@click.option(
+    "--storm",
+    type=Duration(min_ms=10_000, max_ms=3_600_000),
+    default="2m",
+    show_default=True,
+    metavar="DURATION",
+    help="How long the kill storm lasts (a kill every 5 s).",
+)
+def bench_faults(only: str | None, scale: float, outage: int, storm: int) -> None:
+    """Broker crash and stall, kill storm, a million in flight, audit store down: lost and
+    duplicate messages per scenario, and the tracker's memory."""
+    from kmq_dagster.bench.faults import FaultSizes, run_fault_benchmark
+    from kmq_dagster.errors import KmqError
+
+    sizes = FaultSizes(stall_s=outage / 1000, audit_down_s=outage / 1000, storm_s=storm / 1000)
+    chosen = [name.strip() for name in only.split(",") if name.strip()] if only else None
+    figures = run_fault_benchmark(sizes.scaled(scale), report, only=chosen)
+    click.echo(figures.as_json())
+    problems = figures.failures()
+    if problems:
+        raise KmqError("; ".join(problems))

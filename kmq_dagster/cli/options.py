@@ -109,6 +109,12 @@ audit_url_option = click.option(
     metavar="URL",
     help="SQLAlchemy URL of the audit store [env KMQ_AUDIT_URL; default sqlite:///~/.kmq/audit.db].",
 )
+metrics_port_option = click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    metavar="PORT",
+    help="Serve Prometheus metrics on this port (all interfaces), at /metrics.",
+)
 actor_option = click.option(
     "--actor", default=None, help="Who runs it, for the audit log [default: user@host]."
 )
@@ -328,3 +334,18 @@ def log_every(stop: threading.Event, seconds: float, line: Callable[[], str], na
             log.info("%s", line())
 
     threading.Thread(target=loop, name=f"{name}-stats", daemon=True).start()
+
+
+def serve_metrics_of(
+    port: int | None, service: str, topic: str, group: str, read: Callable[[], Any]
+) -> Any:
+    """Start the metrics server of ``--metrics-port`` (``None``: no server, returns ``None``).
+
+    Raises:
+        ConfigError: the port cannot be bound.
+    """
+    if port is None:
+        return None
+    from kmq_dagster.metrics import ServiceMetrics, serve_metrics
+
+    return serve_metrics(port, ServiceMetrics(service, topic, group, read))

@@ -12,7 +12,9 @@ from kmq_dagster.cli.app import cli, configure_logging, connection_options, sett
 from kmq_dagster.cli.options import (
     DefinitionOptions,
     definition_options,
+    metrics_port_option,
     queue_options,
+    serve_metrics_of,
     stop_on_signals,
 )
 from kmq_dagster.cli.progress import LiveLine, log_file_for
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 @click.option("--forever", is_flag=True, help="Keep running batches (default: stop when idle).")
 @definition_options
 @click.option("--non-retryable", metavar="NAMES", default="", help="Types that go to the DLQ.")
+@metrics_port_option
 @connection_options
 @click.pass_context
 def spark_command(
@@ -55,11 +58,13 @@ def spark_command(
     forever: bool,
     definition: DefinitionOptions,
     non_retryable: str,
+    metrics_port: int | None,
 ) -> None:
     """Process TOPIC for GROUP on Spark; each message is acknowledged after its result is
     written to OUTPUT."""
     from kmq_dagster.kafka.worker import load_handler
-    from kmq_dagster.spark.job import SparkQueueJob
+    from kmq_dagster.metrics import spark_snapshot
+    from kmq_dagster.spark.job import RunTotals, SparkQueueJob
     from kmq_dagster.spark.session import local_session
 
     settings = settings_of(ctx)
@@ -73,6 +78,12 @@ def spark_command(
         quiet=not verbose(ctx),
         jvm_log=None if verbose(ctx) else log_file_for("spark-jvm"),
     )
+    live = RunTotals()  # what the metrics endpoint reports
+
+    def show(report: BatchReport) -> None:
+        live.add(report)
+        _show_batch(report)
+
     job = SparkQueueJob(
         session,
         settings,
@@ -82,9 +93,12 @@ def spark_command(
         policy=policy,
         max_messages_per_partition=max_per_partition,
     )
+    metrics = serve_metrics_of(metrics_port, "spark", topic, group, lambda: spark_snapshot(live))
     try:
-        totals = job.run(stop, until_idle=not forever, on_batch=_show_batch)
+        totals = job.run(stop, until_idle=not forever, on_batch=show)
     finally:
+        if metrics is not None:
+            metrics.close()
         job.close()
         session.stop()
     click.echo(

@@ -2,30 +2,28 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from kmq_dagster.cli.app import cli, connection_options, settings_of
+from kmq_dagster.cli.breaker_options import BreakerOptions, breaker_options
 from kmq_dagster.cli.options import (
     DefinitionOptions,
     Duration,
-    Number,
-    add_options,
     audit_url_option,
     definition_options,
     log_every,
+    metrics_port_option,
     queue_options,
+    serve_metrics_of,
     stop_on_signals,
     topic_option,
 )
 from kmq_dagster.core.durations import format_duration_ms
-from kmq_dagster.core.queue import Queue
 from kmq_dagster.kafka.provision import ProvisionReport
 from kmq_dagster.settings import MAX_BATCH_SIZE
 
@@ -180,105 +178,6 @@ def _split_header(text: str) -> tuple[str, str]:
     return name, value
 
 
-@dataclass(frozen=True)
-class BreakerOptions:
-    enabled: bool
-    window_ms: int
-    error_rate: float
-    min_calls: int
-    cooldown_ms: int
-    probes: int
-
-    def build(self, queue: Queue, audit_url: str | None) -> Any:
-        """The group's shared breaker, or ``None`` without ``--breaker``."""
-        if not self.enabled:
-            return None
-        from kmq_dagster.audit.shared_breaker import SharedBreaker, breaker_config
-        from kmq_dagster.audit.store import AuditStore
-
-        config = breaker_config(
-            window_ms=self.window_ms,
-            error_rate=self.error_rate,
-            min_calls=self.min_calls,
-            cooldown_ms=self.cooldown_ms,
-            probes=self.probes,
-        )
-        return SharedBreaker.for_queue(queue, AuditStore(audit_url), config)
-
-
-def breaker_options(command: Any) -> Any:
-    """The circuit breaker's options; the command receives ``breaker: BreakerOptions``."""
-
-    def with_breaker(
-        *args: Any,
-        breaker: bool,
-        breaker_window: int,
-        breaker_error_rate: float,
-        breaker_min_calls: int,
-        breaker_cooldown: int,
-        breaker_probes: int,
-        **kwargs: Any,
-    ) -> Any:
-        options = BreakerOptions(
-            breaker,
-            breaker_window,
-            breaker_error_rate,
-            breaker_min_calls,
-            breaker_cooldown,
-            breaker_probes,
-        )
-        return command(*args, breaker=options, **kwargs)
-
-    functools.update_wrapper(with_breaker, command)  # keeps options added below it
-    return add_options(
-        [
-            click.option(
-                "--breaker",
-                is_flag=True,
-                help="Circuit breaker: stop fetching while the handler fails en masse; its "
-                "state is shared by the group's workers through the audit store.",
-            ),
-            click.option(
-                "--breaker-window",
-                type=Duration(),
-                default="30s",
-                show_default=True,
-                metavar="DURATION",
-                help="Sliding window the error rate is measured over.",
-            ),
-            click.option(
-                "--breaker-error-rate",
-                type=Number(0, 1, low_open=True),
-                default=0.5,
-                show_default=True,
-                help="Failed share of calls in the window that opens it.",
-            ),
-            click.option(
-                "--breaker-min-calls",
-                type=click.IntRange(1, 1_000_000),
-                default=20,
-                show_default=True,
-                help="Calls in the window before the rate counts.",
-            ),
-            click.option(
-                "--breaker-cooldown",
-                type=Duration(),
-                default="10s",
-                show_default=True,
-                metavar="DURATION",
-                help="How long it stays open at first (doubles per failed probe, up to 5m).",
-            ),
-            click.option(
-                "--breaker-probes",
-                type=click.IntRange(1, 1000),
-                default=3,
-                show_default=True,
-                help="Messages let through to test recovery.",
-            ),
-        ]
-    )(with_breaker)
-
-
 @cli.command()
 @queue_options
 @click.option(
@@ -301,6 +200,7 @@ def breaker_options(command: Any) -> Any:
     default="",
     help="Exception type names that go straight to the DLQ, e.g. ValueError,KeyError.",
 )
+@metrics_port_option
 @connection_options
 @click.pass_context
 def worker(
@@ -313,6 +213,7 @@ def worker(
     breaker: BreakerOptions,
     audit_url: str | None,
     non_retryable: str,
+    metrics_port: int | None,
 ) -> int:
     """Consume TOPIC in GROUP: returning acknowledges a message, raising retries it later."""
     from kmq_dagster.kafka.worker import HandlerExit, Worker, WorkerStats, load_handler
@@ -329,6 +230,11 @@ def worker(
         breaker=breaker.build(queue, audit_url),
         batch_size=batch_size,
     )
+    from kmq_dagster.metrics import worker_snapshot
+
+    metrics = serve_metrics_of(
+        metrics_port, "worker", queue.topic, queue.group, lambda: worker_snapshot(service)
+    )
     stop = stop_on_signals()
     log.info("worker for %s started", queue)
     last_report = [time.monotonic()]
@@ -343,6 +249,9 @@ def worker(
     except HandlerExit as exit_:
         click.echo(f"kmq worker: stopped: {exit_}", err=True)
         return exit_.code
+    finally:
+        if metrics is not None:
+            metrics.close()
     click.echo(f"kmq worker: stopped after {stats.handled} handled, {stats.failed} failed")
     return 0
 
@@ -350,32 +259,57 @@ def worker(
 @cli.command()
 @queue_options
 @definition_options
+@metrics_port_option
 @connection_options
 @click.pass_context
-def tracker(ctx: click.Context, topic: str, group: str, definition: DefinitionOptions) -> None:
+def tracker(
+    ctx: click.Context,
+    topic: str,
+    group: str,
+    definition: DefinitionOptions,
+    metrics_port: int | None,
+) -> None:
     """Redeliver GROUP's messages of TOPIC that were not acknowledged in time."""
+    from kmq_dagster.kafka.clients import wall_clock_ms
     from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
+    from kmq_dagster.metrics import tracker_snapshot
 
     settings = settings_of(ctx)
     service = RedeliveryTracker(settings, definition.open(settings, topic, group))
+    metrics = serve_metrics_of(
+        metrics_port, "tracker", topic, group, lambda: tracker_snapshot(service, wall_clock_ms())
+    )
     stop = stop_on_signals()
     log.info("tracker for %s started", service.queue)
     log_every(stop, 5, service.describe_stats, "kmq.tracker")
-    service.run(stop)
+    try:
+        service.run(stop)
+    finally:
+        if metrics is not None:
+            metrics.close()
     click.echo(f"kmq tracker: stopped after {service.stats.redelivered} redeliveries")
 
 
 @cli.command()
 @topic_option
+@metrics_port_option
 @connection_options
 @click.pass_context
-def delayer(ctx: click.Context, topic: str) -> None:
+def delayer(ctx: click.Context, topic: str, metrics_port: int | None) -> None:
     """Deliver TOPIC's delayed messages when due (several may run; partitions are shared)."""
-    from kmq_dagster.kafka.delay_forwarder import DelayForwarder
+    from kmq_dagster.kafka.delay_forwarder import DelayForwarder, delayer_group
+    from kmq_dagster.metrics import delayer_snapshot
 
     forwarder = DelayForwarder(settings_of(ctx), topic)
+    metrics = serve_metrics_of(
+        metrics_port, "delayer", topic, delayer_group(topic), lambda: delayer_snapshot(forwarder)
+    )
     stop = stop_on_signals()
     log.info("delay forwarder for %s started", topic)
     log_every(stop, 5, forwarder.describe_stats, "kmq.delayer")
-    forwarder.run(stop)
+    try:
+        forwarder.run(stop)
+    finally:
+        if metrics is not None:
+            metrics.close()
     click.echo(f"kmq delayer: stopped after {forwarder.stats.delivered} deliveries")

@@ -126,8 +126,9 @@ class PartitionInflight:
         self._open -= closed
         return closed
 
-    def overdue(self, now_ms: int) -> list[MessageRef]:
-        """Open messages whose deadline is at or before ``now_ms``, earliest deadline first.
+    def overdue(self, now_ms: int, limit: int | None = None) -> list[MessageRef]:
+        """Open messages whose deadline is at or before ``now_ms``, earliest deadline first;
+        at most ``limit`` of them (a tracker redelivers a large backlog in bounded chunks).
 
         Reporting changes nothing: a message stays overdue until an end marker (or a later
         start marker) for it is recorded.
@@ -137,12 +138,23 @@ class PartitionInflight:
             self._due.append((due, key))
         self._due = [(due, key) for due, key in self._due if due.open_count]
         # A wall clock may step back: what was due at a later ``now_ms`` may not be due now.
-        return [
+        refs = (
             MessageRef(key[0], key[1], offset)
             for due, key in self._due
             if due.deadline_ms <= now_ms
             for offset in due.open_offsets()
-        ]
+        )
+        return list(itertools.islice(refs, limit))
+
+    def oldest_open_deadline_ms(self) -> int | None:
+        """Deadline of the oldest start marker (by position) that still has an open message.
+
+        Minus the visibility timeout, that is when the oldest unacknowledged message was handed
+        out (later if its deadline was extended).
+        """
+        if self.smallest_open_marker_offset() is None:
+            return None
+        return self._by_marker[0][2].deadline_ms
 
     def smallest_open_marker_offset(self) -> int | None:
         """Offset of the oldest start marker that still has an open message, if any.

@@ -18,6 +18,12 @@ from kmq_dagster.errors import DeliveryError
 #: Longest kmq waits for the broker to acknowledge what it produced before it gives up (the
 #: records stay unacknowledged, so nothing is marked done: the work is tried again).
 DELIVERY_TIMEOUT_S = 30.0
+#: Longest kmq waits for the broker's answer about a copy whose original is acknowledged only
+#: once the copy is durable (a retry, a dead letter, a redelivery). Longer than a broker restart
+#: or a stall: giving up early would leave the copy queued in the client, to be written anyway,
+#: while the original is handed out again (a duplicate, and a redelivery spent on the broker's
+#: fault). librdkafka answers every record within its ``message.timeout.ms`` (300 s).
+COPY_ANSWER_TIMEOUT_S = 120.0
 #: How long to serve delivery reports before trying again when the local queue is full.
 BACKPRESSURE_POLL_S = 0.05
 
@@ -106,3 +112,39 @@ class Deliveries:
                 f"{missing} of {self._count} {what} were not acknowledged by Kafka within "
                 f"{timeout_s:g} s ({first})"
             )
+
+
+class DeliveryTally:
+    """Like :class:`Deliveries` when only *whether* all were acknowledged matters: one shared
+    callback instead of one per record (a tracker copies up to a whole backlog chunk at once).
+    """
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+        self.produced = 0
+        self.delivered = 0
+        #: The first few errors, for the log.
+        self.errors: list[KafkaError] = []
+
+    def produce(self, topic: str, **fields: Any) -> None:
+        """Produce one record (fields as ``Producer.produce`` takes them), with back-pressure
+        as :func:`produce` applies it."""
+        self.produced += 1
+        while True:
+            try:
+                self._producer.produce(topic, on_delivery=self._report, **fields)
+                return
+            except BufferError:
+                self._producer.poll(BACKPRESSURE_POLL_S)
+
+    def _report(self, error: KafkaError | None, _record: Message) -> None:
+        if error is None:
+            self.delivered += 1
+        elif len(self.errors) < 3:
+            self.errors.append(error)
+
+    def all_delivered(self, timeout_s: float = DELIVERY_TIMEOUT_S) -> bool:
+        """Wait up to ``timeout_s`` for the answers; True if the broker acknowledged every
+        record produced."""
+        self._producer.flush(timeout_s)
+        return self.delivered == self.produced

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException, Message, TopicPartition
+from sqlalchemy.exc import SQLAlchemyError
 
 from kmq_dagster.audit.dead_letters import dead_letter_row
 from kmq_dagster.audit.store import AuditStore, now
@@ -28,6 +29,8 @@ from kmq_dagster.settings import KmqSettings
 log = logging.getLogger(__name__)
 
 BATCH = 1_000
+#: Waits between attempts to store a batch while the audit store is down, growing to the last.
+STORE_RETRY_WAITS_S = (0.5, 1.0, 2.0, 5.0)
 
 
 def ingester_group(queue: Queue) -> str:
@@ -44,6 +47,8 @@ class IngestStats:
     #: Seconds from the first batch's arrival to the last batch's commit (joining the group
     #: and waiting for the first record do not count).
     busy_s: float = 0.0
+    #: Attempts to store a batch that failed (the store was down); each was tried again.
+    store_failures: int = 0
 
 
 class DlqIngester:
@@ -95,21 +100,37 @@ class DlqIngester:
         return f"read {stats.read}, stored {stats.stored}, already stored {stats.already_stored}"
 
     def run(self, stop: threading.Event) -> None:
-        """Ingest until ``stop`` is set."""
+        """Ingest until ``stop`` is set. While the audit store is down, the batch at hand is
+        tried again (with growing waits) and nothing more is read: nothing is skipped, and
+        its offsets are committed only once it is stored."""
         try:
             while not stop.is_set():
-                self._step(set())
+                self._step(set(), stop)
         finally:
             self.close()
 
     def close(self) -> None:
         self._consumer.close()
 
-    def _step(self, at_end: set[int]) -> None:
+    def _step(self, at_end: set[int], stop: threading.Event) -> None:
         fetched = self._consumer.consume(BATCH, 0.5)
         records = records_and_ends(fetched, at_end, self.client_errors.record)
-        if records:
-            self._store(records)
+        attempt = 0
+        while records and not stop.is_set():
+            try:
+                self._store(records)
+                return
+            except SQLAlchemyError as exc:
+                self.stats.store_failures += 1
+                wait_s = STORE_RETRY_WAITS_S[min(attempt, len(STORE_RETRY_WAITS_S) - 1)]
+                log.warning(
+                    "audit store unavailable (%s); trying the batch of %d again in %g s",
+                    str(exc).splitlines()[0],
+                    len(records),
+                    wait_s,
+                )
+                attempt += 1
+                stop.wait(wait_s)
 
     def _store(self, records: list[Message]) -> None:
         if self._first_batch_at is None:
@@ -124,7 +145,11 @@ class DlqIngester:
 
     def _commit(self, records: list[Message]) -> None:
         """Only after the rows are stored: a crash before this re-reads, never loses."""
-        self._consumer.commit(offsets=positions_after(records), asynchronous=False)
+        try:
+            self._consumer.commit(offsets=positions_after(records), asynchronous=False)
+        except KafkaException as exc:
+            # Stored already: the worst is reading these again, and the store ignores them.
+            log.warning("DLQ offsets not committed (they will be read again): %s", exc)
 
 
 def dead_letter_rows(queue: Queue, records: list[Message]) -> list[dict[str, Any]]:

@@ -22,13 +22,31 @@ class ReadResult:
     undecided: list[int] = field(default_factory=list)
 
 
+#: Records taken from the client per call while scanning.
+READ_BATCH = 1_000
+#: Prefetch limits: a scan reads what it was asked for, and the tracker's memory must stay
+#: bounded with a million messages in flight (librdkafka's defaults buffer up to 64 MB).
+PREFETCH_MESSAGES = 5_000
+PREFETCH_KBYTES = 4_096
+#: Largest fetch response: a broker may answer with up to this much at once (librdkafka's
+#: default, 50 MB, is a 50 MB buffer in the tracker).
+FETCH_MAX_BYTES = 1024 * 1024
+
+
 class RecordReader:
     """Reads records by offset with a consumer that belongs to no group and never commits."""
 
     def __init__(self, settings: KmqSettings, client_group: str) -> None:
         # librdkafka wants a group.id even for assign(); nothing is ever committed under it.
         self._consumer: Consumer = new_consumer(
-            settings, client_group, **{"enable.partition.eof": True}
+            settings,
+            client_group,
+            **{
+                "enable.partition.eof": True,
+                "queued.min.messages": PREFETCH_MESSAGES,
+                "queued.max.messages.kbytes": PREFETCH_KBYTES,
+                "fetch.max.bytes": FETCH_MAX_BYTES,
+            },
         )
 
     def read(
@@ -43,25 +61,27 @@ class RecordReader:
         deadline = time.monotonic() + timeout_s
         last_wanted = wanted[-1]
         highest_read = -1
+        wanted_set = set(wanted)
+        done = False
         try:
-            while time.monotonic() < deadline:
-                message = self._consumer.poll(0.2)
-                if message is None:
-                    continue
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        # Every wanted offset at or past the end of the log does not exist.
-                        end = message.offset() or 0
-                        result.gone += [o for o in wanted if o >= end and o not in result.found]
+            while time.monotonic() < deadline and not done:
+                for message in self._consumer.consume(READ_BATCH, 0.2):
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            # Every wanted offset at or past the end of the log does not exist.
+                            end = message.offset() or 0
+                            result.gone += [o for o in wanted if o >= end and o not in result.found]
+                            done = True
+                            break
+                        continue
+                    offset = message.offset() or 0
+                    highest_read = max(highest_read, offset)
+                    if offset in wanted_set:
+                        result.found[offset] = message
+                    if offset >= last_wanted:
+                        done = True
                         break
-                    continue
-                offset = message.offset() or 0
-                highest_read = max(highest_read, offset)
-                if offset in wanted:
-                    result.found[offset] = message
-                if offset >= last_wanted:
-                    break
         finally:
             self._consumer.unassign()
         settled = set(result.found) | set(result.gone)

@@ -30,17 +30,21 @@ from kmq_dagster.core.headers import (
     ORIGINAL_TIMESTAMP_MS,
     ORIGINAL_TOPIC,
     REDELIVERY_COUNT,
-    header_value,
     int_header,
-    normalize_headers,
     replace_headers,
 )
 from kmq_dagster.core.inflight import MessageRef, PartitionInflight
 from kmq_dagster.core.markers import EndMarker, StartMarker, decode_marker, encode_marker
 from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.ranges import offset_runs
 from kmq_dagster.errors import MarkerDecodeError
 from kmq_dagster.kafka.clients import ClientErrors, new_consumer, new_producer, wall_clock_ms
-from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, Deliveries, produce
+from kmq_dagster.kafka.delivery import (
+    COPY_ANSWER_TIMEOUT_S,
+    DELIVERY_TIMEOUT_S,
+    DeliveryTally,
+    produce,
+)
 from kmq_dagster.kafka.queues import ensure_provisioned
 from kmq_dagster.kafka.record_reader import RecordReader
 from kmq_dagster.settings import KmqSettings
@@ -53,6 +57,9 @@ CHECK_INTERVAL_S = 0.1
 COMMIT_INTERVAL_S = 1.0
 #: Reads of a record that neither find it nor rule it out before it counts as gone.
 MAX_UNDECIDED_READS = 3
+#: Most messages of one markers partition redelivered in one step: a backlog of a million
+#: overdue messages moves in bounded chunks, so the tracker's memory stays bounded too.
+REDELIVERY_CHUNK = 20_000
 
 
 @dataclass
@@ -66,6 +73,10 @@ class TrackerStats:
     records_gone: int = 0
     produce_failures: int = 0
     client_errors: ClientErrors = field(default_factory=ClientErrors)
+    #: Unacknowledged messages of the owned partitions, as of the last commit (each second).
+    in_flight: int = 0
+    #: Deadline of the oldest open start marker, as of the last commit; ``None``: none open.
+    oldest_open_deadline_ms: int | None = None
 
 
 @dataclass
@@ -105,6 +116,7 @@ class RedeliveryTracker:
         self.markers_topic = queue.markers_topic
         self.redelivery_topic = queue.redelivery_topic
         self.dlq_topic = queue.dlq_topic
+        self._group_bytes = queue.group.encode()
         self.stats = TrackerStats()
         self._clock_ms = clock_ms
         self._partitions: dict[int, _PartitionState] = {}
@@ -122,16 +134,20 @@ class RedeliveryTracker:
             [self.markers_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
         )
         last_check = last_commit = 0.0
+        backlog = False
         try:
             while not stop.is_set():
-                for message in self._consumer.consume(1000, CHECK_INTERVAL_S):
+                # With a backlog of overdue messages, read the markers there are and go on.
+                wait_s = 0.0 if backlog else CHECK_INTERVAL_S
+                for message in self._consumer.consume(1000, wait_s):
                     self._handle(message)
                 now = time.monotonic()
-                if now - last_check >= CHECK_INTERVAL_S:
-                    self.redeliver_overdue()
+                if backlog or now - last_check >= CHECK_INTERVAL_S:
+                    backlog = self.redeliver_overdue() >= REDELIVERY_CHUNK
                     last_check = now
                 if now - last_commit >= COMMIT_INTERVAL_S:
                     self._commit(list(self._partitions))
+                    self._update_gauges()
                     last_commit = now
         finally:
             self._commit(list(self._partitions))
@@ -154,6 +170,16 @@ class RedeliveryTracker:
         return (
             f"in flight {self.inflight_count()}, redelivered {stats.redelivered}, "
             f"dead-lettered {stats.dead_lettered}, bad markers {stats.bad_markers}"
+        )
+
+    def _update_gauges(self) -> None:
+        # Copied here, on the tracker's thread: the in-flight state is not thread-safe, and
+        # a metrics scrape reads these from another thread.
+        states = list(self._partitions.values())
+        self.stats.in_flight = sum(state.inflight.inflight_count() for state in states)
+        deadlines = [state.inflight.oldest_open_deadline_ms() for state in states]
+        self.stats.oldest_open_deadline_ms = min(
+            (deadline for deadline in deadlines if deadline is not None), default=None
         )
 
     def inflight_count(self) -> int:
@@ -209,7 +235,7 @@ class RedeliveryTracker:
         for markers_partition, state in list(self._partitions.items()):
             if not state.caught_up:
                 continue
-            overdue = state.inflight.overdue(now_ms)
+            overdue = state.inflight.overdue(now_ms, REDELIVERY_CHUNK)
             if overdue:
                 moved += self._redeliver(markers_partition, state, overdue)
         return moved
@@ -220,53 +246,76 @@ class RedeliveryTracker:
         by_source: dict[tuple[str, int], list[int]] = defaultdict(list)
         for ref in refs:
             by_source[(ref.topic, ref.partition)].append(ref.offset)
-        done: list[MessageRef] = []
-        copies = Deliveries(self._producer)
+        done: dict[tuple[str, int], list[int]] = defaultdict(list)
+        copies = DeliveryTally(self._producer)
         for (topic, partition), offsets in by_source.items():
             read = self._reader.read(topic, partition, offsets)
+            ended = done[(topic, partition)]
             for offset, record in sorted(read.found.items()):
                 self._produce_copy(record, copies)
-                done.append(MessageRef(topic, partition, offset))
+                ended.append(offset)
             for offset in read.gone:
                 self._record_gone(MessageRef(topic, partition, offset))
-                done.append(MessageRef(topic, partition, offset))
+                ended.append(offset)
             for offset in read.undecided:
                 ref = MessageRef(topic, partition, offset)
                 state.undecided_reads[ref] += 1
                 if state.undecided_reads[ref] >= MAX_UNDECIDED_READS:
                     del state.undecided_reads[ref]
                     self._record_gone(ref)
-                    done.append(ref)
-        if len(copies.wait().delivered) < len(copies):
+                    ended.append(offset)
+        if not copies.all_delivered(COPY_ANSWER_TIMEOUT_S):
             # Nothing is ended: every message stays in flight and is tried again next check.
             self.stats.produce_failures += 1
-            failures = list(copies.failed.values())[:1] or "no answer in time"
+            failures = [error.str() for error in copies.errors[:1]] or "no answer in time"
             log.warning("redelivery not acknowledged by the broker; will retry: %s", failures)
             return 0
-        for ref in done:
-            end = EndMarker(ref.topic, ref.partition, ref.offset, 1)
-            produce(
-                self._producer,
-                self.markers_topic,
-                value=encode_marker(end),
-                partition=markers_partition,
-            )
-            state.inflight.record_end(end)
+        # One end marker per contiguous run: a chunk of a backlog is a few markers, not one
+        # per message for every tracker to read back.
+        for (topic, partition), offsets in done.items():
+            for first, count in offset_runs(offsets):
+                end = EndMarker(topic, partition, first, count)
+                produce(
+                    self._producer,
+                    self.markers_topic,
+                    value=encode_marker(end),
+                    partition=markers_partition,
+                )
+                state.inflight.record_end(end)
         self._producer.poll(0)
-        return len(done)
+        return sum(len(offsets) for offsets in done.values())
 
-    def _produce_copy(self, record: Message, copies: Deliveries) -> None:
-        headers = normalize_headers(record.headers())
+    def _produce_copy(self, record: Message, copies: DeliveryTally) -> None:
+        # On the path of every redelivered message: a backlog of a million moves through here.
+        # The client hands headers out as (str, bytes | None) pairs already.
+        headers: list[tuple[str, bytes | None]] = record.headers() or []  # type: ignore[assignment]
+        if not headers and self.max_redeliveries >= 1:
+            # A first redelivery of a message without headers: the common case, built directly
+            # (the same headers, in the same order, as below).
+            copies.produce(
+                self.redelivery_topic,
+                key=record.key(),
+                value=record.value(),
+                headers=[
+                    (GROUP, self._group_bytes),
+                    (ORIGINAL_TOPIC, (record.topic() or "").encode()),
+                    (ORIGINAL_PARTITION, str(record.partition()).encode()),
+                    (ORIGINAL_OFFSET, str(record.offset()).encode()),
+                    (ORIGINAL_TIMESTAMP_MS, str(record.timestamp()[1]).encode()),
+                    (REDELIVERY_COUNT, b"1"),
+                ],
+                partition=record.partition() or 0,
+            )
+            self.stats.redelivered += 1
+            return
         updates = {GROUP: self.group}
-        if header_value(headers, ORIGINAL_TOPIC) is None:
-            updates |= {
-                ORIGINAL_TOPIC: record.topic() or "",
-                ORIGINAL_PARTITION: str(record.partition()),
-                ORIGINAL_OFFSET: str(record.offset()),
-                ORIGINAL_TIMESTAMP_MS: str(record.timestamp()[1]),
-            }
+        if not any(key == ORIGINAL_TOPIC for key, _ in headers):
+            updates[ORIGINAL_TOPIC] = record.topic() or ""
+            updates[ORIGINAL_PARTITION] = str(record.partition())
+            updates[ORIGINAL_OFFSET] = str(record.offset())
+            updates[ORIGINAL_TIMESTAMP_MS] = str(record.timestamp()[1])
         try:
-            count = (int_header(headers, REDELIVERY_COUNT) or 0) + 1
+            count = (int_header(headers, REDELIVERY_COUNT) or 0) + 1 if headers else 1
         except ValueError as exc:
             target, updates[DLQ_REASON] = self.dlq_topic, f"corrupt redelivery metadata: {exc}"
             count = 0
@@ -283,7 +332,7 @@ class RedeliveryTracker:
             target,
             key=record.key(),
             value=record.value(),
-            headers=[*replace_headers(headers, updates)],
+            headers=replace_headers(headers, updates),
             partition=record.partition() or 0,
         )
         if target == self.dlq_topic:

@@ -33,7 +33,7 @@ from kmq_dagster.core.retry_headers import (
 )
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import new_producer
-from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, Deliveries
+from kmq_dagster.kafka.delivery import COPY_ANSWER_TIMEOUT_S, DELIVERY_TIMEOUT_S, Deliveries
 from kmq_dagster.kafka.message import QueueMessage, origin_or_own
 from kmq_dagster.settings import KmqSettings
 
@@ -130,7 +130,7 @@ class RetryRouter:
                 headers=[*replace_headers(message.headers, updates)],
                 partition=message.partition,
             )
-        delivered = copies.wait().delivered
+        delivered = copies.wait(COPY_ANSWER_TIMEOUT_S).delivered
         for error in copies.failed.values():
             log.warning("retry copy not written: %s", error.str())
         routed = [message for index, (message, _) in enumerate(failed) if index in delivered]

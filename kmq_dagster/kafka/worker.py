@@ -122,6 +122,8 @@ class Worker:
         self.handler = handler
         self.breaker = breaker
         self.clock_ms = clock_ms
+        #: The counts of the current (or last) :meth:`run`; read from any thread.
+        self.stats = WorkerStats()
 
     def run(
         self,
@@ -142,6 +144,7 @@ class Worker:
             breaker=self.breaker,
             clock_ms=self.clock_ms,
         )
+        self.stats = loop.stats
         try:
             while not stop.is_set():
                 loop.step()

@@ -367,6 +367,10 @@ def test_garbage_redelivery_count_goes_to_the_dlq_with_its_reason(
     assert tracker.stats.redelivered == 0
 
 
+# librdkafka's mock cluster refuses the offset commit made in the revocation callback
+# (REBALANCE_IN_PROGRESS), so the new owner reads A's 10 handed-out messages again: duplicates,
+# none lost, but not what this test pins down.
+@pytest.mark.embedded_broker_only
 def test_acks_of_revoked_partitions_still_count(
     settings: KmqSettings, queue: Queue, consumer_factory: Callable[..., KmqConsumer]
 ) -> None:
@@ -384,8 +388,8 @@ def test_acks_of_revoked_partitions_still_count(
         while time.monotonic() < deadline and not second.assignment_ready():
             extra += second.poll(timeout_s=0.2) + first.poll(timeout_s=0.2)
         assert second.assignment_ready(), "B never got a partition"
-        assert (
-            len(first.assigned_partitions()) < len(queue.consumed_topics) * PARTITIONS
+        assert len(first.assigned_partitions()) < len(queue.consumed_topics) * (
+            queue.partitions or PARTITIONS
         )  # A lost some
         # then A's acks after the revocation are honoured: nothing is left to redeliver
         for message in held:
@@ -408,9 +412,14 @@ def test_trackers_share_partitions_and_one_takes_over_when_another_stops(
     )
     with running_service(first):
         with running_service(second):
-            # both trackers own one markers partition each
+            # both trackers own markers partitions, each its share
+            every = list(range(queue.partitions or PARTITIONS))
             assert wait_for(
-                lambda: first.owned_partitions() + second.owned_partitions() in ([0, 1], [1, 0])
+                lambda: (
+                    sorted(first.owned_partitions() + second.owned_partitions()) == every
+                    and bool(first.owned_partitions())
+                    and bool(second.owned_partitions())
+                )
             )
             held = poll_until(consumer, 2)
         # the second tracker stopped before any deadline; the first takes over its partition
