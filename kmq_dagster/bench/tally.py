@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kmq_dagster.bench.fault_handler import POISON_PREFIX
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.errors import KmqTimeoutError
 from kmq_dagster.kafka.topic_reader import assigned_reader, read_to_end
@@ -33,6 +34,14 @@ class Outcome:
     lost: int
     duplicates: int
     seconds: float
+    #: Messages both processed and dead-lettered: at-least-once allows it (a processed message
+    #: whose acknowledgement was lost is redelivered, and may then fail or pass its redelivery
+    #: limit).
+    processed_and_dead_lettered: int = 0
+    #: Poison messages sent, and how many of them were dead-lettered and processed.
+    poison: int = 0
+    poison_dead_lettered: int = 0
+    poison_processed: int = 0
 
     def figures(self) -> dict[str, Any]:
         return {
@@ -42,6 +51,10 @@ class Outcome:
             "seconds": round(self.seconds, 1),
             "processed": self.processed,
             "dead_lettered": self.dead_lettered,
+            "processed_and_dead_lettered": self.processed_and_dead_lettered,
+            "poison": self.poison,
+            "poison_dead_lettered": self.poison_dead_lettered,
+            "poison_processed": self.poison_processed,
         }
 
 
@@ -121,6 +134,7 @@ class Ledger:
         processed = self.processed()
         dead = self.dead_lettered()
         ours = {value: count for value, count in processed.items() if value in self.ids}
+        poison = {value for value in self.ids if value.startswith(POISON_PREFIX)}
         return Outcome(
             messages=len(self.ids),
             processed=len(ours),
@@ -128,4 +142,8 @@ class Ledger:
             lost=len(self.ids - set(ours) - dead),
             duplicates=sum(count - 1 for count in ours.values()),
             seconds=seconds,
+            processed_and_dead_lettered=len(dead & set(ours)),
+            poison=len(poison),
+            poison_dead_lettered=len(poison & dead),
+            poison_processed=len(poison & set(ours)),
         )

@@ -46,7 +46,7 @@ from kmq_dagster.kafka.delivery import (
     produce,
 )
 from kmq_dagster.kafka.queues import ensure_provisioned
-from kmq_dagster.kafka.record_reader import RecordReader
+from kmq_dagster.kafka.record_reader import FETCH_MAX_BYTES, RecordReader
 from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,10 @@ COMMIT_INTERVAL_S = 1.0
 MAX_UNDECIDED_READS = 3
 #: Most messages of one markers partition redelivered in one step: a backlog of a million
 #: overdue messages moves in bounded chunks, so the tracker's memory stays bounded too.
-REDELIVERY_CHUNK = 20_000
+REDELIVERY_CHUNK = 5_000
+#: Prefetch bounds of the markers consumer (see __init__).
+MARKERS_PREFETCH_MESSAGES = 20_000
+MARKERS_PREFETCH_KBYTES = 8_192
 
 
 @dataclass
@@ -123,7 +126,15 @@ class RedeliveryTracker:
         self._consumer = new_consumer(
             settings,
             tracker_group(queue),
-            **{"enable.partition.eof": True, "error_cb": self.stats.client_errors.on_error},
+            **{
+                "enable.partition.eof": True,
+                "error_cb": self.stats.client_errors.on_error,
+                # The markers are small and many: librdkafka's default prefetch (100,000
+                # messages or 64 MB per partition) alone would take the tracker past 100 MB.
+                "queued.min.messages": MARKERS_PREFETCH_MESSAGES,
+                "queued.max.messages.kbytes": MARKERS_PREFETCH_KBYTES,
+                "fetch.max.bytes": FETCH_MAX_BYTES,
+            },
         )
         self._producer = new_producer(settings)
         self._reader = RecordReader(settings, f"kmq-tracker-reader.{queue.topic}.{queue.group}")
