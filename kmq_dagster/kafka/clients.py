@@ -64,7 +64,7 @@ class ClientErrors:
 
 
 def new_producer(settings: KmqSettings, **extra: Any) -> Producer:
-    """A producer (acks from every in-sync replica; see KmqSettings.producer_config) with ``extra`` settings.
+    """A producer (acks from every in-sync replica; see ``producer_config``) plus ``extra``.
 
     Raises:
         ConfigError: librdkafka refuses a setting.
