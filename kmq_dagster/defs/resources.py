@@ -1,11 +1,23 @@
-"""The Dagster resource that connects ops, sensors and assets to a kmq queue's Kafka."""
+"""Dagster resources: Kafka for kmq, the audit store, and a local Spark configuration.
+
+Clients a resource hands out are closed in its teardown, when the run or sensor tick ends.
+"""
 
 from __future__ import annotations
 
-from dagster import ConfigurableResource
-from pydantic import Field
+import sys
+from typing import Any
 
+from confluent_kafka import Consumer, Producer
+from dagster import ConfigurableResource, InitResourceContext
+from dagster_pyspark import PySparkResource
+from pydantic import Field, PrivateAttr
+
+from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.kafka.clients import new_consumer, new_producer
+from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.spark.session import QUIET_LOG4J
 
 
 class KmqResource(ConfigurableResource):  # type: ignore[type-arg]
@@ -23,11 +35,94 @@ class KmqResource(ConfigurableResource):  # type: ignore[type-arg]
     )
     client_config: dict[str, str] = Field(
         default_factory=dict,
-        description="extra confluent-kafka settings such as security.protocol or sasl.*",
+        description="extra confluent-kafka settings such as security.protocol or sasl.* "
+        "(pass secrets as EnvVar, so that Dagster shows their names, not their values)",
     )
+    session_timeout_ms: int | None = Field(
+        default=None, description="consumer group session timeout; default KMQ_SESSION_TIMEOUT_MS"
+    )
+    _producers: list[Producer] = PrivateAttr(default_factory=list)
+    _consumers: list[Consumer] = PrivateAttr(default_factory=list)
 
-    def settings(self) -> KmqSettings:
+    def get_settings(self) -> KmqSettings:
         """The :class:`KmqSettings` this resource stands for."""
         return KmqSettings.from_env(
-            bootstrap_servers=self.bootstrap_servers, client_config=self.client_config
+            bootstrap_servers=self.bootstrap_servers,
+            client_config=self.client_config,
+            session_timeout_ms=self.session_timeout_ms,
         )
+
+    def settings(self) -> KmqSettings:
+        """Same as :meth:`get_settings`."""
+        return self.get_settings()
+
+    def get_producer(self, **extra: Any) -> Producer:
+        """An idempotent producer; flushed and dropped at teardown."""
+        producer = new_producer(self.get_settings(), **extra)
+        self._producers.append(producer)
+        return producer
+
+    def get_consumer(self, group: str, **extra: Any) -> Consumer:
+        """A consumer in ``group`` that never commits on its own; closed at teardown."""
+        consumer = new_consumer(self.get_settings(), group, **extra)
+        self._consumers.append(consumer)
+        return consumer
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        for producer in self._producers:
+            producer.flush(DELIVERY_TIMEOUT_S)
+        for consumer in self._consumers:
+            consumer.close()
+        self._producers.clear()
+        self._consumers.clear()
+
+
+class AuditStoreResource(ConfigurableResource):  # type: ignore[type-arg]
+    """The audit store (dead letters, actions, breaker states, alerts, queue snapshots).
+
+    Examples:
+        >>> from dagster import EnvVar
+        >>> audit = AuditStoreResource(url=EnvVar("KMQ_AUDIT_URL"))
+    """
+
+    url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL; default KMQ_AUDIT_URL or sqlite:///~/.kmq/audit.db",
+    )
+    _store: AuditStore | None = PrivateAttr(default=None)
+
+    def get_store(self) -> AuditStore:
+        """The store, opened (and migrated) on first use; closed at teardown."""
+        if self._store is None:
+            self._store = AuditStore(self.url)
+        return self._store
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+def local_spark_config(app_name: str = "kmq", master: str = "local[2]") -> dict[str, Any]:
+    """Spark settings for ``PySparkResource(spark_config=...)`` on one machine: loopback only,
+    no web UI, quiet logs, executors running this interpreter (which has kmq installed).
+
+    On a cluster give your own: the executors need ``kmq-dagster`` and access to Kafka.
+    """
+    return {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={QUIET_LOG4J}",
+    }
+
+
+def local_pyspark_resource(app_name: str = "kmq") -> PySparkResource:
+    """dagster-pyspark's resource with :func:`local_spark_config`."""
+    return PySparkResource(spark_config=local_spark_config(app_name))

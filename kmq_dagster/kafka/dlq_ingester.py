@@ -11,13 +11,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaException, Message, TopicPartition
 
 from kmq_dagster.audit.dead_letters import dead_letter_row
 from kmq_dagster.audit.store import AuditStore, now
 from kmq_dagster.core.headers import normalize_headers
 from kmq_dagster.core.queue import Queue
+from kmq_dagster.errors import KmqTimeoutError
 from kmq_dagster.kafka.clients import ClientErrors, new_consumer, positions_after
 from kmq_dagster.kafka.queues import ensure_provisioned
 from kmq_dagster.kafka.topic_reader import read_to_end, records_and_ends
@@ -112,22 +114,7 @@ class DlqIngester:
     def _store(self, records: list[Message]) -> None:
         if self._first_batch_at is None:
             self._first_batch_at = time.monotonic()
-        ingested_at = now()
-        rows = [
-            dead_letter_row(
-                dlq_topic=self.dlq_topic,
-                partition=record.partition() or 0,
-                offset=record.offset() or 0,
-                key=record.key(),
-                value=record.value(),
-                headers=normalize_headers(record.headers()),
-                timestamp_ms=record.timestamp()[1],
-                queue_topic=self.topic,
-                group_id=self.group,
-                ingested_at=ingested_at,
-            )
-            for record in records
-        ]
+        rows = dead_letter_rows(self.queue, records)
         stored = self.store.add_dead_letters(rows)
         self.stats.read += len(rows)
         self.stats.stored += stored
@@ -138,3 +125,73 @@ class DlqIngester:
     def _commit(self, records: list[Message]) -> None:
         """Only after the rows are stored: a crash before this re-reads, never loses."""
         self._consumer.commit(offsets=positions_after(records), asynchronous=False)
+
+
+def dead_letter_rows(queue: Queue, records: list[Message]) -> list[dict[str, Any]]:
+    """Audit-store rows of ``queue``'s DLQ records, stamped as ingested now."""
+    ingested_at = now()
+    return [
+        dead_letter_row(
+            dlq_topic=queue.dlq_topic,
+            partition=record.partition() or 0,
+            offset=record.offset() or 0,
+            key=record.key(),
+            value=record.value(),
+            headers=normalize_headers(record.headers()),
+            timestamp_ms=record.timestamp()[1],
+            queue_topic=queue.topic,
+            group_id=queue.group,
+            ingested_at=ingested_at,
+        )
+        for record in records
+    ]
+
+
+def ingest_dead_letters(
+    settings: KmqSettings,
+    store: AuditStore,
+    queue: Queue,
+    *,
+    max_records: int = 5_000,
+    timeout_s: float = 10.0,
+) -> IngestStats:
+    """Copy up to ``max_records`` new dead letters of ``queue`` into ``store`` and return.
+
+    Bounded work for a periodic caller (a Dagster sensor tick): it reads from the ingesters'
+    committed offsets without joining their group, stores, then commits as a non-member. While
+    a ``kmq ingest`` process holds the group, the group refuses that commit; the rows are stored
+    all the same (idempotently), and the next call reads from wherever that process got to.
+
+    Raises:
+        KmqTimeoutError: the DLQ did not answer within ``timeout_s``.
+    """
+    queue = ensure_provisioned(settings, queue)
+    stats = IngestStats()
+    partitions = range(queue.partitions or 1)
+    consumer = new_consumer(settings, ingester_group(queue), **{"enable.partition.eof": True})
+    try:
+        sources = [TopicPartition(queue.dlq_topic, p) for p in partitions]
+        committed = consumer.committed(sources, timeout=settings.request_timeout_ms / 1000)
+        consumer.assign(
+            [TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)) for tp in committed]
+        )
+        records: list[Message] = []
+        try:
+            for batch in read_to_end(consumer, partitions, timeout_s=timeout_s, batch=BATCH):
+                records += batch
+                if len(records) >= max_records:
+                    break
+        except KmqTimeoutError:
+            if not records:
+                raise
+        if records:
+            stats.read = len(records)
+            stats.stored = store.add_dead_letters(dead_letter_rows(queue, records))
+            stats.already_stored = stats.read - stats.stored
+            try:
+                consumer.commit(offsets=positions_after(records), asynchronous=False)
+            except KafkaException as exc:
+                log.info("ingest commit refused (a kmq ingest process holds the group?): %s", exc)
+    finally:
+        consumer.close()
+    return stats

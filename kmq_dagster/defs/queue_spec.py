@@ -1,0 +1,131 @@
+"""A queue as Dagster operates it: the :class:`Queue` value plus how it is processed and
+watched. Every asset, check, job and sensor of a queue is named from one :class:`QueueSpec`.
+
+Examples:
+    >>> from kmq_dagster import Queue
+    >>> spec = QueueSpec(Queue("orders", "pricing", partitions=2),
+    ...                  function=lambda message: message.value, output_path="/tmp/priced")
+    >>> spec.name, spec.queue_asset_key.to_user_string()
+    ('orders__pricing', 'kmq/orders__pricing/queue')
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dagster import AssetKey
+
+from kmq_dagster.core.queue import Queue
+from kmq_dagster.errors import ConfigError
+
+#: Seconds between backlog sensor ticks.
+DEFAULT_BACKLOG_INTERVAL_S = 30
+#: Seconds between observation sensor ticks.
+DEFAULT_OBSERVATION_INTERVAL_S = 30
+#: Longest a processing run keeps running batches before it ends (seconds).
+DEFAULT_MAX_RUN_SECONDS = 600
+#: Dead letters in the window above which ``dead_letters_not_growing`` warns.
+DEFAULT_DEAD_LETTER_THRESHOLD = 0
+#: The window ``dead_letters_not_growing`` counts dead letters in (ms).
+DEFAULT_DEAD_LETTER_WINDOW_MS = 15 * 60_000
+#: Dead letters a sensor tick copies into the audit store at most.
+DEFAULT_INGEST_PER_TICK = 5_000
+
+_NOT_A_NAME_CHARACTER = re.compile(r"[^A-Za-z0-9_]")
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """One queue declared for Dagster.
+
+    Args:
+        queue: the queue (topic, group, partitions, retry policy, visibility timeout, max
+            redeliveries); provisioned with exactly these values.
+        function: called per message on the Spark executors (see :class:`SparkQueueJob`).
+        transform: instead of ``function``, a DataFrame transform of each batch.
+        output_path: the Parquet dataset the processing asset appends to.
+        max_messages_per_partition: messages per partition and Spark batch.
+        max_run_seconds: a processing run stops starting batches after this long.
+        backlog_interval_s: seconds between backlog sensor ticks.
+        observation_interval_s: seconds between observation sensor ticks.
+        dead_letter_threshold: ``dead_letters_not_growing`` warns above this many new dead
+            letters within ``dead_letter_window_ms``.
+        ingest_per_tick: dead letters the observation sensor stores per tick at most.
+        name: the Dagster name of the queue; default ``<topic>__<group>`` with every other
+            character than letters, digits and ``_`` replaced by ``_``.
+    """
+
+    queue: Queue
+    function: Callable[..., Any] | None = None
+    transform: Callable[..., Any] | None = None
+    output_path: str | None = None
+    max_messages_per_partition: int = 50_000
+    max_run_seconds: float = DEFAULT_MAX_RUN_SECONDS
+    backlog_interval_s: int = DEFAULT_BACKLOG_INTERVAL_S
+    observation_interval_s: int = DEFAULT_OBSERVATION_INTERVAL_S
+    dead_letter_threshold: int = DEFAULT_DEAD_LETTER_THRESHOLD
+    dead_letter_window_ms: int = DEFAULT_DEAD_LETTER_WINDOW_MS
+    ingest_per_tick: int = DEFAULT_INGEST_PER_TICK
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.function is not None and self.transform is not None:
+            raise ConfigError(f"queue {self.queue}: give a function or a transform, not both")
+        if (self.function is not None or self.transform is not None) and not self.output_path:
+            raise ConfigError(f"queue {self.queue}: processing needs an output_path")
+        for setting in ("backlog_interval_s", "observation_interval_s", "ingest_per_tick"):
+            if getattr(self, setting) < 1:
+                raise ConfigError(f"queue {self.queue}: {setting} must be at least 1")
+        if self.max_run_seconds <= 0 or self.dead_letter_window_ms <= 0:
+            raise ConfigError(f"queue {self.queue}: durations must be positive")
+        if self.dead_letter_threshold < 0:
+            raise ConfigError(f"queue {self.queue}: dead_letter_threshold must be >= 0")
+        if not self.name:
+            default = f"{self.queue.topic}__{self.queue.group}"
+            object.__setattr__(self, "name", _NOT_A_NAME_CHARACTER.sub("_", default))
+        elif _NOT_A_NAME_CHARACTER.search(self.name):
+            raise ConfigError(f"queue name {self.name!r}: use letters, digits and _ only")
+
+    @property
+    def processes(self) -> bool:
+        """Whether Dagster processes this queue (a function or transform was given)."""
+        return self.function is not None or self.transform is not None
+
+    @property
+    def queue_asset_key(self) -> AssetKey:
+        """The queue itself, an observable asset."""
+        return AssetKey(["kmq", self.name, "queue"])
+
+    @property
+    def output_asset_key(self) -> AssetKey:
+        """The processed output (the Parquet dataset)."""
+        return AssetKey(["kmq", self.name, "output"])
+
+    def job_name(self, what: str) -> str:
+        """``<what>_<name>``, e.g. ``process_orders__pricing``."""
+        return f"{what}_{self.name}"
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Tags every run of this queue carries."""
+        return {"kmq/queue": self.queue.topic, "kmq/group": self.queue.group}
+
+
+def check_unique_names(specs: Sequence[QueueSpec]) -> None:
+    """Refuse two specs with one Dagster name (``a.b``/``c`` and ``a_b``/``c`` would clash).
+
+    Raises:
+        ConfigError: two specs share a name; give one of them ``name=``.
+    """
+    seen: dict[str, QueueSpec] = {}
+    for spec in specs:
+        other = seen.get(spec.name)
+        if other is not None:
+            raise ConfigError(
+                f"queues {other.queue} and {spec.queue} both get the Dagster name {spec.name!r}; "
+                "give one of them QueueSpec(name=...)"
+            )
+        seen[spec.name] = spec
