@@ -1,0 +1,88 @@
+"""Everything Dagster needs for a list of declared queues, from one call.
+
+Examples:
+    >>> from kmq_dagster import Queue, RetryPolicy
+    >>> from kmq_dagster.defs import QueueSpec, kmq_definitions
+    >>> defs = kmq_definitions(
+    ...     queues=[QueueSpec(Queue("orders", "pricing", partitions=2,
+    ...                             retry_policy=RetryPolicy.fixed([1_000, 3_000])),
+    ...                       function=lambda message: message.value,
+    ...                       output_path="/tmp/orders_priced.parquet")]
+    ... )
+    >>> sorted(job.name for job in defs.jobs)
+    ['process_orders__pricing', 'provision_job', 'provision_orders__pricing']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dagster import DefaultSensorStatus, Definitions, define_asset_job
+from dagster_pyspark import PySparkResource
+
+from kmq_dagster.defs.assets import processing_asset, queue_asset
+from kmq_dagster.defs.checks import queue_checks
+from kmq_dagster.defs.jobs import provision_declared_job, provision_job
+from kmq_dagster.defs.queue_spec import QueueSpec, check_unique_names
+from kmq_dagster.defs.resources import AuditStoreResource, KmqResource, local_pyspark_resource
+from kmq_dagster.defs.sensors import make_backlog_sensor, make_observation_sensor
+
+
+def queue_definitions(
+    spec: QueueSpec, *, default_sensor_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING
+) -> Definitions:
+    """One queue's assets, checks, jobs and sensors (no resources): merge several with
+    ``Definitions.merge`` or use :func:`kmq_definitions`.
+
+    The resources they need are ``kmq`` (:class:`KmqResource`), ``audit``
+    (:class:`AuditStoreResource`) and, for processing, ``pyspark`` (``PySparkResource``).
+    """
+    assets: list[Any] = [queue_asset(spec)]
+    jobs: list[Any] = [provision_declared_job(spec)]
+    sensors: list[Any] = [make_observation_sensor(spec, default_status=default_sensor_status)]
+    if spec.processes:
+        assets.append(processing_asset(spec))
+        process = define_asset_job(
+            spec.job_name("process"),
+            selection=[spec.output_asset_key],
+            description=f"Process {spec.queue} on Spark until idle; launched by "
+            f"{spec.job_name('backlog')}.",
+            tags=spec.tags,
+        )
+        jobs.append(process)
+        sensors.append(make_backlog_sensor(spec, process, default_status=default_sensor_status))
+    return Definitions(assets=assets, asset_checks=[queue_checks(spec)], jobs=jobs, sensors=sensors)
+
+
+def kmq_definitions(
+    queues: Sequence[QueueSpec],
+    *,
+    kmq: KmqResource | None = None,
+    audit: AuditStoreResource | None = None,
+    pyspark: PySparkResource | None = None,
+    default_sensor_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
+    extra_resources: Mapping[str, Any] | None = None,
+) -> Definitions:
+    """Definitions for ``queues``: per queue an observed queue asset with its checks, a
+    provisioning job, an observation sensor and, for queues with a function or transform, the
+    processing asset, its job and a backlog sensor; plus the generic ``provision_job``.
+
+    Args:
+        kmq: Kafka for kmq; default from the ``KMQ_*`` environment.
+        audit: the audit store; default ``KMQ_AUDIT_URL`` or ``~/.kmq/audit.db``.
+        pyspark: the SparkSession's resource; default local[2] (:func:`local_pyspark_resource`).
+        default_sensor_status: whether the sensors run as soon as the code location loads.
+
+    Raises:
+        ConfigError: two queues would get the same Dagster name.
+    """
+    check_unique_names(queues)
+    resources: dict[str, Any] = {
+        "kmq": kmq or KmqResource(),
+        "audit": audit or AuditStoreResource(),
+        "pyspark": pyspark or local_pyspark_resource(),
+        **(extra_resources or {}),
+    }
+    per_queue = [queue_definitions(s, default_sensor_status=default_sensor_status) for s in queues]
+    return Definitions.merge(*per_queue, Definitions(jobs=[provision_job], resources=resources))
