@@ -10,7 +10,7 @@ Examples:
     ...                       output_path="/tmp/orders_priced.parquet")]
     ... )
     >>> sorted(job.name for job in defs.jobs)
-    ['process_orders__pricing', 'provision_job', 'provision_orders__pricing']
+    ['process_orders__pricing', 'provision_orders__pricing']
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dagster_pyspark import PySparkResource
 
 from kmq_dagster.defs.assets import processing_asset, queue_asset
 from kmq_dagster.defs.checks import queue_checks
-from kmq_dagster.defs.jobs import provision_declared_job, provision_job
+from kmq_dagster.defs.jobs import provision_declared_job
 from kmq_dagster.defs.queue_spec import QueueSpec, check_unique_names
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource, local_pyspark_resource
 from kmq_dagster.defs.sensors import make_backlog_sensor, make_observation_sensor
@@ -66,7 +66,7 @@ def kmq_definitions(
 ) -> Definitions:
     """Definitions for ``queues``: per queue an observed queue asset with its checks, a
     provisioning job, an observation sensor and, for queues with a function or transform, the
-    processing asset, its job and a backlog sensor; plus the generic ``provision_job``.
+    processing asset, its job and a backlog sensor. Every job launches with no config.
 
     Args:
         kmq: Kafka for kmq; default from the ``KMQ_*`` environment.
@@ -85,4 +85,4 @@ def kmq_definitions(
         **(extra_resources or {}),
     }
     per_queue = [queue_definitions(s, default_sensor_status=default_sensor_status) for s in queues]
-    return Definitions.merge(*per_queue, Definitions(jobs=[provision_job], resources=resources))
+    return Definitions.merge(*per_queue, Definitions(resources=resources))
