@@ -156,7 +156,7 @@ def tick(defs: Definitions, name: str, instance: DagsterInstance, resources: dic
 
 def direct_throughput(settings: KmqSettings, queue: Queue, messages: int, scratch: str) -> float:
     # The session Dagster's runs will share (getOrCreate); its start is not timed.
-    spark = spark_session_from_config(local_spark_config("kmq bench dagster"))
+    spark = spark_session_from_config(local_spark_config("kmq bench dagster"))  # type: ignore[no-untyped-call]
     started = time.perf_counter()
     job = SparkQueueJob(
         spark, settings, queue, function=no_op, output_path=str(Path(scratch) / "direct.parquet")

@@ -4,6 +4,7 @@ they skip with reasons a person understands, key runs by offsets, and record wha
 from __future__ import annotations
 
 import json
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from dagster import (
     DagsterRunStatus,
     MetadataValue,
 )
+from dagster._core.definitions.metadata.metadata_value import FloatMetadataValue
 from dagster._core.test_utils import create_run_for_test
 from sqlalchemy import select
 
@@ -38,7 +40,7 @@ def test_ticks_over_unchanged_offsets_request_the_same_run(
     audit: AuditStoreResource,
 ) -> None:  # fmt: skip
     q = declare(topic_name, tmp_path, instance, kmq, audit)
-    assert "no backlog" in q.tick("backlog").skip_reason.skip_message
+    assert "no backlog" in str(q.tick("backlog").skip_reason.skip_message)
 
     produce_orders(kmq, topic_name, range(30))
     first, second = q.tick("backlog"), q.tick("backlog")
@@ -82,7 +84,7 @@ def test_an_open_breaker_throttles_the_backlog_sensor_and_fails_its_check(
     observed = q.tick("observe")
 
     assert skipped.run_requests == []
-    message = skipped.skip_reason.skip_message
+    message = str(skipped.skip_reason.skip_message)
     assert message.startswith(f"throttled: the circuit breaker of {topic_name} / pricing is open")
     assert "since 2026-11-23 19:25:28 UTC" in message
     assert "lag 10 on 2 partitions" in message
@@ -107,11 +109,11 @@ def test_dead_letters_growing_warn_and_are_ingested_with_a_snapshot_per_tick(
     growing = checks_of(second)["dead_letters_not_growing"]
     assert not growing.passed
     assert growing.severity == AssetCheckSeverity.WARN
-    assert growing.description.startswith("3 new dead letters in the last 15m")
+    assert str(growing.description).startswith("3 new dead letters in the last 15m")
     observation = next(e for e in second.asset_events if isinstance(e, AssetObservation))
     assert observation.metadata["dlq_depth"] == MetadataValue.int(3)
     assert observation.metadata["new_dead_letters"] == MetadataValue.int(3)
-    assert isinstance(observation.metadata["ack_per_s"], type(MetadataValue.float(0.0)))
+    assert isinstance(observation.metadata["ack_per_s"], FloatMetadataValue)
     assert audit.get_store().count_dead_letters() == 3
     with audit.get_store().session() as session:
         snapshots = list(session.scalars(select(QueueSnapshot).order_by(QueueSnapshot.id)))
@@ -130,12 +132,17 @@ def test_a_message_unacknowledged_past_every_delivery_fails_the_age_check(
     produce_orders(kmq, topic_name, range(4))
     consumer = KmqConsumer(kmq.get_settings(), q.spec.queue)
     fetched: list[object] = []
-    assert wait_for(lambda: fetched.extend(consumer.poll(0.5)) or len(fetched) >= 4)
+
+    def fetched_all() -> bool:
+        fetched.extend(consumer.poll(0.5))
+        return len(fetched) >= 4
+
+    assert wait_for(fetched_all)
     started_ms = wall_clock_ms()
     consumer.close()  # started, never acknowledged
 
     assert checks_of(q.tick("observe"))["oldest_unacked_age"].passed
-    results: list[object] = []
+    results: list[Any] = []
 
     def age_check_failed() -> bool:
         results.append(q.tick("observe"))
@@ -150,4 +157,6 @@ def test_a_message_unacknowledged_past_every_delivery_fails_the_age_check(
     assert age.severity == AssetCheckSeverity.ERROR
     observation = next(e for e in result.asset_events if isinstance(e, AssetObservation))
     assert observation.metadata["in_flight"] == MetadataValue.int(4)
-    assert observation.metadata["oldest_unacked_age_s"].value >= 1.0
+    age_s = observation.metadata["oldest_unacked_age_s"]
+    assert isinstance(age_s, FloatMetadataValue)
+    assert age_s.value >= 1.0
