@@ -120,7 +120,10 @@ def processing_asset(spec: QueueSpec) -> AssetsDefinition:
             job.close()
         context.log.info(f"processing of {queue} ended ({report.stopped}): {report}")
         outcome = output_matches_acks(
-            report.distinct_rows, report.succeeded, exact=spec.transform is None
+            report.rows_written,
+            report.distinct_rows,
+            report.succeeded,
+            exact=spec.transform is None,
         )
         return MaterializeResult(
             metadata=report_metadata(report), check_results=[check_result(outcome, output_key)]

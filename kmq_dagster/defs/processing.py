@@ -95,10 +95,15 @@ def run_processing(
             report.stopped = "breaker open"
             log.warning("circuit breaker of %s is open: no more batches in this run", queue)
             break
+        job.lease.wait_for_partitions()
         batch_started = time.time()
-        batch = job.run_batch()
         owned = sorted(f"{t}[{p}]" for t, p in job.lease.owned())
+        batch = job.run_batch()
+        owned_after = {f"{t}[{p}]" for t, p in job.lease.owned()}
+        # What the batch may have read: owned when it started (it reads what it owns then).
         report.leases.append([round(batch_started, 3), round(time.time(), 3), owned])
+        if owned_after != set(owned):
+            log.info("the group moved partitions during batch %s", batch.batch_id)
         report.batches += 1
         report.batch_ids.append(batch.batch_id)
         report.read += batch.read

@@ -59,7 +59,7 @@ def declare(
     }
     spec = QueueSpec(
         Queue(topic, GROUP, **definition),
-        function=price_order,
+        function=spec_fields.pop("function", price_order),
         output_path=str(tmp_path / "priced.parquet"),
         **spec_fields,
     )

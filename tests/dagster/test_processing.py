@@ -3,7 +3,10 @@ output rows -> checks pass; an open breaker stops a run; two runs never share pa
 
 from __future__ import annotations
 
-import threading
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,9 @@ from pyspark.sql import SparkSession
 
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.demo_orders import is_flaky, is_poison
+from kmq_dagster.settings import KmqSettings
 from tests.dagster.helpers import QueueUnderTest, declare, produce_orders
+from tests.support.spark_functions import slow_price
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -83,30 +88,39 @@ def test_a_run_started_while_the_breaker_is_open_processes_nothing(
 
 @pytest.mark.slow
 def test_two_runs_of_one_queue_never_own_the_same_partitions_at_once(
-    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
-    audit: AuditStoreResource, pyspark: PySparkResource,
+    settings: KmqSettings, topic_name: str, tmp_path: Path, instance: DagsterInstance,
+    kmq: KmqResource, audit: AuditStoreResource, pyspark: PySparkResource,
+    private_audit_store: str,
 ) -> None:  # fmt: skip
-    q = declare(topic_name, tmp_path, instance, kmq, audit, pyspark)
-    produce_orders(kmq, topic_name, range(4_000))
-    results: list[ExecuteInProcessResult] = []
+    # given: a backlog that takes a run a while (10 ms per message, small batches)
+    q = declare(topic_name, tmp_path, instance, kmq, audit, pyspark, function=slow_price)
+    produce_orders(kmq, topic_name, range(3_000))
+    # when: a second run starts in a process of its own while this one runs (writing beside
+    # this one's output: two Spark jobs appending to one Parquet path at once collide in
+    # Hadoop's output committer, which the lease does not cover)
+    other = subprocess.Popen(
+        [sys.executable, "-m", "tests.dagster.processing_process", topic_name,
+         str(tmp_path / "other.parquet"), "150"],
+        env={**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+             "KMQ_SESSION_TIMEOUT_MS": "6000", "KMQ_AUDIT_URL": private_audit_store},
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        here = materialization(launch(q, max_messages_per_partition=150))
+        out, _ = other.communicate(timeout=300)
+    finally:
+        other.kill()
+        other.wait()
+    there = json.loads(out.strip().splitlines()[-1])
 
-    def run() -> None:
-        results.append(launch(q, max_messages_per_partition=200))
-
-    threads = [threading.Thread(target=run) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(240)
-
-    assert len(results) == 2 and all(r.success for r in results)
-    first, second = (materialization(r) for r in results)
-    assert first["read"] > 0 and second["read"] > 0, "both runs took part"
-    overlapping = [
+    # then: both took part, and no partition was owned by both while their batches overlapped
+    assert here["read"] > 0 and there["read"] > 0, "both runs processed messages"
+    concurrent = [
         (a, b)
-        for a in first["batch_leases"]
-        for b in second["batch_leases"]
-        if a[0] < b[1] and b[0] < a[1] and set(a[2]) & set(b[2])
+        for a in here["batch_leases"]
+        for b in there["batch_leases"]
+        if a[0] < b[1] and b[0] < a[1]
     ]
-    assert overlapping == [], "two runs owned one partition at the same time"
-    assert first["succeeded"] + second["succeeded"] >= sum(not is_poison(i) for i in range(4_000))
+    assert concurrent, "the two runs' batches never overlapped in time: nothing was tested"
+    shared = [(a, b) for a, b in concurrent if set(a[2]) & set(b[2])]
+    assert shared == [], "two runs owned one partition at the same time"

@@ -22,3 +22,11 @@ def slow_echo(message: SparkMessage) -> str:
         time.sleep(3_600)
     time.sleep(WORK_S)
     return (message.value or b"").decode()
+
+
+def slow_price(message: SparkMessage) -> object:
+    """The demo's pricing, 10 ms per message: long enough for two runs to overlap."""
+    from kmq_dagster.demo_orders import price_order
+
+    time.sleep(0.01)
+    return price_order(message)
