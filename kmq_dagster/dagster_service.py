@@ -147,7 +147,10 @@ class DagsterService:
                 entry["locationOrLoadError"]["__typename"] == "RepositoryLocation"
             ):
                 return str(entry["name"])
-            if entry["locationOrLoadError"] and "Error" in entry["locationOrLoadError"]["__typename"]:
+            if (
+                entry["locationOrLoadError"]
+                and "Error" in entry["locationOrLoadError"]["__typename"]
+            ):
                 raise KmqError(f"the code location {entry['name']} failed to load")
         return None
 
@@ -158,10 +161,8 @@ class DagsterService:
                 os.killpg(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         for process in self.processes.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)

@@ -43,7 +43,7 @@ def test_a_planted_sasl_password_is_masked_in_run_logs_and_console(
     # then: the failure is reported, and the secret appears nowhere
     assert not result.success
     entries = instance.all_logs(result.run_id)
-    assert any(entry.is_dagster_event and entry.dagster_event.is_failure for entry in entries)
+    assert any(entry.dagster_event and entry.dagster_event.is_failure for entry in entries)
     logged = "\n".join(serialize_value(entry) for entry in entries)
     assert "Kafka" in logged
     assert PLANTED not in logged

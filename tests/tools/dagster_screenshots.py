@@ -63,14 +63,19 @@ def shoot(page: Page, url: str, name: str, wait_text: str | None = None) -> None
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory(prefix="kmq-shots-") as scratch, EmbeddedBroker(port=0) as broker:
+    with (
+        tempfile.TemporaryDirectory(prefix="kmq-shots-") as scratch,
+        EmbeddedBroker(port=0) as broker,
+    ):
         env = {
             "KMQ_BOOTSTRAP_SERVERS": broker.bootstrap_servers,
             "KMQ_SESSION_TIMEOUT_MS": "6000",
             "KMQ_AUDIT_URL": f"sqlite:///{scratch}/audit.db",
             "KMQ_DEMO_OUTPUT": f"{scratch}/orders_priced.parquet",
         }
-        with DagsterService(ROOT / "workspace.yaml", home=Path(scratch, "home"), env=env) as dagster:
+        with DagsterService(
+            ROOT / "workspace.yaml", home=Path(scratch, "home"), env=env
+        ) as dagster:
             print(f"Dagster at {dagster.url}, logs in {scratch}/home", file=sys.stderr)
             location = dagster.location_name()
             dagster.graphql(LAUNCH, {"location": location, "job": "provision_orders__pricing"})
