@@ -10,7 +10,7 @@ Examples:
     ...                       output_path="/tmp/orders_priced.parquet")]
     ... )
     >>> sorted(job.name for job in defs.jobs)
-    ['process_orders__pricing', 'provision_orders__pricing']
+    ['process_orders__pricing', 'provision_orders__pricing', 'track_orders__pricing']
 """
 
 from __future__ import annotations
@@ -21,12 +21,15 @@ from typing import Any
 from dagster import DefaultSensorStatus, Definitions, define_asset_job
 from dagster_pyspark import PySparkResource
 
+from kmq_dagster.defs.alerts import KmqAlertsResource, make_run_failure_alert_sensor
 from kmq_dagster.defs.assets import processing_asset, queue_asset
+from kmq_dagster.defs.breaker import make_breaker_sensor
 from kmq_dagster.defs.checks import queue_checks
 from kmq_dagster.defs.jobs import provision_declared_job
 from kmq_dagster.defs.queue_spec import QueueSpec, check_unique_names
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource, local_pyspark_resource
 from kmq_dagster.defs.sensors import make_backlog_sensor, make_observation_sensor
+from kmq_dagster.defs.tracker import make_tracker_keepalive_sensor, tracker_job
 
 
 def queue_definitions(
@@ -38,9 +41,30 @@ def queue_definitions(
     The resources they need are ``kmq`` (:class:`KmqResource`), ``audit``
     (:class:`AuditStoreResource`) and, for processing, ``pyspark`` (``PySparkResource``).
     """
+    status = default_sensor_status
     assets: list[Any] = [queue_asset(spec)]
     jobs: list[Any] = [provision_declared_job(spec)]
-    sensors: list[Any] = [make_observation_sensor(spec, default_status=default_sensor_status)]
+    sensors: list[Any] = [make_observation_sensor(spec, default_status=status)]
+    if spec.keep_tracker:
+        track = tracker_job(spec)
+        jobs.append(track)
+        sensors.append(
+            make_tracker_keepalive_sensor(
+                spec,
+                track,
+                minimum_interval_seconds=spec.keepalive_interval_s,
+                default_status=status,
+            )
+        )
+    if spec.breaker is not None:
+        sensors.append(
+            make_breaker_sensor(
+                spec,
+                spec.breaker,
+                minimum_interval_seconds=spec.breaker_interval_s,
+                default_status=status,
+            )
+        )
     if spec.processes:
         assets.append(processing_asset(spec))
         process = define_asset_job(
@@ -51,7 +75,7 @@ def queue_definitions(
             tags=spec.tags,
         )
         jobs.append(process)
-        sensors.append(make_backlog_sensor(spec, process, default_status=default_sensor_status))
+        sensors.append(make_backlog_sensor(spec, process, default_status=status))
     return Definitions(assets=assets, asset_checks=[queue_checks(spec)], jobs=jobs, sensors=sensors)
 
 
@@ -61,17 +85,21 @@ def kmq_definitions(
     kmq: KmqResource | None = None,
     audit: AuditStoreResource | None = None,
     pyspark: PySparkResource | None = None,
+    alerts: KmqAlertsResource | None = None,
     default_sensor_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
     extra_resources: Mapping[str, Any] | None = None,
 ) -> Definitions:
     """Definitions for ``queues``: per queue an observed queue asset with its checks, a
-    provisioning job, an observation sensor and, for queues with a function or transform, the
-    processing asset, its job and a backlog sensor. Every job launches with no config.
+    provisioning job, an observation sensor, a tracker job with its keep-alive sensor, a
+    breaker sensor and, for queues with a function or transform, the processing asset, its job
+    and a backlog sensor; plus a sensor sending failed kmq runs to the alert sinks. Every job
+    launches with no config.
 
     Args:
         kmq: Kafka for kmq; default from the ``KMQ_*`` environment.
         audit: the audit store; default ``KMQ_AUDIT_URL`` or ``~/.kmq/audit.db``.
         pyspark: the SparkSession's resource; default local[2] (:func:`local_pyspark_resource`).
+        alerts: where alerts go besides the Dagster log (Slack, webhook, e-mail); default none.
         default_sensor_status: whether the sensors run as soon as the code location loads.
 
     Raises:
@@ -82,7 +110,10 @@ def kmq_definitions(
         "kmq": kmq or KmqResource(),
         "audit": audit or AuditStoreResource(),
         "pyspark": pyspark or local_pyspark_resource(),
+        "alerts": alerts or KmqAlertsResource(),
         **(extra_resources or {}),
     }
     per_queue = [queue_definitions(s, default_sensor_status=default_sensor_status) for s in queues]
-    return Definitions.merge(*per_queue, Definitions(resources=resources))
+    kmq_jobs = [job for defs in per_queue for job in defs.jobs or ()]
+    failures = make_run_failure_alert_sensor(kmq_jobs, default_status=default_sensor_status)
+    return Definitions.merge(*per_queue, Definitions(sensors=[failures], resources=resources))

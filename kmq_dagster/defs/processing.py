@@ -27,6 +27,9 @@ from kmq_dagster.spark.job import COORDINATES, BatchReport, SparkQueueJob
 
 log = logging.getLogger(__name__)
 
+#: Messages per partition of the one batch a run processes while the breaker is half-open.
+PROBE_BATCH = 5
+
 
 @dataclass
 class ProcessingReport:
@@ -47,7 +50,8 @@ class ProcessingReport:
     #: Output rows of the run, deduplicated by (topic, partition, offset).
     distinct_rows: int = 0
     duration_s: float = 0.0
-    #: Why the run stopped: "idle", "time limit" or "breaker open".
+    #: Why the run stopped: "idle", "time limit", "breaker open" or "probed" (one small batch
+    #: while the breaker was half-open).
     stopped: str = "idle"
     batch_ids: list[str] = field(default_factory=list)
     #: Per batch: [started (epoch s), ended (epoch s), owned partitions as "topic[p]"].
@@ -81,7 +85,9 @@ def run_processing(
     on_batch: Callable[[BatchReport], None] | None = None,
 ) -> ProcessingReport:
     """Run ``job``'s batches until one reads nothing, ``max_seconds`` have passed, or the
-    group's shared circuit breaker is open (checked before every batch)."""
+    group's shared circuit breaker is open (checked before every batch). While the breaker is
+    half-open the run is a probe: one batch of up to :data:`PROBE_BATCH` messages per
+    partition."""
     queue = job.queue
     report = ProcessingReport(job.output_path)
     before = measure_queue(settings, queue, store=store)
@@ -95,6 +101,9 @@ def run_processing(
             report.stopped = "breaker open"
             log.warning("circuit breaker of %s is open: no more batches in this run", queue)
             break
+        probing = breaker is not None and breaker.state == "half_open"
+        if probing:  # one small batch, whose outcome the breaker sensor judges
+            job.max_messages_per_partition = min(job.max_messages_per_partition, PROBE_BATCH)
         job.lease.wait_for_partitions()
         batch_started = time.time()
         owned = sorted(f"{t}[{p}]" for t, p in job.lease.owned())
@@ -112,6 +121,9 @@ def run_processing(
         if on_batch is not None:
             on_batch(batch)
         if batch.read == 0:
+            break
+        if probing:
+            report.stopped = "probed"
             break
     report.duration_s = time.monotonic() - started
     _add_topic_changes(report, before, measure_queue(settings, queue, store=store))
