@@ -5,6 +5,7 @@ from __future__ import annotations
 from kmq_dagster.core.breaker import BreakerConfig
 from kmq_dagster.core.breaker_watch import (
     AlertState,
+    Move,
     Sample,
     TransitionEvent,
     breaker_move,
@@ -15,8 +16,14 @@ CONFIG = BreakerConfig(window_ms=30_000, min_calls=20, error_rate=0.5, cooldown_
 NOW = 1_000_000
 
 
-def move(state: str, samples: list[Sample], *, opened_at_ms: int = 0, cooldown_ms: int = 10_000,
-         now_ms: int = NOW):  # type: ignore[no-untyped-def]  # fmt: skip
+def move(
+    state: str,
+    samples: list[Sample],
+    *,
+    opened_at_ms: int = 0,
+    cooldown_ms: int = 10_000,
+    now_ms: int = NOW,
+) -> Move | None:
     return breaker_move(
         state, opened_at_ms=opened_at_ms, cooldown_ms=cooldown_ms, samples=samples,
         now_ms=now_ms, config=CONFIG,
