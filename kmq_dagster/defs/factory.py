@@ -9,8 +9,8 @@ Examples:
     ...                       function=lambda message: message.value,
     ...                       output_path="/tmp/orders_priced.parquet")]
     ... )
-    >>> sorted(job.name for job in defs.jobs)
-    ['process_orders__pricing', 'provision_orders__pricing', 'track_orders__pricing']
+    >>> sorted(job.name.split("_")[0] for job in defs.jobs)
+    ['discard', 'ingest', 'process', 'provision', 'replay', 'track']
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from kmq_dagster.defs.assets import processing_asset, queue_asset
 from kmq_dagster.defs.breaker import make_breaker_sensor
 from kmq_dagster.defs.checks import queue_checks
 from kmq_dagster.defs.jobs import provision_declared_job
+from kmq_dagster.defs.operator_jobs import discard_job, ingest_job, replay_job
 from kmq_dagster.defs.queue_spec import QueueSpec, check_unique_names
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource, local_pyspark_resource
 from kmq_dagster.defs.sensors import make_backlog_sensor, make_observation_sensor
@@ -43,7 +44,12 @@ def queue_definitions(
     """
     status = default_sensor_status
     assets: list[Any] = [queue_asset(spec)]
-    jobs: list[Any] = [provision_declared_job(spec)]
+    jobs: list[Any] = [
+        provision_declared_job(spec),
+        replay_job(spec),
+        discard_job(spec),
+        ingest_job(spec),
+    ]
     sensors: list[Any] = [make_observation_sensor(spec, default_status=status)]
     if spec.keep_tracker:
         track = tracker_job(spec)

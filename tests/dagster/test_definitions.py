@@ -21,11 +21,24 @@ def test_every_demo_job_launches_with_no_config() -> None:
 
     repository = defs.get_repository_def()
     names = sorted(job.name for job in repository.get_all_jobs() if not job.name.startswith("__"))
-    assert names == ["process_orders__pricing", "provision_orders__pricing"]
+    assert names == [
+        "discard_orders__pricing",
+        "ingest_orders__pricing",
+        "process_orders__pricing",
+        "provision_orders__pricing",
+        "replay_orders__pricing",
+        "track_orders__pricing",
+    ]
     for name in names:
         validate_run_config(repository.get_job(name), {})  # raises if config is required
     sensors = sorted(sensor.name for sensor in repository.sensor_defs)
-    assert sensors == ["backlog_orders__pricing", "observe_orders__pricing"]
+    assert sensors == [
+        "backlog_orders__pricing",
+        "breaker_orders__pricing",
+        "keep_tracker_orders__pricing",
+        "kmq_run_failures",
+        "observe_orders__pricing",
+    ]
 
 
 def test_two_queues_with_one_dagster_name_are_refused() -> None:
