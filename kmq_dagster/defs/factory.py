@@ -9,8 +9,10 @@ Examples:
     ...                       function=lambda message: message.value,
     ...                       output_path="/tmp/orders_priced.parquet")]
     ... )
-    >>> sorted(job.name.split("_")[0] for job in defs.jobs)
-    ['discard', 'ingest', 'process', 'provision', 'replay', 'track']
+    >>> sorted(job.name for job in defs.jobs if job.name.endswith("orders__pricing"))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ['discard_orders__pricing', 'ingest_orders__pricing', 'process_orders__pricing',
+     'provision_orders__pricing', 'replay_orders__pricing', 'track_orders__pricing']
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dagster import DefaultSensorStatus, Definitions, define_asset_job
+from dagster import DefaultScheduleStatus, DefaultSensorStatus, Definitions, define_asset_job
 from dagster_pyspark import PySparkResource
 
 from kmq_dagster.defs.alerts import KmqAlertsResource, make_run_failure_alert_sensor
 from kmq_dagster.defs.assets import processing_asset, queue_asset
 from kmq_dagster.defs.breaker import make_breaker_sensor
 from kmq_dagster.defs.checks import queue_checks
+from kmq_dagster.defs.housekeeping import housekeeping_schedules, make_processing_schedule
 from kmq_dagster.defs.jobs import provision_declared_job
 from kmq_dagster.defs.operator_jobs import discard_job, ingest_job, replay_job
 from kmq_dagster.defs.queue_spec import QueueSpec, check_unique_names
@@ -82,7 +85,16 @@ def queue_definitions(
         )
         jobs.append(process)
         sensors.append(make_backlog_sensor(spec, process, default_status=status))
-    return Definitions(assets=assets, asset_checks=[queue_checks(spec)], jobs=jobs, sensors=sensors)
+    schedules: list[Any] = []
+    if spec.processes and spec.processing_cron:
+        schedules.append(make_processing_schedule(spec, spec.processing_cron))
+    return Definitions(
+        assets=assets,
+        asset_checks=[queue_checks(spec)],
+        jobs=jobs,
+        sensors=sensors,
+        schedules=schedules,
+    )
 
 
 def kmq_definitions(
@@ -93,12 +105,14 @@ def kmq_definitions(
     pyspark: PySparkResource | None = None,
     alerts: KmqAlertsResource | None = None,
     default_sensor_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
+    retention_schedule_status: DefaultScheduleStatus = DefaultScheduleStatus.STOPPED,
     extra_resources: Mapping[str, Any] | None = None,
 ) -> Definitions:
     """Definitions for ``queues``: per queue an observed queue asset with its checks, a
     provisioning job, an observation sensor, a tracker job with its keep-alive sensor, a
     breaker sensor and, for queues with a function or transform, the processing asset, its job
-    and a backlog sensor; plus a sensor sending failed kmq runs to the alert sinks. Every job
+    and a backlog sensor (and a cron schedule if declared); plus the daily audit retention and
+    dead-letter digest jobs and a sensor sending failed kmq runs to the alert sinks. Every job
     launches with no config.
 
     Args:
@@ -107,6 +121,8 @@ def kmq_definitions(
         pyspark: the SparkSession's resource; default local[2] (:func:`local_pyspark_resource`).
         alerts: where alerts go besides the Dagster log (Slack, webhook, e-mail); default none.
         default_sensor_status: whether the sensors run as soon as the code location loads.
+        retention_schedule_status: whether the daily audit retention runs (it deletes old
+            rows, so it starts stopped); the daily dead-letter digest runs.
 
     Raises:
         ConfigError: two queues would get the same Dagster name.
@@ -121,5 +137,9 @@ def kmq_definitions(
     }
     per_queue = [queue_definitions(s, default_sensor_status=default_sensor_status) for s in queues]
     kmq_jobs = [job for defs in per_queue for job in defs.jobs or ()]
-    failures = make_run_failure_alert_sensor(kmq_jobs, default_status=default_sensor_status)
-    return Definitions.merge(*per_queue, Definitions(sensors=[failures], resources=resources))
+    daily_jobs, daily = housekeeping_schedules(retention_status=retention_schedule_status)
+    failures = make_run_failure_alert_sensor(
+        [*kmq_jobs, *daily_jobs], default_status=default_sensor_status
+    )
+    shared = Definitions(jobs=daily_jobs, schedules=daily, sensors=[failures], resources=resources)
+    return Definitions.merge(*per_queue, shared)

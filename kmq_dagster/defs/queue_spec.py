@@ -64,6 +64,7 @@ class QueueSpec:
         breaker_interval_s: seconds between breaker sensor ticks.
         keep_tracker: a keep-alive sensor keeps one tracker run of the queue going.
         keepalive_interval_s: seconds between keep-alive ticks.
+        processing_cron: also process on this cron schedule (UTC), e.g. ``"0 * * * *"``.
         name: the Dagster name of the queue; default ``<topic>__<group>`` with every other
             character than letters, digits and ``_`` replaced by ``_``.
     """
@@ -83,6 +84,7 @@ class QueueSpec:
     breaker_interval_s: int = DEFAULT_BREAKER_INTERVAL_S
     keep_tracker: bool = True
     keepalive_interval_s: int = DEFAULT_KEEPALIVE_INTERVAL_S
+    processing_cron: str | None = None
     name: str = ""
 
     def __post_init__(self) -> None:

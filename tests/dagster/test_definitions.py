@@ -24,6 +24,8 @@ def test_every_demo_job_launches_with_no_config() -> None:
     assert names == [
         "discard_orders__pricing",
         "ingest_orders__pricing",
+        "kmq_audit_retention",
+        "kmq_dead_letter_digest",
         "process_orders__pricing",
         "provision_orders__pricing",
         "replay_orders__pricing",
@@ -39,6 +41,11 @@ def test_every_demo_job_launches_with_no_config() -> None:
         "kmq_run_failures",
         "observe_orders__pricing",
     ]
+    schedules = {s.name: s.default_status.value for s in repository.schedule_defs}
+    assert schedules == {
+        "kmq_audit_retention_daily": "STOPPED",  # it deletes rows: an operator turns it on
+        "kmq_dead_letter_digest_daily": "RUNNING",
+    }
 
 
 def test_two_queues_with_one_dagster_name_are_refused() -> None:
