@@ -29,7 +29,7 @@ class PaymentServiceDown(RuntimeError):
 def outage_now() -> bool:
     """Whether the scripted outage is on (its file exists)."""
     path = os.environ.get(OUTAGE_FILE_VARIABLE)
-    return bool(path) and os.path.exists(path)
+    return path is not None and os.path.exists(path)
 
 
 def is_poison(order_id: int) -> bool:

@@ -65,10 +65,17 @@ def tracker_job(spec: QueueSpec) -> JobDefinition:
 
     @op(name=f"track_{spec.name}_redeliveries", tags=spec.tags)
     def run_tracker(context: OpExecutionContext, config: TrackerConfig, kmq: KmqResource) -> None:
+        instance, run_id = context.instance, context.run_id
+        earlier = earlier_tracker_run(instance, job_name=context.job_name, run_id=run_id)
+        if earlier is not None:
+            context.log.info(
+                f"tracker run {earlier} of {spec.queue} was launched first and is alive: "
+                "one tracker run per queue, so this one ends"
+            )
+            return
         settings = kmq.get_settings()
         queue = ensure_queue(settings, spec.queue)
         tracker = RedeliveryTracker(settings, queue)
-        instance, run_id = context.instance, context.run_id
         last = {"heartbeat": 0.0, "stats": time.monotonic()}
 
         def on_tick() -> None:
@@ -109,6 +116,24 @@ def _observation(spec: QueueSpec, tracker: RedeliveryTracker, kmq: KmqResource) 
     if status.oldest_unacked_age_ms is not None:
         metadata["oldest_unacked_age_s"] = MetadataValue.float(status.oldest_unacked_age_ms / 1000)
     return AssetObservation(asset_key=spec.queue_asset_key, metadata=metadata)
+
+
+def earlier_tracker_run(instance: DagsterInstance, *, job_name: str, run_id: str) -> str | None:
+    """Another live tracker run of the job created before ``run_id``, if any (a tracker
+    launched by hand while the keep-alive sensor's runs: the later one gives way)."""
+    records = instance.get_run_records(filters=RunsFilter(job_name=job_name, statuses=IN_FLIGHT))
+    mine = next((r for r in records if r.dagster_run.run_id == run_id), None)
+    dead = {
+        run.run_id
+        for run in dead_tracker_runs(instance, [r.dagster_run for r in records], time.time())
+    }
+    for record in records:
+        other = record.dagster_run.run_id
+        if other == run_id or other in dead:
+            continue
+        if mine is None or record.create_timestamp < mine.create_timestamp:
+            return other
+    return None
 
 
 def dead_tracker_runs(

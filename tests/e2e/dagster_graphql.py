@@ -67,7 +67,7 @@ class DagsterClient:
         return [{**run, "tags": {tag["key"]: tag["value"] for tag in run["tags"]}} for run in found]
 
     def status(self, job: str, run_id: str) -> str:
-        return next(run["status"] for run in self.runs(job) if run["runId"] == run_id)
+        return str(next(run["status"] for run in self.runs(job) if run["runId"] == run_id))
 
     def terminate(self, run_id: str) -> None:
         answer = self.service.graphql(TERMINATE, {"runId": run_id})["terminateRun"]
