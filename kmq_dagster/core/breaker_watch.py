@@ -2,11 +2,14 @@
 breaker transitions become alerts.
 
 A watcher sees no single handler call; it sees, per tick, how many messages the group finished
-(``processed``) and how many of them turned into retry or dead-letter copies (``failures``).
-:func:`breaker_move` runs the breaker's state machine on those samples, with the same
-:class:`BreakerConfig` the workers use: CLOSED opens on the error rate over the window, OPEN
-probes after the cooldown, HALF_OPEN closes after ``probes`` messages without a failure and
-reopens with a longer cooldown on one.
+(``processed``) and how many of them failed in a way that is retried (``failures``: copies to
+the retry topics; dead letters are mostly bad input, which the workers' breaker ignores too, or
+retries already counted). :func:`breaker_move` runs the breaker's state machine on those
+samples with the workers' :class:`BreakerConfig`: CLOSED opens on the error rate over the
+window; OPEN probes after the cooldown; HALF_OPEN judges the first ``probes`` or more messages
+processed since: below the error rate it closes, else it reopens with a longer cooldown. (Unlike
+a worker, which reopens on a single failed probe, a watcher sees messages in batches, where one
+ordinary failure among many successes is no outage.)
 
 :func:`next_alert` decides alerts: one per transition (kept by transition id), a resolve message
 as soon as the breaker closes after an announced problem, and otherwise at most one alert per
@@ -88,29 +91,30 @@ def breaker_move(
         if now_ms >= opened_at_ms + cooldown_ms:
             return Move(HALF_OPEN, opened_at_ms, cooldown_ms, "cooldown over: probing", 0.0, 0)
         return None
-    # HALF_OPEN: judge only what happened since probing began.
+    # HALF_OPEN: judge only what happened since probing began, once enough was processed.
     calls, failures = window_totals(samples, opened_at_ms + cooldown_ms)
-    if failures:
+    calls = max(calls, failures)
+    if calls < config.probes:
+        return None
+    rate = failures / calls
+    if rate >= config.error_rate:
         longer = int(min(cooldown_ms * config.cooldown_multiplier, config.max_cooldown_ms))
         return Move(
             OPEN,
             now_ms,
             longer,
-            f"{failures} of {max(calls, failures)} probe messages failed; cooldown "
-            f"{format_duration_ms(longer)}",
-            failures / max(calls, failures),
-            max(calls, failures),
-        )
-    if calls >= config.probes:
-        return Move(
-            CLOSED,
-            0,
-            config.cooldown_ms,
-            f"{calls} messages processed without a failure while probing",
-            0.0,
+            f"{failures} of {calls} probe messages failed; cooldown {format_duration_ms(longer)}",
+            rate,
             calls,
         )
-    return None
+    return Move(
+        CLOSED,
+        0,
+        config.cooldown_ms,
+        f"{calls - failures} of {calls} messages processed while probing",
+        rate,
+        calls,
+    )
 
 
 @dataclass(frozen=True)

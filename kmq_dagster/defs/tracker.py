@@ -13,6 +13,8 @@ No ``from __future__ import annotations`` here: Dagster reads op and sensor sign
 time.
 """
 
+import os
+import socket
 import threading
 import time
 
@@ -46,6 +48,9 @@ from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 
 #: Run tag holding the time (epoch seconds) of the tracker's last sign of life.
 HEARTBEAT_TAG = "kmq/heartbeat"
+#: Run tags naming the process and host the tracker runs in.
+PID_TAG = "kmq/pid"
+HOST_TAG = "kmq/host"
 #: Seconds between heartbeats.
 HEARTBEAT_INTERVAL_S = 2.0
 #: A started tracker run without a heartbeat for this long is taken for dead.
@@ -77,6 +82,8 @@ def tracker_job(spec: QueueSpec) -> JobDefinition:
         queue = ensure_queue(settings, spec.queue)
         tracker = RedeliveryTracker(settings, queue)
         last = {"heartbeat": 0.0, "stats": time.monotonic()}
+        # Where the tracker runs, for an operator looking for its process.
+        instance.add_run_tags(run_id, {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()})
 
         def on_tick() -> None:
             now = time.monotonic()

@@ -26,24 +26,11 @@ from tests.dagster.receivers import HttpReceiver, http_receiver
 from tests.e2e.dagster_graphql import DagsterClient
 from tests.kafka_helpers import wait_for
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACK, PROCESS = "track_orders__pricing", "process_orders__pricing"
 IN_PROGRESS = {"QUEUED", "NOT_STARTED", "STARTING", "STARTED"}
-
-
-def run_worker_pid(run_id: str) -> int | None:
-    """The process executing ``run_id`` (its command line carries the run id)."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if run_id.encode() in cmdline and b"execute_run" in cmdline:
-                return int(entry.name)
-    return None
 
 
 def started_trackers(client: DagsterClient) -> list[dict[str, Any]]:
@@ -65,9 +52,14 @@ def kinds(hook: HttpReceiver) -> list[str]:
 
 def settled(settings: KmqSettings, output: Path, produced: int) -> bool:
     """Every produced order is in the output or in the DLQ."""
-    if not output.exists():
+    parts = sorted(output.glob("part-*.parquet")) if output.exists() else []
+    if not parts:
         return False
-    rows = pq.read_table(output, columns=["topic", "partition", "offset"]).to_pylist()
+    rows = [
+        row
+        for part in parts  # written and committed files only, never _temporary/
+        for row in pq.read_table(part, columns=["topic", "partition", "offset"]).to_pylist()
+    ]
     processed = len({(r["topic"], r["partition"], r["offset"]) for r in rows})
     dead = count_records(settings, DEMO_QUEUE.dlq_topic, DEMO_QUEUE.partitions or 1)
     return processed + dead >= produced
@@ -108,7 +100,8 @@ def test_the_demo_in_a_real_dagster_daemon_loses_nothing(tmp_path: Path) -> None
             # produce: the backlog sensor launches processing
             produce_orders(settings, 200)
             assert wait_for(lambda: settled(settings, output, 200), timeout_s=300, interval_s=2)
-            assert any(run["status"] == "SUCCESS" for run in client.runs(PROCESS))
+            assert wait_for(lambda: any(r["status"] == "SUCCESS" for r in client.runs(PROCESS)),
+                            timeout_s=120, interval_s=1)  # fmt: skip
             in_progress = [r for r in client.runs(TRACK) if r["status"] in IN_PROGRESS]
             assert [r["runId"] for r in in_progress] == [tracker], "never two trackers"
 
@@ -122,9 +115,7 @@ def test_the_demo_in_a_real_dagster_daemon_loses_nothing(tmp_path: Path) -> None
             # the keep-alive sensor starts another; SIGKILL its process: a third replaces it
             assert wait_for(lambda: len(started_trackers(client)) == 1, timeout_s=120, interval_s=1)
             (second,) = started_trackers(client)
-            pid = run_worker_pid(second["runId"])
-            assert pid is not None
-            os.kill(pid, signal.SIGKILL)
+            os.kill(int(second["tags"]["kmq/pid"]), signal.SIGKILL)
             replaced = [second["runId"]]
             assert wait_for(
                 lambda: [r["runId"] for r in started_trackers(client)] not in ([], replaced),
@@ -145,7 +136,16 @@ def test_the_demo_in_a_real_dagster_daemon_loses_nothing(tmp_path: Path) -> None
 
             # the service recovers: probing, then closed, with a resolve alert
             outage.unlink()
-            assert wait_for(lambda: breaker_state(store) == "closed", timeout_s=300, interval_s=1)
+            assert wait_for(
+                lambda: breaker_state(store) == "closed", timeout_s=300, interval_s=1
+            ), (
+                [
+                    (t.to_state, t.reason)
+                    for t in store.transitions(DEMO_QUEUE.topic, DEMO_QUEUE.group)
+                ],
+                [(r["status"], r["tags"].get("kmq/work")) for r in client.runs(PROCESS)],
+                client.ticks("backlog_orders__pricing")[:3],
+            )
             assert wait_for(lambda: "breaker_closed" in kinds(hook), timeout_s=60)
             resolve = hook.bodies()[kinds(hook).index("breaker_closed")]
             assert resolve["title"] == "resolved: circuit breaker closed"

@@ -49,13 +49,15 @@ def test_an_open_breaker_probes_after_its_cooldown_never_before() -> None:
     assert probing is not None and probing.to_state == "half_open"
 
 
-def test_probing_closes_after_enough_successes_and_reopens_longer_on_a_failure() -> None:
+def test_probing_judges_enough_messages_by_the_error_rate() -> None:
     began = NOW - 10_000  # opened at began - cooldown
     kwargs = {"opened_at_ms": began - 10_000}
+    # the outage's failures before probing began do not count; two messages are not enough
     assert move("half_open", [Sample(began - 1, 50, 50), Sample(NOW, 2, 0)], **kwargs) is None
-    closed = move("half_open", [Sample(NOW, 3, 0)], **kwargs)
+    closed = move("half_open", [Sample(NOW, 30, 2)], **kwargs)  # one flaky order is no outage
     assert closed is not None and closed.to_state == "closed"
-    reopened = move("half_open", [Sample(NOW, 3, 1)], **kwargs)
+    assert closed.reason == "28 of 30 messages processed while probing"
+    reopened = move("half_open", [Sample(NOW, 4, 2)], **kwargs)
     assert reopened is not None
     assert (reopened.to_state, reopened.cooldown_ms, reopened.opened_at_ms) == ("open", 20_000, NOW)
 
