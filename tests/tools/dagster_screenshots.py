@@ -1,14 +1,16 @@
-"""Screenshots of the Dagster UI for README, from a real webserver and daemon on the demo
-definitions: ``python -m tests.tools.dagster_screenshots [PAGE ...]`` writes PNGs to docs/images.
+"""Screenshots of the Dagster UI for README, from a real ``kmq demo --ui`` (webserver and
+daemon on the demo definitions): ``python -m tests.tools.dagster_screenshots`` writes PNGs to
+docs/images and prints when the scripted outage opened and closed the breaker.
 
-Starts an embedded broker and Dagster (webserver + daemon) on free ports, provisions the demo
-queue, produces orders so that the backlog sensor launches processing, waits for a
-materialization and a few observations, then drives Debian's Chromium with Playwright.
+Drives Debian's Chromium with Playwright (``KMQ_CHROMIUM`` overrides its path).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -16,90 +18,80 @@ from pathlib import Path
 
 from playwright.sync_api import Page, sync_playwright
 
-from kmq_dagster.broker import EmbeddedBroker
-from kmq_dagster.dagster_service import DagsterService
-from kmq_dagster.demo import produce_orders
-from kmq_dagster.settings import KmqSettings
+from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.demo import DEMO_QUEUE
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "docs" / "images"
 CHROMIUM = os.environ.get("KMQ_CHROMIUM", "/usr/bin/chromium")
 
-LAUNCH = """
-mutation($location: String!, $job: String!) {
-  launchRun(executionParams: {
-    selector: {repositoryLocationName: $location, repositoryName: "__repository__", jobName: $job},
-    runConfigData: "{}"
-  }) { __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } }
-}"""
-MATERIALIZED = """
-query($path: [String!]!) {
-  assetOrError(assetKey: {path: $path}) {
-    ... on Asset { assetMaterializations(limit: 1) { timestamp } }
-  }
-}"""
 
-
-def wait_for_materialization(dagster: DagsterService, path: list[str], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = dagster.graphql(MATERIALIZED, {"path": path})["assetOrError"]
-        if found and found.get("assetMaterializations"):
-            return
-        time.sleep(2)
-    raise TimeoutError(f"no materialization of {'/'.join(path)} within {timeout_s} s")
-
-
-def shoot(page: Page, url: str, name: str, wait_text: str | None = None) -> None:
+def shoot(page: Page, url: str, name: str) -> None:
     page.goto(url, wait_until="networkidle")
     skip = page.get_by_role("button", name="Skip")
     if skip.count():
         skip.first.click()  # the "join the community" dialog of a fresh browser profile
-    if wait_text:
-        page.get_by_text(wait_text).first.wait_for(timeout=30_000)
-    time.sleep(2)
+    deadline = time.monotonic() + 30
+    while page.get_by_text("Loading").count() and time.monotonic() < deadline:
+        time.sleep(0.5)  # the asset graph fills its nodes in after the page settled
+    time.sleep(3)
     page.screenshot(path=str(IMAGES / f"{name}.png"))
-    print(f"wrote docs/images/{name}.png")
+    print(f"wrote docs/images/{name}.png", file=sys.stderr)
+
+
+def wait_for_line(log: Path, pattern: str, timeout_s: float) -> re.Match[str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = re.search(pattern, log.read_text())
+        if found:
+            return found
+        time.sleep(0.5)
+    raise TimeoutError(f"{pattern!r} not printed within {timeout_s} s:\n{log.read_text()}")
+
+
+def breaker(store: AuditStore) -> str:
+    row = store.breaker_state(DEMO_QUEUE.topic, DEMO_QUEUE.group)
+    return row.state if row is not None else "closed"
+
+
+def wait_for_breaker(store: AuditStore, state: str, started: float, timeout_s: float) -> float:
+    while time.monotonic() - started < timeout_s:
+        if breaker(store) == state:
+            return time.monotonic() - started
+        time.sleep(0.5)
+    raise TimeoutError(f"the breaker was not {state} within {timeout_s} s")
 
 
 def main() -> None:
-    with (
-        tempfile.TemporaryDirectory(prefix="kmq-shots-") as scratch,
-        EmbeddedBroker(port=0) as broker,
-    ):
-        env = {
-            "KMQ_BOOTSTRAP_SERVERS": broker.bootstrap_servers,
-            "KMQ_SESSION_TIMEOUT_MS": "6000",
-            "KMQ_AUDIT_URL": f"sqlite:///{scratch}/audit.db",
-            "KMQ_DEMO_OUTPUT": f"{scratch}/orders_priced.parquet",
-        }
-        with DagsterService(
-            ROOT / "workspace.yaml", home=Path(scratch, "home"), env=env
-        ) as dagster:
-            print(f"Dagster at {dagster.url}, logs in {scratch}/home", file=sys.stderr)
-            location = dagster.location_name()
-            dagster.graphql(LAUNCH, {"location": location, "job": "provision_orders__pricing"})
-            settings = KmqSettings(bootstrap_servers=broker.bootstrap_servers)
-            time.sleep(10)
-            produce_orders(settings, 2_000)
-            wait_for_materialization(dagster, ["kmq", "orders__pricing", "output"], 600)
-            time.sleep(25)  # a few more observations
+    with tempfile.TemporaryDirectory(prefix="kmq-shots-") as scratch:
+        log = Path(scratch, "demo-ui.log")
+        argv = [sys.executable, "-m", "kmq_dagster.cli", "demo", "--ui", "--dagster-port", "0",
+                "--output-dir", scratch]  # fmt: skip
+        with log.open("w") as out:
+            demo = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        started = time.monotonic()
+        try:
+            url = wait_for_line(log, r"Dagster UI:\s+(\S+)", 240).group(1)
+            store = AuditStore(wait_for_line(log, r"audit store:\s+(\S+)", 10).group(1))
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM)
                 page = browser.new_page(viewport={"width": 1500, "height": 900})
-                shoot(page, f"{dagster.url}/asset-groups/kmq", "dagster-asset-graph")
-                shoot(
-                    page,
-                    f"{dagster.url}/assets/kmq/orders__pricing/queue?view=events",
-                    "dagster-queue-observations",
-                )
-                shoot(
-                    page,
-                    f"{dagster.url}/assets/kmq/orders__pricing/queue?view=checks",
-                    "dagster-queue-checks",
-                )
-                shoot(page, f"{dagster.url}/runs", "dagster-runs")
+                queue = f"{url}/assets/kmq/orders__pricing/queue"
+                opened_s = wait_for_breaker(store, "open", started, 300)
+                print(f"breaker open {opened_s:.0f} s after the start", file=sys.stderr)
+                shoot(page, f"{queue}?view=checks", "dagster-breaker-open")
+                shoot(page, f"{url}/overview/automation", "dagster-sensors")
+                closed_s = wait_for_breaker(store, "closed", started, 600)
+                print(f"breaker closed {closed_s:.0f} s after the start", file=sys.stderr)
+                time.sleep(15)
+                shoot(page, f"{url}/runs", "dagster-runs")
+                shoot(page, f"{url}/asset-groups/kmq", "dagster-asset-graph")
+                shoot(page, f"{queue}?view=events", "dagster-queue-observations")
                 browser.close()
+        finally:
+            demo.send_signal(signal.SIGINT)
+            demo.wait(120)
+        print(log.read_text(), file=sys.stderr)
 
 
 if __name__ == "__main__":
