@@ -18,7 +18,11 @@ from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import produce
 from tests.dagster.conftest import tick
 
-GROUP = "pricing"
+
+def group_for(topic: str) -> str:
+    """A consumer group of the test's own: tests share one broker, and members of one group
+    id on other topics would rebalance with this test's consumers."""
+    return f"pricing-{topic[-8:]}"
 
 
 @dataclass
@@ -58,7 +62,7 @@ def declare(
         "max_redeliveries": spec_fields.pop("max_redeliveries", 3),
     }
     spec = QueueSpec(
-        Queue(topic, GROUP, **definition),
+        Queue(topic, group_for(topic), **definition),
         function=spec_fields.pop("function", price_order),
         output_path=str(tmp_path / "priced.parquet"),
         **spec_fields,

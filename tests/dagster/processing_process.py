@@ -13,11 +13,12 @@ from dagster import DagsterInstance
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.defs import QueueSpec, kmq_definitions
+from tests.dagster.helpers import group_for
 from tests.support.spark_functions import slow_price
 
 
 def main(topic: str, output: str, max_per_partition: int) -> None:
-    queue = Queue(topic, "pricing", partitions=2, retry_policy=RetryPolicy.fixed((1_000,)))
+    queue = Queue(topic, group_for(topic), partitions=2, retry_policy=RetryPolicy.fixed((1_000,)))
     spec = QueueSpec(queue, function=slow_price, output_path=output)
     job = kmq_definitions([spec]).resolve_job_def(spec.job_name("process"))
     config = {"max_messages_per_partition": max_per_partition}

@@ -109,5 +109,5 @@ def test_a_failure_flood_opens_alerts_throttles_and_recovery_resolves(
         assert wait_for(closed, timeout_s=30, interval_s=0.5)
         assert [b["kind"] for b in hook.bodies()] == ["breaker_open", "breaker_closed"]
         assert hook.bodies()[-1]["title"] == "resolved: circuit breaker closed"
-        states = [t.to_state for t in audit.get_store().transitions(topic_name, "pricing")]
+        states = [t.to_state for t in audit.get_store().transitions(topic_name, q.spec.queue.group)]
         assert states == ["open", "half_open", "closed"]

@@ -76,7 +76,7 @@ def test_a_run_started_while_the_breaker_is_open_processes_nothing(
     q = declare(topic_name, tmp_path, instance, kmq, audit, pyspark)
     produce_orders(kmq, topic_name, range(10))
     audit.get_store().save_breaker_state(
-        topic_name, "pricing", state="open", opened_at_ms=0, cooldown_ms=10_000,
+        topic_name, q.spec.queue.group, state="open", opened_at_ms=0, cooldown_ms=10_000,
         expected_version=None,
     )  # fmt: skip
 

@@ -76,7 +76,7 @@ def test_an_open_breaker_throttles_the_backlog_sensor_and_fails_its_check(
     produce_orders(kmq, topic_name, range(10))
     opened_at_ms = 1_795_461_928_000
     assert audit.get_store().save_breaker_state(
-        topic_name, "pricing", state="open", opened_at_ms=opened_at_ms, cooldown_ms=10_000,
+        topic_name, q.spec.queue.group, state="open", opened_at_ms=opened_at_ms, cooldown_ms=10_000,
         expected_version=None,
     )  # fmt: skip
 
@@ -85,7 +85,7 @@ def test_an_open_breaker_throttles_the_backlog_sensor_and_fails_its_check(
 
     assert skipped.run_requests == []
     message = str(skipped.skip_reason.skip_message)
-    assert message.startswith(f"throttled: the circuit breaker of {topic_name} / pricing is open")
+    assert message.startswith(f"throttled: the circuit breaker of {q.spec.queue} is open")
     assert "since 2026-11-23 19:25:28 UTC" in message
     assert "lag 10 on 2 partitions" in message
     breaker = checks_of(observed)["breaker_closed"]
