@@ -28,11 +28,11 @@ DEMO_SPEC = QueueSpec(
     function=price_order,
     output_path=DEMO_OUTPUT,
     max_messages_per_partition=20_000,
-    backlog_interval_s=10,
+    backlog_interval_s=5,
     observation_interval_s=10,
     dead_letter_threshold=50,
     breaker=BreakerConfig(
-        window_ms=30_000, min_calls=20, error_rate=0.5, cooldown_ms=10_000, probes=3
+        window_ms=30_000, min_calls=20, error_rate=0.5, cooldown_ms=20_000, probes=3
     ),
     breaker_interval_s=5,
     keepalive_interval_s=5,

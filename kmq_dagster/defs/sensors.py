@@ -117,13 +117,13 @@ def make_backlog_sensor(
     def backlog_sensor(
         context: SensorEvaluationContext, kmq: KmqResource, audit: AuditStoreResource
     ) -> SensorResult:
-        in_flight = runs_in_flight(context.instance, job.name)
-        if in_flight:
-            return SensorResult(skip_reason=f"processing run {in_flight[0]} is in flight")
         try:
             status = measure_queue(kmq.get_settings(), spec.queue, store=audit.get_store())
         except ProvisionError as exc:
             return SensorResult(skip_reason=f"{exc}; launch {spec.job_name('provision')}")
+        in_flight = runs_in_flight(context.instance, job.name)
+        if in_flight and status.breaker_state != "open":  # an open breaker is said first
+            return SensorResult(skip_reason=f"processing run {in_flight[0]} is in flight")
         decision = backlog_decision(spec, status, context.instance, job.name)
         if isinstance(decision, SkipReason):
             return SensorResult(skip_reason=decision)
