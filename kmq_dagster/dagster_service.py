@@ -88,8 +88,10 @@ class DagsterService:
             "webserver",
             [str(bin_dir / "dagster-webserver"), *where, "-h", "127.0.0.1", "-p", str(self.port)],
         )
-        self._spawn("daemon", [str(bin_dir / "dagster-daemon"), "run", *where])
+        # The daemon starts once the webserver has created the instance's storage: two fresh
+        # processes migrating one SQLite schema at once leave it with two alembic heads.
         self._wait_until_loaded(timeout_s)
+        self._spawn("daemon", [str(bin_dir / "dagster-daemon"), "run", *where])
         return self
 
     def _spawn(self, name: str, argv: list[str]) -> None:
@@ -114,7 +116,7 @@ class DagsterService:
                         f"dagster {name} exited with {process.returncode}; see "
                         f"{self.log_dir / f'dagster-{name}.log'}"
                     )
-            with contextlib.suppress(OSError, KmqError):
+            with contextlib.suppress(OSError):  # not listening yet
                 if self.location_name() is not None:
                     return
             time.sleep(0.5)
