@@ -212,3 +212,21 @@ def bench_faults(only: str | None, scale: float, outage: int, storm: int) -> Non
     problems = figures.failures()
     if problems:
         raise KmqError("; ".join(problems))
+
+
+@bench.command("dagster")
+@click.option(
+    "--messages", type=click.IntRange(1000, 100_000_000), default=100_000, show_default=True
+)
+@click.option(
+    "--ticks", type=click.IntRange(1, 1000), default=11, show_default=True, help="Timed ticks."
+)
+@external_option
+@click.pass_context
+def bench_dagster(ctx: click.Context, messages: int, ticks: int, external: bool) -> None:
+    """Sensor tick time at 64 partitions; sensor-launched runs against kmq spark."""
+    from kmq_dagster.bench.dagster import run_dagster_benchmark
+
+    with bench_cluster(settings_of(ctx), external) as kafka:
+        figures = run_dagster_benchmark(kafka, messages, report, ticks=ticks)
+    click.echo(figures.as_json())

@@ -124,13 +124,56 @@ def _show_batch(report: BatchReport) -> None:
     show_default=True,
     help="Where the Spark output goes (replaced on each run).",
 )
+@click.option(
+    "--ui",
+    is_flag=True,
+    help="Run the demo in Dagster (webserver and daemon) and the console, with a trickle of "
+    "orders and a scripted downstream outage, until Ctrl-C.",
+)
+@click.option(
+    "--dagster-port",
+    type=click.IntRange(0, 65535),
+    default=3000,
+    show_default=True,
+    help="With --ui: the Dagster webserver's port (0: a free one).",
+)
+@click.option(
+    "--console-port",
+    type=click.IntRange(0, 65535),
+    default=8501,
+    show_default=True,
+    help="With --ui: the console's port (0: a free one).",
+)
 @connection_options
 @click.pass_context
-def demo(ctx: click.Context, orders: int, output_dir: Path) -> None:
-    """The whole pipeline on an embedded broker: orders in, priced orders out, a summary."""
+def demo(
+    ctx: click.Context,
+    orders: int,
+    output_dir: Path,
+    ui: bool,
+    dagster_port: int,
+    console_port: int,
+) -> None:
+    """The whole pipeline on an embedded broker: orders in, priced orders out, a summary.
+    With --ui: the same queue operated from Dagster and the console, until Ctrl-C."""
     import shutil
 
     from kmq_dagster.demo import run_demo
+
+    if ui:
+        from kmq_dagster.demo_ui import run_demo_ui
+
+        if not verbose(ctx):
+            configure_logging(quiet=True, log_file=log_file_for("demo-ui"))
+        stop = stop_on_signals()
+        run_demo_ui(
+            (output_dir / "ui").resolve(),
+            stop,
+            lambda line: click.echo(line, err=True),
+            dagster_port=dagster_port or None,
+            console_port=console_port or None,
+        )
+        return
 
     log_file = log_file_for("demo")
     if not verbose(ctx):

@@ -90,19 +90,36 @@ def breaker_closed(
     )
 
 
-def output_matches_acks(distinct_rows: int, acknowledged: int, *, exact: bool) -> CheckOutcome:
-    """Rows of a run's output, deduplicated by (topic, partition, offset), against the messages
-    the run acknowledged as processed. A per-message function writes one row per acknowledged
-    message (``exact``); a DataFrame transform may filter, so only more rows than messages is
-    wrong there."""
-    passed = distinct_rows == acknowledged if exact else distinct_rows <= acknowledged
-    relation = "equal" if passed else "differ from"
+def output_matches_acks(
+    rows: int, distinct_rows: int, acknowledged: int, *, exact: bool
+) -> CheckOutcome:
+    """A run's output rows against the messages it acknowledged as processed (invariant 3:
+    acknowledged only after the output is written). With a per-message function (``exact``)
+    every acknowledged message has its row, so rows must equal acknowledged messages; a
+    DataFrame transform may filter or add rows, so only the deduplicated rows are compared,
+    and they may not exceed the acknowledged messages. Rows that share (topic, partition,
+    offset) are duplicates (at-least-once, e.g. after a rebalance): counted, never hidden."""
+    duplicates = rows - distinct_rows
+    if exact:
+        passed = rows == acknowledged
+        verdict = "equal" if passed else "differ from"
+        description = f"{rows} output rows {verdict} {acknowledged} acknowledged messages"
+    else:
+        passed = distinct_rows <= acknowledged
+        verdict = "at most" if passed else "more than"
+        description = f"{distinct_rows} distinct output rows, {verdict} {acknowledged} acknowledged"
     return CheckOutcome(
         OUTPUT_MATCHES_ACKS,
         passed,
         ERROR,
-        f"{distinct_rows} distinct output rows {relation} {acknowledged} acknowledged messages",
-        {"distinct_rows": distinct_rows, "acknowledged": acknowledged},
+        f"{description}; {distinct_rows} distinct by (topic, partition, offset), "
+        f"{duplicates} duplicates",
+        {
+            "rows": rows,
+            "distinct_rows": distinct_rows,
+            "duplicates": duplicates,
+            "acknowledged": acknowledged,
+        },
     )
 
 

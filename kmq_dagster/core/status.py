@@ -140,9 +140,10 @@ class QueueStatus:
 
     @property
     def failures_written(self) -> int:
-        """Every copy ever written to the group's retry topics and DLQ (handler failures,
-        corrupt metadata, exhausted redeliveries)."""
-        return sum(p.end_offset for p in self.retries) + self.dlq_depth
+        """Every copy ever written to the group's retry topics: handler failures that are
+        retried (dead letters are left out: mostly bad input, or failures already counted on
+        their way through the retry topics)."""
+        return sum(p.end_offset for p in self.retries)
 
     def totals(self) -> dict[str, int]:
         """The running totals :func:`rates_between` compares (JSON-compatible)."""

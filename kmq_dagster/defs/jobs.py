@@ -3,12 +3,16 @@
 No ``from __future__ import annotations`` here: Dagster reads op signatures at run time.
 """
 
-from dagster import Config, OpExecutionContext, job, op
+from dagster import Config, JobDefinition, OpExecutionContext, job, op
 from pydantic import Field
 
+from kmq_dagster.core.durations import parse_duration_ms
 from kmq_dagster.core.queue import Queue
-from kmq_dagster.defs.resources import KmqResource
-from kmq_dagster.kafka.provision import provision_queue, provision_topic
+from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.defs.queue_spec import QueueSpec
+from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
+from kmq_dagster.kafka.provision import ProvisionReport, provision_queue, provision_topic
+from kmq_dagster.settings import parse_delay_list
 
 
 class ProvisionConfig(Config):
@@ -19,21 +23,25 @@ class ProvisionConfig(Config):
     group: str | None = Field(default=None, description="also create this group's topics")
 
 
+def _log_report(context: OpExecutionContext, report: ProvisionReport) -> None:
+    context.log.info(
+        f"{len(report.created)} created, {len(report.unchanged)} already existed "
+        f"({report.partitions} partitions): created {report.created}"
+    )
+
+
 @op
 def provision_queue_topics(
     context: OpExecutionContext, config: ProvisionConfig, kmq: KmqResource
 ) -> list[str]:
     """Create the queue's topics (idempotent); returns the topics it created."""
-    settings = kmq.settings()
+    settings = kmq.get_settings()
     if config.group is None:
         report = provision_topic(settings, config.topic, partitions=config.partitions)
     else:
         queue = Queue(config.topic, config.group, partitions=config.partitions)
         report = provision_queue(settings, queue)
-    context.log.info(
-        f"{len(report.created)} created, {len(report.unchanged)} already existed "
-        f"({report.partitions} partitions): created {report.created}"
-    )
+    _log_report(context, report)
     return report.created
 
 
@@ -43,3 +51,65 @@ def provision_queue_topics(
 )
 def provision_job() -> None:
     provision_queue_topics()
+
+
+class DeclaredProvisionConfig(Config):
+    """Changes to the declared queue; none given: provision it exactly as declared."""
+
+    retry_delays: str | None = Field(
+        default=None, description="retry delays, e.g. 10s,1m,10m (replaces the declared ones)"
+    )
+    visibility_timeout: str | None = Field(default=None, description="e.g. 30s")
+    max_redeliveries: int | None = Field(default=None)
+    redefine: bool = Field(
+        default=False, description="store these values although the queue is defined otherwise"
+    )
+
+
+def provision_declared_job(spec: QueueSpec) -> JobDefinition:
+    """A job that provisions ``spec``'s queue as declared (no config needed), or with a new
+    retry policy, visibility timeout or max redeliveries; the change is audited."""
+
+    @op(name=f"provision_{spec.name}_topics", tags=spec.tags)
+    def provision_declared(
+        context: OpExecutionContext,
+        config: DeclaredProvisionConfig,
+        kmq: KmqResource,
+        audit: AuditStoreResource,
+    ) -> list[str]:
+        queue = spec.queue
+        if config.retry_delays is not None:
+            queue = queue.replace(
+                retry_policy=RetryPolicy.fixed(parse_delay_list(config.retry_delays))
+            )
+        if config.visibility_timeout is not None:
+            queue = queue.replace(
+                visibility_timeout_ms=parse_duration_ms(config.visibility_timeout)
+            )
+        if config.max_redeliveries is not None:
+            queue = queue.replace(max_redeliveries=config.max_redeliveries)
+        report = provision_queue(kmq.get_settings(), queue, redefine=config.redefine)
+        _log_report(context, report)
+        audit.get_store().record_action(
+            kind="provision",
+            actor=context.run.tags.get("kmq/actor") or f"dagster run {context.run_id}",
+            queue_topic=queue.topic,
+            group_id=queue.group,
+            selection=queue.retry_policy.describe(),
+            count=len(report.created),
+            target=None,
+            dry_run=False,
+            outcome=f"created {len(report.created)} topics; {len(report.unchanged)} existed",
+        )
+        return report.created
+
+    @job(
+        name=spec.job_name("provision"),
+        description=f"Create the topics of {spec.queue} and store its definition "
+        f"({spec.queue.retry_policy.describe()}); idempotent.",
+        tags=spec.tags,
+    )
+    def provision_declared_queue() -> None:
+        provision_declared()
+
+    return provision_declared_queue

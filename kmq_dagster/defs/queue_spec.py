@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dagster import AssetKey
 
+from kmq_dagster.core.breaker import BreakerConfig
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.errors import ConfigError
 
@@ -31,6 +32,10 @@ DEFAULT_MAX_RUN_SECONDS = 600
 DEFAULT_DEAD_LETTER_THRESHOLD = 0
 #: The window ``dead_letters_not_growing`` counts dead letters in (ms).
 DEFAULT_DEAD_LETTER_WINDOW_MS = 15 * 60_000
+#: Seconds between breaker sensor ticks.
+DEFAULT_BREAKER_INTERVAL_S = 10
+#: Seconds between tracker keep-alive ticks.
+DEFAULT_KEEPALIVE_INTERVAL_S = 10
 #: Dead letters a sensor tick copies into the audit store at most.
 DEFAULT_INGEST_PER_TICK = 5_000
 
@@ -54,6 +59,12 @@ class QueueSpec:
         dead_letter_threshold: ``dead_letters_not_growing`` warns above this many new dead
             letters within ``dead_letter_window_ms``.
         ingest_per_tick: dead letters the observation sensor stores per tick at most.
+        breaker: when the breaker sensor opens the group's shared breaker, its cooldown and
+            probes; ``None``: no breaker sensor.
+        breaker_interval_s: seconds between breaker sensor ticks.
+        keep_tracker: a keep-alive sensor keeps one tracker run of the queue going.
+        keepalive_interval_s: seconds between keep-alive ticks.
+        processing_cron: also process on this cron schedule (UTC), e.g. ``"0 * * * *"``.
         name: the Dagster name of the queue; default ``<topic>__<group>`` with every other
             character than letters, digits and ``_`` replaced by ``_``.
     """
@@ -69,6 +80,11 @@ class QueueSpec:
     dead_letter_threshold: int = DEFAULT_DEAD_LETTER_THRESHOLD
     dead_letter_window_ms: int = DEFAULT_DEAD_LETTER_WINDOW_MS
     ingest_per_tick: int = DEFAULT_INGEST_PER_TICK
+    breaker: BreakerConfig | None = field(default_factory=BreakerConfig)
+    breaker_interval_s: int = DEFAULT_BREAKER_INTERVAL_S
+    keep_tracker: bool = True
+    keepalive_interval_s: int = DEFAULT_KEEPALIVE_INTERVAL_S
+    processing_cron: str | None = None
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -76,7 +92,13 @@ class QueueSpec:
             raise ConfigError(f"queue {self.queue}: give a function or a transform, not both")
         if (self.function is not None or self.transform is not None) and not self.output_path:
             raise ConfigError(f"queue {self.queue}: processing needs an output_path")
-        for setting in ("backlog_interval_s", "observation_interval_s", "ingest_per_tick"):
+        for setting in (
+            "backlog_interval_s",
+            "observation_interval_s",
+            "ingest_per_tick",
+            "breaker_interval_s",
+            "keepalive_interval_s",
+        ):
             if getattr(self, setting) < 1:
                 raise ConfigError(f"queue {self.queue}: {setting} must be at least 1")
         if self.max_run_seconds <= 0 or self.dead_letter_window_ms <= 0:

@@ -139,8 +139,13 @@ class RedeliveryTracker:
         self._producer = new_producer(settings)
         self._reader = RecordReader(settings, f"kmq-tracker-reader.{queue.topic}.{queue.group}")
 
-    def run(self, stop: threading.Event) -> None:
-        """Track until ``stop`` is set; then commit and leave the group."""
+    def run(self, stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
+        """Track until ``stop`` is set (or ``on_tick`` raises); then commit and leave the group.
+
+        Args:
+            on_tick: called every loop, at least every :data:`CHECK_INTERVAL_S` seconds, on
+                this thread (for a caller's heartbeat or stats line).
+        """
         self._consumer.subscribe(
             [self.markers_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
         )
@@ -148,6 +153,8 @@ class RedeliveryTracker:
         backlog = False
         try:
             while not stop.is_set():
+                if on_tick is not None:
+                    on_tick()
                 # With a backlog of overdue messages, read the markers there are and go on.
                 wait_s = 0.0 if backlog else CHECK_INTERVAL_S
                 for message in self._consumer.consume(1000, wait_s):

@@ -31,3 +31,11 @@ def where_it_ran(message: SparkMessage) -> dict[str, object]:
     if number % 10 == 0:
         raise ValueError(f"{number} is not allowed")
     return {"n": number, "pid": os.getpid(), "cwd": os.getcwd()}
+
+
+def slow_price(message: SparkMessage) -> object:
+    """The demo's pricing, 10 ms per message: long enough for two runs to overlap."""
+    from kmq_dagster.demo_orders import price_order
+
+    time.sleep(0.01)
+    return price_order(message)

@@ -1,0 +1,152 @@
+"""Assets of a queue: the queue itself (observed by a sensor) and its processed output.
+
+No ``from __future__ import annotations`` here: Dagster reads the signatures of the asset
+functions (config and resource parameters) at run time.
+"""
+
+from dagster import (
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetsDefinition,
+    AssetSpec,
+    Config,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+from dagster_pyspark import PySparkResource
+from pydantic import Field
+
+from kmq_dagster.core.queue_checks import OUTPUT_MATCHES_ACKS, output_matches_acks
+from kmq_dagster.defs.observations import check_result
+from kmq_dagster.defs.processing import ProcessingReport, ensure_queue, run_processing
+from kmq_dagster.defs.queue_spec import QueueSpec
+from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
+from kmq_dagster.spark.job import BatchReport, SparkQueueJob
+
+#: Dagster asset group of every kmq asset.
+GROUP_NAME = "kmq"
+
+
+def queue_asset(spec: QueueSpec) -> AssetSpec:
+    """The queue as an external asset; the observation sensor records its observations."""
+    queue = spec.queue
+    return AssetSpec(
+        key=spec.queue_asset_key,
+        description=f"Kafka queue {queue.topic} worked by consumer group {queue.group}: lag, "
+        "in flight, retries, dead letters and breaker state are recorded as observations.",
+        group_name=GROUP_NAME,
+        kinds={"kafka"},
+        metadata={
+            "topic": MetadataValue.text(queue.topic),
+            "group": MetadataValue.text(queue.group),
+            "partitions": MetadataValue.int(queue.partitions or 0),
+            "retry_policy": MetadataValue.text(queue.retry_policy.describe()),
+            "visibility_timeout_ms": MetadataValue.int(queue.visibility_timeout_ms),
+            "max_redeliveries": MetadataValue.int(queue.max_redeliveries),
+            "dlq_topic": MetadataValue.text(queue.dlq_topic),
+        },
+    )
+
+
+class ProcessingConfig(Config):
+    """Limits of one processing run; the defaults are the queue's declaration."""
+
+    max_seconds: float | None = Field(
+        default=None, description="stop starting batches after this long (default: declared)"
+    )
+    max_messages_per_partition: int | None = Field(
+        default=None, description="messages per partition and batch (default: declared)"
+    )
+
+
+def processing_asset(spec: QueueSpec) -> AssetsDefinition:
+    """The Parquet output of ``spec``'s queue, materialized by Spark batches until idle."""
+    output_key = spec.output_asset_key
+
+    @asset(
+        key=output_key,
+        deps=[spec.queue_asset_key],
+        group_name=GROUP_NAME,
+        kinds={"spark", "parquet"},
+        description=f"Messages of {spec.queue} processed on Spark and appended to "
+        f"{spec.output_path}; one row per message, deduplicate by (topic, partition, offset).",
+        check_specs=[
+            AssetCheckSpec(
+                OUTPUT_MATCHES_ACKS,
+                asset=output_key,
+                description="the run's output rows, deduplicated by coordinates, against the "
+                "messages it acknowledged",
+            )
+        ],
+        metadata={"path": MetadataValue.path(spec.output_path or "")},
+        op_tags=spec.tags,
+    )
+    def process_queue(
+        context: AssetExecutionContext,
+        config: ProcessingConfig,
+        kmq: KmqResource,
+        audit: AuditStoreResource,
+        pyspark: PySparkResource,
+    ) -> MaterializeResult:  # type: ignore[type-arg]
+        settings = kmq.get_settings()
+        queue = ensure_queue(settings, spec.queue)
+        job = SparkQueueJob(
+            pyspark.spark_session,
+            settings,
+            queue,
+            output_path=spec.output_path or "",
+            function=spec.function,
+            transform=spec.transform,
+            max_messages_per_partition=config.max_messages_per_partition
+            or spec.max_messages_per_partition,
+        )
+
+        def log_batch(batch: BatchReport) -> None:
+            context.log.info(
+                f"batch {batch.batch_id}: read {batch.read}, succeeded {batch.succeeded}, "
+                f"failed {batch.failed}"
+            )
+
+        try:
+            report = run_processing(
+                job,
+                settings,
+                audit.get_store(),
+                max_seconds=config.max_seconds or spec.max_run_seconds,
+                on_batch=log_batch,
+            )
+        finally:
+            job.close()
+        context.log.info(f"processing of {queue} ended ({report.stopped}): {report}")
+        outcome = output_matches_acks(
+            report.rows_written,
+            report.distinct_rows,
+            report.succeeded,
+            exact=spec.transform is None,
+        )
+        return MaterializeResult(
+            metadata=report_metadata(report), check_results=[check_result(outcome, output_key)]
+        )
+
+    return process_queue
+
+
+def report_metadata(report: ProcessingReport) -> dict[str, MetadataValue]:
+    """A processing run's figures as materialization metadata."""
+    return {
+        "read": MetadataValue.int(report.read),
+        "succeeded": MetadataValue.int(report.succeeded),
+        "failed": MetadataValue.int(report.failed),
+        "retried": MetadataValue.int(report.retried),
+        "dead_lettered": MetadataValue.int(report.dead_lettered),
+        "redelivered": MetadataValue.int(report.redelivered),
+        "rows_written": MetadataValue.int(report.rows_written),
+        "distinct_rows": MetadataValue.int(report.distinct_rows),
+        "batches": MetadataValue.int(report.batches),
+        "duration_s": MetadataValue.float(round(report.duration_s, 3)),
+        "msgs_per_s": MetadataValue.float(round(report.msgs_per_s, 1)),
+        "output_path": MetadataValue.path(report.output_path),
+        "stopped": MetadataValue.text(report.stopped),
+        "batch_leases": MetadataValue.json(report.leases),
+    }

@@ -1,0 +1,207 @@
+"""The circuit-breaker sensor: throttles a group on error floods and announces transitions.
+
+Each tick it measures the queue, adds what the group did since the last tick (messages
+processed, retry and dead-letter copies written) to a window kept in its cursor, and runs the
+breaker's state machine on it (:func:`kmq_dagster.core.breaker_watch.breaker_move`). A change is
+written to the group's shared breaker in the audit store with compare-and-set, exactly as
+``kmq worker --breaker`` processes write theirs, so workers stop pulling work within a second,
+Spark processing runs stop before their next batch and the backlog sensor skips. Every stored
+transition, the workers' included, becomes a ``breaker_closed`` check evaluation and an alert.
+
+No ``from __future__ import annotations`` here: Dagster reads the sensor's resource parameters
+at run time.
+"""
+
+import json
+from typing import Any
+
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckSeverity,
+    DefaultSensorStatus,
+    MetadataValue,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    sensor,
+)
+
+from kmq_dagster.alerting import Alert
+from kmq_dagster.audit.shared_breaker import alert_in_store
+from kmq_dagster.audit.store import AuditStore, now
+from kmq_dagster.core.breaker import BreakerConfig, State, Transition
+from kmq_dagster.core.breaker_watch import (
+    AlertDecision,
+    AlertState,
+    Move,
+    Sample,
+    TransitionEvent,
+    breaker_move,
+    next_alert,
+)
+from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.queue_checks import BREAKER_CLOSED
+from kmq_dagster.core.status import TOTALS, rates_between
+from kmq_dagster.defs.alerts import KmqAlertsResource
+from kmq_dagster.defs.queue_spec import QueueSpec
+from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
+from kmq_dagster.errors import KmqError
+from kmq_dagster.kafka.queue_status import measure_queue
+
+_SEVERITY = {"open": "critical", "half_open": "warning", "closed": "info"}
+
+
+def apply_move(store: AuditStore, queue: Queue, move: Move, config: BreakerConfig) -> bool:
+    """Write ``move`` to the group's shared breaker if nobody changed it since it was read;
+    then record the transition and its alert row. Returns whether this write won."""
+    row = store.breaker_state(queue.topic, queue.group)
+    from_state = row.state if row is not None else "closed"
+    won = store.save_breaker_state(
+        queue.topic,
+        queue.group,
+        state=move.to_state,
+        opened_at_ms=move.opened_at_ms,
+        cooldown_ms=move.cooldown_ms,
+        expected_version=row.version if row is not None else None,
+    )
+    if not won:
+        return False
+    store.record_transition(
+        queue_topic=queue.topic,
+        group_id=queue.group,
+        at=now(),
+        from_state=from_state,
+        to_state=move.to_state,
+        error_rate=move.error_rate,
+        window_calls=move.calls,
+        window_ms=config.window_ms,
+        reason=f"{move.reason} (breaker sensor)",
+    )
+    transition = Transition(
+        State(from_state), State(move.to_state), 0, move.error_rate, move.calls, move.reason
+    )
+    alert_in_store(store, queue)(transition)
+    return True
+
+
+def _events(store: AuditStore, queue: Queue) -> list[TransitionEvent]:
+    return [
+        TransitionEvent(t.id, t.from_state, t.to_state, int(t.at.timestamp() * 1000), t.reason)
+        for t in store.transitions(queue.topic, queue.group)
+    ]
+
+
+def _alert(queue: Queue, decision: AlertDecision) -> Alert:
+    transition = decision.transition
+    if decision.resolve:
+        title = "resolved: circuit breaker closed"
+    else:
+        title = f"circuit breaker {transition.to_state.replace('_', '-')}"
+    folded = f" ({decision.folded} transitions since the last alert)" if decision.folded > 1 else ""
+    return Alert(
+        kind=f"breaker_{transition.to_state}",
+        severity=_SEVERITY.get(transition.to_state, "warning"),
+        subject=str(queue),
+        title=title,
+        text=f"{transition.from_state} -> {transition.to_state}: {transition.reason}{folded}",
+        key=f"{queue.topic}/{queue.group}#transition-{transition.id}",
+        details={"transition_id": transition.id, "at_ms": transition.at_ms},
+    )
+
+
+def _evaluation(spec: QueueSpec, transition: TransitionEvent) -> AssetCheckEvaluation:
+    closed = transition.to_state == "closed"
+    return AssetCheckEvaluation(
+        asset_key=spec.queue_asset_key,
+        check_name=BREAKER_CLOSED,
+        passed=closed,
+        severity=AssetCheckSeverity.ERROR,
+        description=f"circuit breaker {transition.from_state} -> {transition.to_state}: "
+        f"{transition.reason}",
+        metadata={"transition_id": MetadataValue.int(transition.id)},
+    )
+
+
+def make_breaker_sensor(
+    spec: QueueSpec,
+    config: BreakerConfig | None = None,
+    *,
+    minimum_interval_seconds: int = 10,
+    default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
+) -> SensorDefinition:
+    """A sensor that opens ``spec``'s group breaker on an error flood, probes and closes it
+    as the workers do, and turns every transition into a check evaluation and an alert.
+
+    Args:
+        config: when to open (window, min calls, error rate), cooldown and probes; the
+            defaults of :class:`BreakerConfig` when not given.
+    """
+    breaker_config = config or BreakerConfig()
+    queue = spec.queue
+    window_ms = breaker_config.window_ms
+
+    @sensor(
+        name=spec.job_name("breaker"),
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        description=f"Throttles {queue} on error floods and alerts on breaker transitions.",
+    )
+    def breaker_sensor(
+        context: SensorEvaluationContext,
+        kmq: KmqResource,
+        audit: AuditStoreResource,
+        alerts: KmqAlertsResource,
+    ) -> SensorResult:
+        store = audit.get_store()
+        try:
+            status = measure_queue(kmq.get_settings(), queue, store=store)
+        except KmqError as exc:
+            return SensorResult(skip_reason=f"cannot measure {queue}: {exc}")
+        cursor: dict[str, Any] = json.loads(context.cursor) if context.cursor else {}
+        samples = [Sample(*s) for s in cursor.get("samples", [])]
+        if "totals" in cursor:
+            rates = rates_between(cursor["totals"], status)
+            samples.append(Sample(status.measured_at_ms, rates.processed, rates.failures))
+        samples = [s for s in samples if s.at_ms > status.measured_at_ms - 2 * window_ms]
+        row = store.breaker_state(queue.topic, queue.group)
+        state = row.state if row is not None else "closed"
+        move = breaker_move(
+            state,
+            opened_at_ms=row.opened_at_ms if row is not None else 0,
+            cooldown_ms=row.cooldown_ms if row is not None else breaker_config.cooldown_ms,
+            samples=samples,
+            now_ms=status.measured_at_ms,
+            config=breaker_config,
+        )
+        if move is not None and apply_move(store, queue, move, breaker_config):
+            context.log.warning(f"breaker of {queue}: {state} -> {move.to_state}: {move.reason}")
+        alert_state = AlertState(**cursor.get("alerts", {}))
+        last_seen = int(cursor.get("last_transition_id", alert_state.last_transition_id))
+        transitions = _events(store, queue)
+        fresh = [t for t in transitions if t.id > last_seen]
+        events = [_evaluation(spec, t) for t in fresh]
+        decision, alert_state = next_alert(
+            alert_state, transitions, status.measured_at_ms, int(alerts.min_period_s * 1000)
+        )
+        if decision is not None:
+            alerts.send(_alert(queue, decision), context.log)
+        totals = status.totals()
+        new_cursor = {
+            "totals": {name: totals[name] for name in TOTALS},
+            "samples": [[s.at_ms, s.processed, s.failures] for s in samples],
+            "alerts": vars(alert_state),
+            "last_transition_id": max([last_seen, *(t.id for t in fresh)]),
+        }
+        calls = sum(s.processed for s in samples)
+        failures = sum(s.failures for s in samples)
+        skip = (
+            None
+            if events
+            else (
+                f"breaker of {queue} {(row.state if row else 'closed')}: {failures} failures in "
+                f"{calls} messages over the last {2 * window_ms // 1000} s"
+            )
+        )
+        return SensorResult(asset_events=events, cursor=json.dumps(new_cursor), skip_reason=skip)
+
+    return breaker_sensor

@@ -1,0 +1,180 @@
+"""Operator jobs of a queue with typed config: replay, discard and ingest dead letters. Each
+launches with no config (replay and discard then do a dry run of every dead letter) and writes
+its audit rows. The actor is the run's ``kmq/actor`` tag, else ``dagster/user`` (set by
+Dagster+), else ``dagster run <id>``.
+
+No ``from __future__ import annotations`` here: Dagster reads op signatures at run time.
+"""
+
+from datetime import UTC, datetime
+
+from dagster import (
+    AssetObservation,
+    Config,
+    JobDefinition,
+    MetadataValue,
+    OpExecutionContext,
+    job,
+    op,
+)
+from pydantic import Field
+
+from kmq_dagster.audit.store import DeadLetterFilter
+from kmq_dagster.core.replay import ReplaySelection, parse_offsets, parse_time, resolve_time
+from kmq_dagster.defs.queue_spec import QueueSpec
+from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
+from kmq_dagster.kafka.clients import wall_clock_ms
+from kmq_dagster.kafka.dlq_ingester import DlqIngester
+from kmq_dagster.kafka.queues import ensure_provisioned
+from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
+
+ACTOR_TAG = "kmq/actor"
+
+
+def actor_of(context: OpExecutionContext) -> str:
+    """Who launched the run: its ``kmq/actor`` or ``dagster/user`` tag, else the run."""
+    tags = context.run.tags
+    return tags.get(ACTOR_TAG) or tags.get("dagster/user") or f"dagster run {context.run_id}"
+
+
+class SelectionConfig(Config):
+    error_type: str | None = Field(default=None, description="the kmq-error-type header")
+    key: str | None = Field(default=None, description="the message key (UTF-8)")
+    since: str | None = Field(
+        default=None, description="dead-lettered at or after: ISO 8601, or a duration ago (2h)"
+    )
+    until: str | None = Field(default=None, description="dead-lettered before: as since")
+    dry_run: bool = Field(default=True, description="list and count only (the default)")
+
+
+class ReplayConfig(SelectionConfig):
+    offsets: str | None = Field(default=None, description="DLQ partition:offsets, e.g. 0:10-20")
+    target: str = Field(default="retry", description="retry (this group only) or original")
+    rate_per_s: float | None = Field(default=None, description="copies per second at most")
+    max_replays: int = Field(default=3, description="skip dead letters replayed this often")
+
+
+def replay_job(spec: QueueSpec) -> JobDefinition:
+    """``replay_<name>``: replay selected dead letters (audited)."""
+
+    @op(name=f"replay_{spec.name}_dead_letters", tags=spec.tags)
+    def replay(
+        context: OpExecutionContext,
+        config: ReplayConfig,
+        kmq: KmqResource,
+        audit: AuditStoreResource,
+    ) -> None:
+        selection = ReplaySelection(
+            offsets=parse_offsets(config.offsets) if config.offsets else {},
+            key=None if config.key is None else config.key.encode(),
+            error_type=config.error_type,
+            since=None if config.since is None else parse_time(config.since),
+            until=None if config.until is None else parse_time(config.until),
+        )
+        request = ReplayRequest(
+            selection,
+            target=config.target,
+            dry_run=config.dry_run,
+            rate_per_s=config.rate_per_s,
+            max_replays=config.max_replays,
+        )
+        report = replay_dead_letters(
+            kmq.get_settings(),
+            spec.queue,
+            request,
+            audit=audit.get_store(),
+            actor=actor_of(context),
+        )
+        context.log.info(str(report))
+        context.log_event(_summary(spec, "replay", str(report)))
+
+    @job(name=spec.job_name("replay"), tags=spec.tags, description=f"Replay {spec.queue}'s dead "
+         "letters (default: a dry run of all of them).")  # fmt: skip
+    def replay_dead_letters_job() -> None:
+        replay()
+
+    return replay_dead_letters_job
+
+
+def discard_job(spec: QueueSpec) -> JobDefinition:
+    """``discard_<name>``: mark selected stored dead letters discarded (audited)."""
+
+    @op(name=f"discard_{spec.name}_dead_letters", tags=spec.tags)
+    def discard(
+        context: OpExecutionContext, config: SelectionConfig, audit: AuditStoreResource
+    ) -> int:
+        now_ms = wall_clock_ms()
+        where = DeadLetterFilter(
+            queue_topic=spec.queue.topic,
+            group_id=spec.queue.group,
+            status="new",
+            error_type=config.error_type,
+            key=None if config.key is None else config.key.encode(),
+            since=_moment(config.since, now_ms),
+            until=_moment(config.until, now_ms),
+        )
+        count = audit.get_store().discard(where, actor=actor_of(context), dry_run=config.dry_run)
+        verb = "would discard" if config.dry_run else "discarded"
+        context.log.info(f"{verb} {count} dead letters of {spec.queue} ({where.describe()})")
+        return count
+
+    @job(name=spec.job_name("discard"), tags=spec.tags, description=f"Discard {spec.queue}'s "
+         "stored dead letters (default: a dry run of all of them).")  # fmt: skip
+    def discard_dead_letters_job() -> None:
+        discard()
+
+    return discard_dead_letters_job
+
+
+class IngestConfig(Config):
+    timeout_s: float = Field(default=120.0, description="give up reading the DLQ after this")
+
+
+def ingest_job(spec: QueueSpec) -> JobDefinition:
+    """``ingest_<name>``: copy the whole DLQ into the audit store (idempotent)."""
+
+    @op(name=f"ingest_{spec.name}_dead_letters", tags=spec.tags)
+    def ingest(
+        context: OpExecutionContext,
+        config: IngestConfig,
+        kmq: KmqResource,
+        audit: AuditStoreResource,
+    ) -> int:
+        settings, store = kmq.get_settings(), audit.get_store()
+        ingester = DlqIngester(settings, store, ensure_provisioned(settings, spec.queue))
+        try:
+            stats = ingester.ingest_available(config.timeout_s)
+        finally:
+            ingester.close()
+        store.record_action(
+            kind="ingest",
+            actor=actor_of(context),
+            queue_topic=spec.queue.topic,
+            group_id=spec.queue.group,
+            selection="everything",
+            count=stats.stored,
+            target=None,
+            dry_run=False,
+            outcome=ingester.describe_stats(),
+        )
+        context.log.info(f"ingested the DLQ of {spec.queue}: {ingester.describe_stats()}")
+        return stats.stored
+
+    @job(name=spec.job_name("ingest"), tags=spec.tags,
+         description=f"Copy {spec.queue}'s DLQ into the audit store.")  # fmt: skip
+    def ingest_dead_letters_job() -> None:
+        ingest()
+
+    return ingest_dead_letters_job
+
+
+def _moment(text: str | None, now_ms: int) -> datetime | None:
+    if text is None:
+        return None
+    return datetime.fromtimestamp(resolve_time(parse_time(text), now_ms) / 1000, UTC)
+
+
+def _summary(spec: QueueSpec, what: str, text: str) -> AssetObservation:
+    return AssetObservation(
+        asset_key=spec.queue_asset_key, metadata={f"last_{what}": MetadataValue.text(text)}
+    )

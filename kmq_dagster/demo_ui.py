@@ -1,0 +1,122 @@
+"""``kmq demo --ui``: the demo queue operated from Dagster, with a scripted downstream outage.
+
+Starts the embedded broker, provisions the demo queue, starts Dagster (webserver and daemon) on
+the demo definitions and the console (no login, loopback only) on the same audit store, sends a
+trickle of orders, and switches the payment service off for a while: the breaker sensor opens
+the breaker (the ``breaker_closed`` check fails, the backlog sensor says it is throttled), then
+probes and closes it once the service is back. Runs until ``stop`` is set; then stops
+everything it started.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kmq_dagster.broker import EmbeddedBroker
+from kmq_dagster.console.service import ConsoleService
+from kmq_dagster.dagster_service import DagsterService
+from kmq_dagster.demo import DEMO_QUEUE, produce_orders
+from kmq_dagster.demo_orders import OUTAGE_FILE_VARIABLE
+from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.settings import KmqSettings
+
+WORKSPACE_YAML = """\
+load_from:
+  - python_module:
+      module_name: kmq_dagster.definitions
+      attribute: defs
+"""
+
+
+@dataclass(frozen=True)
+class OutageScript:
+    """The payment service goes down ``after_s`` seconds in, for ``for_s`` seconds."""
+
+    after_s: float = 20.0
+    for_s: float = 40.0
+
+
+def run_demo_ui(
+    workdir: Path,
+    stop: threading.Event,
+    say: Callable[[str], None],
+    *,
+    dagster_port: int | None = None,
+    console_port: int | None = None,
+    orders_per_s: float = 4.0,
+    outage: OutageScript | None = OutageScript(),
+) -> None:
+    """Run the demo until ``stop`` is set, telling a person what happens through ``say``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    workspace = workdir / "workspace.yaml"
+    workspace.write_text(WORKSPACE_YAML)
+    outage_file = workdir / "payment-service-down"
+    outage_file.unlink(missing_ok=True)
+    with EmbeddedBroker(port=0) as broker:
+        settings = KmqSettings(bootstrap_servers=broker.bootstrap_servers, session_timeout_ms=6_000)
+        provision_queue(settings, DEMO_QUEUE)
+        audit_url = f"sqlite:///{workdir / 'audit.db'}"
+        env = {
+            "KMQ_BOOTSTRAP_SERVERS": broker.bootstrap_servers,
+            "KMQ_SESSION_TIMEOUT_MS": "6000",
+            "KMQ_AUDIT_URL": audit_url,
+            "KMQ_DEMO_OUTPUT": str(workdir / "orders_priced.parquet"),
+            OUTAGE_FILE_VARIABLE: str(outage_file),
+        }
+        say(f"embedded broker on {broker.bootstrap_servers}; starting Dagster ...")
+        service = DagsterService(workspace, home=workdir / "dagster", port=dagster_port, env=env)
+        console = ConsoleService(
+            settings, audit_url, log_dir=workdir / "console", port=console_port
+        )
+        with service as dagster, console:
+            say(f"Dagster UI:      {dagster.url}")
+            say(f"  the queue:     {dagster.url}/assets/kmq/orders__pricing/queue")
+            say(f"  its checks:    {dagster.url}/assets/kmq/orders__pricing/queue?view=checks")
+            say(f"  runs:          {dagster.url}/runs")
+            say(f"audit store:     {audit_url}")
+            say(f"logs:            {workdir / 'dagster'}")
+            say(f"console:         {console.url}  (no login: this machine only)")
+            say("Ctrl-C stops everything")
+            _trickle(
+                settings, stop, orders_per_s=orders_per_s, outage=outage,
+                outage_file=outage_file, say=say,
+            )  # fmt: skip
+
+
+def _trickle(
+    settings: KmqSettings,
+    stop: threading.Event,
+    *,
+    orders_per_s: float,
+    outage: OutageScript | None,
+    outage_file: Path,
+    say: Callable[[str], None],
+) -> None:
+    """Send orders in small bursts, and switch the outage on and off as scripted."""
+    started = time.monotonic()
+    sent = 0
+    down = False
+    while not stop.is_set():
+        elapsed = time.monotonic() - started
+        due = int(elapsed * orders_per_s) - sent
+        if due > 0:
+            produce_orders(settings, due, first_id=sent)
+            sent += due
+        if outage is not None:
+            should_be_down = outage.after_s <= elapsed < outage.after_s + outage.for_s
+            if should_be_down and not down:
+                outage_file.touch()
+                say(f"{elapsed:5.0f} s: the payment service is down (orders fail): watch the "
+                    "breaker open")  # fmt: skip
+            elif down and not should_be_down:
+                outage_file.unlink(missing_ok=True)
+                say(f"{elapsed:5.0f} s: the payment service is back: watch the breaker probe "
+                    "and close")  # fmt: skip
+            down = should_be_down
+        stop.wait(1.0)
+    outage_file.unlink(missing_ok=True)
+    say(f"stopping: {sent:,} orders sent")

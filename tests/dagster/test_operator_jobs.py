@@ -1,0 +1,76 @@
+"""Operator jobs on the real broker and audit store: ingest, replay and discard launch with no
+config (replay and discard as dry runs), take typed config, and write their audit rows under the
+run's actor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import DagsterInstance, ExecuteInProcessResult
+
+from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
+from kmq_dagster.kafka.queues import open_queue
+from tests.dagster.helpers import QueueUnderTest, declare
+from tests.kafka_helpers import produce_dead_letters, read_topic
+
+pytestmark = pytest.mark.kafka
+
+
+def run(q: QueueUnderTest, what: str, config: dict[str, Any] | None = None,
+        actor: str | None = None) -> ExecuteInProcessResult:  # fmt: skip
+    job = q.defs.resolve_job_def(q.spec.job_name(what))
+    (op_name,) = [node.name for node in job.graph.nodes]
+    run_config = {"ops": {op_name: {"config": config}}} if config else None
+    tags = {"kmq/actor": actor} if actor else None
+    result = job.execute_in_process(instance=q.instance, run_config=run_config, tags=tags)
+    assert result.success
+    return result
+
+
+def test_ingest_replay_and_discard_are_audited_under_the_runs_actor(
+    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
+    audit: AuditStoreResource,
+) -> None:  # fmt: skip
+    q = declare(topic_name, tmp_path, instance, kmq, audit)
+    dead = [("a", "TimeoutError"), ("b", "TimeoutError"), ("c", "ValueError"), ("d", "ValueError")]
+    produce_dead_letters(kmq.get_settings(), q.spec.queue, dead)
+    store = audit.get_store()
+
+    run(q, "ingest")
+    run(q, "replay")  # no config: a dry run of everything
+    run(q, "replay", {"error_type": "TimeoutError", "dry_run": False}, actor="alice")
+    run(q, "discard")  # no config: a dry run
+    run(q, "discard", {"error_type": "ValueError", "dry_run": False}, actor="bob")
+
+    assert store.count_dead_letters() == 4
+    statuses = sorted((d.key, d.status) for d in store.dead_letters())
+    assert statuses == [
+        (b"a", "replayed"), (b"b", "replayed"), (b"c", "discarded"), (b"d", "discarded"),
+    ]  # fmt: skip
+    copies = read_topic(kmq.get_settings(), q.spec.queue.first_retry_topic, 2, at_least=2)
+    assert sorted(c.key() or b"" for c in copies) == [b"a", b"b"]
+    actions = [(a.kind, a.actor, a.dry_run, a.count) for a in store.actions(topic_name)]
+    assert actions[0][0] == "provision"
+    assert actions[1][0] == "ingest" and actions[1][3] == 4
+    assert actions[2][0] == "replay" and actions[2][2] is True
+    assert actions[3][:3] == ("replay", "alice", False)
+    assert actions[4][0] == "discard" and actions[4][2] is True
+    assert actions[5] == ("discard", "bob", False, 2)
+
+
+def test_the_provision_job_redefines_the_retry_policy_when_told(
+    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
+    audit: AuditStoreResource, settings: Any,
+) -> None:  # fmt: skip
+    q = declare(topic_name, tmp_path, instance, kmq, audit)
+
+    run(q, "provision", {"retry_delays": "2s,20s", "redefine": True}, actor="carol")
+
+    stored = open_queue(settings, topic_name, q.spec.queue.group)
+    assert stored.retry_policy.delays_ms == (2_000, 20_000)
+    last = audit.get_store().actions(topic_name)[-1]
+    assert (last.kind, last.actor, last.selection) == (
+        "provision", "carol", stored.retry_policy.describe(),
+    )  # fmt: skip

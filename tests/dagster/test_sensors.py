@@ -1,0 +1,162 @@
+"""The backlog and observation sensors against the real broker and audit store (no Spark):
+they skip with reasons a person understands, key runs by offsets, and record what they see."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckSeverity,
+    AssetObservation,
+    DagsterInstance,
+    DagsterRunStatus,
+    MetadataValue,
+)
+from dagster._core.definitions.metadata.metadata_value import FloatMetadataValue
+from dagster._core.test_utils import create_run_for_test
+from sqlalchemy import select
+
+from kmq_dagster.audit.models import QueueSnapshot
+from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
+from kmq_dagster.kafka.clients import wall_clock_ms
+from kmq_dagster.kafka.consumer import KmqConsumer
+from tests.dagster.helpers import declare, produce_orders
+from tests.kafka_helpers import produce_dead_letters, wait_for
+
+pytestmark = pytest.mark.kafka
+
+
+def checks_of(result: object) -> dict[str, AssetCheckEvaluation]:
+    events = getattr(result, "asset_events", [])
+    return {e.check_name: e for e in events if isinstance(e, AssetCheckEvaluation)}
+
+
+def test_ticks_over_unchanged_offsets_request_the_same_run(
+    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
+    audit: AuditStoreResource,
+) -> None:  # fmt: skip
+    q = declare(topic_name, tmp_path, instance, kmq, audit)
+    assert "no backlog" in str(q.tick("backlog").skip_reason.skip_message)
+
+    produce_orders(kmq, topic_name, range(30))
+    first, second = q.tick("backlog"), q.tick("backlog")
+
+    assert len(first.run_requests) == len(second.run_requests) == 1
+    assert first.run_requests[0].run_key == second.run_requests[0].run_key
+    assert first.run_requests[0].tags["kmq/work"] == "30"
+    produce_orders(kmq, topic_name, range(30, 31))
+    assert q.tick("backlog").run_requests[0].run_key != first.run_requests[0].run_key
+
+
+def test_a_run_in_flight_makes_the_backlog_sensor_skip_naming_it(
+    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
+    audit: AuditStoreResource,
+) -> None:  # fmt: skip
+    q = declare(topic_name, tmp_path, instance, kmq, audit)
+    produce_orders(kmq, topic_name, range(10))
+    run = create_run_for_test(
+        instance, job_name=q.spec.job_name("process"), status=DagsterRunStatus.STARTED
+    )
+
+    result = q.tick("backlog")
+
+    assert result.run_requests == []
+    assert result.skip_reason.skip_message == f"processing run {run.run_id} is in flight"
+
+
+def test_an_open_breaker_throttles_the_backlog_sensor_and_fails_its_check(
+    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
+    audit: AuditStoreResource,
+) -> None:  # fmt: skip
+    q = declare(topic_name, tmp_path, instance, kmq, audit)
+    produce_orders(kmq, topic_name, range(10))
+    opened_at_ms = 1_795_461_928_000
+    assert audit.get_store().save_breaker_state(
+        topic_name, q.spec.queue.group, state="open", opened_at_ms=opened_at_ms, cooldown_ms=10_000,
+        expected_version=None,
+    )  # fmt: skip
+
+    skipped = q.tick("backlog")
+    observed = q.tick("observe")
+
+    assert skipped.run_requests == []
+    message = str(skipped.skip_reason.skip_message)
+    assert message.startswith(f"throttled: the circuit breaker of {q.spec.queue} is open")
+    assert "since 2026-11-23 19:25:28 UTC" in message
+    assert "lag 10 on 2 partitions" in message
+    breaker = checks_of(observed)["breaker_closed"]
+    assert not breaker.passed
+    assert breaker.severity == AssetCheckSeverity.ERROR
+
+
+def test_dead_letters_growing_warn_and_are_ingested_with_a_snapshot_per_tick(
+    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
+    audit: AuditStoreResource,
+) -> None:  # fmt: skip
+    q = declare(topic_name, tmp_path, instance, kmq, audit, dead_letter_threshold=2)
+    first = q.tick("observe")
+    assert checks_of(first)["dead_letters_not_growing"].passed
+
+    produce_dead_letters(
+        kmq.get_settings(), q.spec.queue, [(f"k{i}", "ValueError") for i in range(3)]
+    )
+    second = q.tick("observe", cursor=first.cursor)
+
+    growing = checks_of(second)["dead_letters_not_growing"]
+    assert not growing.passed
+    assert growing.severity == AssetCheckSeverity.WARN
+    assert str(growing.description).startswith("3 new dead letters in the last 15m")
+    observation = next(e for e in second.asset_events if isinstance(e, AssetObservation))
+    assert observation.metadata["dlq_depth"] == MetadataValue.int(3)
+    assert observation.metadata["new_dead_letters"] == MetadataValue.int(3)
+    assert isinstance(observation.metadata["ack_per_s"], FloatMetadataValue)
+    assert audit.get_store().count_dead_letters() == 3
+    with audit.get_store().session() as session:
+        snapshots = list(session.scalars(select(QueueSnapshot).order_by(QueueSnapshot.id)))
+    assert [s.queue_topic for s in snapshots] == [topic_name, topic_name]
+    assert json.loads(second.cursor)["at_ms"] > json.loads(first.cursor)["at_ms"]
+
+
+def test_a_message_unacknowledged_past_every_delivery_fails_the_age_check(
+    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
+    audit: AuditStoreResource,
+) -> None:  # fmt: skip
+    # given: a 1 s visibility timeout, no redelivery allowed, and no tracker running
+    q = declare(
+        topic_name, tmp_path, instance, kmq, audit, visibility_timeout_ms=1_000, max_redeliveries=0
+    )
+    produce_orders(kmq, topic_name, range(4))
+    consumer = KmqConsumer(kmq.get_settings(), q.spec.queue)
+    fetched: list[object] = []
+
+    def fetched_all() -> bool:
+        fetched.extend(consumer.poll(0.5))
+        return len(fetched) >= 4
+
+    assert wait_for(fetched_all)
+    started_ms = wall_clock_ms()
+    consumer.close()  # started, never acknowledged
+
+    assert checks_of(q.tick("observe"))["oldest_unacked_age"].passed
+    results: list[Any] = []
+
+    def age_check_failed() -> bool:
+        results.append(q.tick("observe"))
+        return not checks_of(results[-1])["oldest_unacked_age"].passed
+
+    assert wait_for(age_check_failed, timeout_s=20, interval_s=0.2)
+    assert wall_clock_ms() - started_ms >= 1_000  # never before the limit
+    result = results[-1]
+
+    age = checks_of(result)["oldest_unacked_age"]
+    assert not age.passed
+    assert age.severity == AssetCheckSeverity.ERROR
+    observation = next(e for e in result.asset_events if isinstance(e, AssetObservation))
+    assert observation.metadata["in_flight"] == MetadataValue.int(4)
+    age_s = observation.metadata["oldest_unacked_age_s"]
+    assert isinstance(age_s, FloatMetadataValue)
+    assert (age_s.value or 0.0) >= 1.0

@@ -1,0 +1,101 @@
+"""The breaker watcher's state machine on per-tick samples, and which transitions alert."""
+
+from __future__ import annotations
+
+from kmq_dagster.core.breaker import BreakerConfig
+from kmq_dagster.core.breaker_watch import (
+    AlertState,
+    Move,
+    Sample,
+    TransitionEvent,
+    breaker_move,
+    next_alert,
+)
+
+CONFIG = BreakerConfig(window_ms=30_000, min_calls=20, error_rate=0.5, cooldown_ms=10_000, probes=3)
+NOW = 1_000_000
+
+
+def move(
+    state: str,
+    samples: list[Sample],
+    *,
+    opened_at_ms: int = 0,
+    cooldown_ms: int = 10_000,
+    now_ms: int = NOW,
+) -> Move | None:
+    return breaker_move(
+        state, opened_at_ms=opened_at_ms, cooldown_ms=cooldown_ms, samples=samples,
+        now_ms=now_ms, config=CONFIG,
+    )  # fmt: skip
+
+
+def test_a_flood_inside_the_window_opens_it() -> None:
+    opened = move("closed", [Sample(NOW - 5_000, 10, 9), Sample(NOW, 20, 12)])
+    assert opened is not None
+    assert (opened.to_state, opened.opened_at_ms, opened.calls) == ("open", NOW, 30)
+    assert opened.reason.startswith("error rate 70% over 30 messages in 30s")
+
+
+def test_failures_outside_the_window_or_below_min_calls_do_not_open_it() -> None:
+    assert move("closed", [Sample(NOW - 31_000, 100, 100), Sample(NOW, 10, 1)]) is None
+    assert move("closed", [Sample(NOW, 19, 19)]) is None  # under min_calls
+    assert move("closed", [Sample(NOW, 40, 19)]) is None  # under the error rate
+
+
+def test_an_open_breaker_probes_after_its_cooldown_never_before() -> None:
+    assert move("open", [], opened_at_ms=NOW - 9_999) is None
+    probing = move("open", [], opened_at_ms=NOW - 10_000)
+    assert probing is not None and probing.to_state == "half_open"
+
+
+def test_probing_judges_enough_messages_by_the_error_rate() -> None:
+    began = NOW - 10_000  # opened at began - cooldown
+    kwargs = {"opened_at_ms": began - 10_000}
+    # the outage's failures before probing began do not count; two messages are not enough
+    assert move("half_open", [Sample(began - 1, 50, 50), Sample(NOW, 2, 0)], **kwargs) is None
+    closed = move("half_open", [Sample(NOW, 30, 2)], **kwargs)  # one flaky order is no outage
+    assert closed is not None and closed.to_state == "closed"
+    assert closed.reason == "28 of 30 messages processed while probing"
+    reopened = move("half_open", [Sample(NOW, 4, 2)], **kwargs)
+    assert reopened is not None
+    assert (reopened.to_state, reopened.cooldown_ms, reopened.opened_at_ms) == ("open", 20_000, NOW)
+
+
+def events(*states: str) -> list[TransitionEvent]:
+    pairs = zip(("closed", *states), states, strict=False)
+    return [TransitionEvent(i + 1, a, b, i * 1_000, "why") for i, (a, b) in enumerate(pairs)]
+
+
+def test_one_alert_per_transition_and_a_resolve_at_once() -> None:
+    # when: the breaker opens
+    decision, state = next_alert(AlertState(), events("open"), NOW, 300_000)
+    assert decision is not None and decision.transition.to_state == "open"
+    # then: the same transition never alerts twice
+    assert next_alert(state, events("open"), NOW + 1, 300_000)[0] is None
+    # when: it closes a few seconds later, the resolve goes out at once, not after the period
+    resolved, state = next_alert(state, events("open", "half_open", "closed"), NOW + 5, 300_000)
+    assert resolved is not None and resolved.resolve and resolved.folded == 2
+    assert not state.problem_announced
+
+
+def test_a_flapping_breaker_alerts_at_most_once_per_period() -> None:
+    _, state = next_alert(AlertState(), events("open"), NOW, 60_000)
+    _, state = next_alert(state, events("open", "half_open", "closed"), NOW + 5, 60_000)
+    flapping = events("open", "half_open", "closed", "open", "half_open", "open")
+    # the resolve went out at once; the flapping reopen waits for the period
+    held, held_state = next_alert(state, flapping, NOW + 1_000, 60_000)
+    assert held is None and held_state == state
+    later, _ = next_alert(state, flapping, NOW + 60_005, 60_000)
+    assert later is not None
+    assert (later.transition.id, later.folded, later.resolve) == (6, 3, False)
+
+
+def test_a_close_nobody_was_told_about_is_not_resolved() -> None:
+    # the open was held by the period, so its close needs no resolve message
+    _, state = next_alert(AlertState(), events("open"), NOW, 60_000)
+    _, state = next_alert(state, events("open", "half_open", "closed"), NOW + 5, 60_000)
+    held_open = events("open", "half_open", "closed", "open", "half_open", "closed")
+    decision, after = next_alert(state, held_open, NOW + 1_000, 60_000)
+    assert decision is None
+    assert after.last_transition_id == 6
