@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,3 +104,48 @@ def test_a_driver_killed_mid_batch_loses_nothing(
     assert not missing, f"{len(missing)} messages lost, e.g. {sorted(missing)[:5]}"
     assert len(by_coordinates) == MESSAGES
     assert all(count == 1 for count in results.values())
+
+
+def test_a_driver_killed_after_its_output_write_acknowledged_nothing_and_all_come_back(
+    spark: SparkSession, settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    # given 600 messages; a driver whose first batch (200 per partition) writes its output and
+    # is then SIGKILLed with its JVM and workers, before any acknowledgement (invariant 3)
+    queue = new_queue(settings, topic_name, GROUP, partitions=2, retry_delays_ms=(1_000,),
+                      visibility_timeout_ms=5_000)  # fmt: skip
+    messages = 600
+    produce(settings, topic_name, [str(i).encode() for i in range(messages)], partitions=2)
+    output = tmp_path / "out"
+    env = {
+        **os.environ,
+        "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "KMQ_SESSION_TIMEOUT_MS": "6000",
+    }
+    budget = WaitBudget(LONGEST_WAIT_S)
+    killed = subprocess.run(
+        [sys.executable, "-m", "tests.support.spark_killed_after_write", topic_name, GROUP,
+         str(output)],
+        cwd=REPO_ROOT, env=env, start_new_session=True, capture_output=True, text=True,
+        timeout=budget.left_s(), check=False,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
+    assert "output committed" in killed.stdout
+    written = spark.read.parquet(str(output)).count()
+    assert written == 400, "the killed batch's output was committed"
+
+    # then its messages were never acknowledged: the tracker redelivers every one of them
+    with running_service(RedeliveryTracker(settings, queue)) as tracker:
+        assert wait_for(lambda: tracker.stats.redelivered >= written, timeout_s=budget.left_s()), (
+            f"only {tracker.stats.redelivered} of {written} written messages came back"
+        )
+    # and a rerun processes the rest and the redelivered copies: nothing missing
+    rerun = subprocess.run(
+        kmq_argv("spark", "--topic", topic_name, "--group", GROUP, "--output", str(output),
+                 "--function", "tests.support.spark_functions:slow_echo"),
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=budget.left_s(),
+        check=False,
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    rows = spark.read.parquet(str(output)).select("result").collect()
+    missing = {str(i) for i in range(messages)} - {json.loads(r[0]) for r in rows}
+    assert not missing, f"{len(missing)} messages lost, e.g. {sorted(missing)[:5]}"
