@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyspark.sql import SparkSession
 from pyspark.sql.functions import col
 
 from kmq_dagster.audit.store import AuditStore
@@ -56,6 +55,9 @@ class ProcessingReport:
     #: hold them all) or "probed" (one small batch while the breaker was half-open).
     stopped: str = "idle"
     batch_ids: list[str] = field(default_factory=list)
+    #: The output files the batches committed; ``None`` once a batch's files were written by
+    #: Spark's writer (a DataFrame transform), which names them itself.
+    output_files: list[str] | None = field(default_factory=list, repr=False)
     #: Per batch: [started (epoch s), ended (epoch s), owned partitions as "topic[p]"].
     leases: list[list[object]] = field(default_factory=list)
 
@@ -93,7 +95,7 @@ def run_processing(
     partition."""
     queue = job.queue
     report = ProcessingReport(job.output_path)
-    before = measure_queue(settings, queue, store=store)
+    before = measure_queue(settings, queue, store=store, in_flight=False)
     started = time.monotonic()
     while True:
         if time.monotonic() - started >= max_seconds:
@@ -122,6 +124,10 @@ def run_processing(
             log.info("the group moved partitions during batch %s", batch.batch_id)
         report.batches += 1
         report.batch_ids.append(batch.batch_id)
+        if batch.output_files is None or report.output_files is None:
+            report.output_files = None
+        else:
+            report.output_files += batch.output_files
         report.read += batch.read
         report.succeeded += batch.succeeded
         report.failed += batch.failed
@@ -137,8 +143,8 @@ def run_processing(
             report.stopped = "probed"
             break
     report.duration_s = time.monotonic() - started
-    _add_topic_changes(report, before, measure_queue(settings, queue, store=store))
-    _count_output(report, job.spark)
+    _add_topic_changes(report, before, measure_queue(settings, queue, store=store, in_flight=False))
+    _count_output(report, job)
     return report
 
 
@@ -146,7 +152,7 @@ def _queue_has_work(settings: KmqSettings, queue: Queue) -> bool:
     """Whether messages wait on any of the queue's or redelivery partitions (retry copies wait
     for their due time, so they are left out). Another run, or a worker of the group, may own
     them now; the group may give them to this run at its next rebalance."""
-    status = measure_queue(settings, queue)
+    status = measure_queue(settings, queue, in_flight=False)
     return any(p.pending > 0 for p in (*status.lags, *status.redelivery))
 
 
@@ -160,12 +166,19 @@ def _add_topic_changes(report: ProcessingReport, before: QueueStatus, after: Que
     report.redelivered = max(0, redelivered - sum(p.committed for p in before.redelivery))
 
 
-def _count_output(report: ProcessingReport, spark: SparkSession) -> None:
-    """Rows the run's batches wrote, and how many distinct messages they are."""
+def _count_output(report: ProcessingReport, job: SparkQueueJob) -> None:
+    """Rows the run's batches wrote, and how many distinct messages they are: read back from
+    the files the batches committed (with pyarrow: a Spark job over them costs seconds), or
+    with Spark by batch id where Spark's writer named the files."""
     if report.succeeded == 0 and report.read == 0:
         return
+    if report.output_files is not None:
+        report.rows_written, report.distinct_rows = job.sink.count_rows(
+            report.output_files, COORDINATES
+        )
+        return
     try:
-        frame = spark.read.parquet(report.output_path)
+        frame = job.spark.read.parquet(report.output_path)
     except Exception:  # nothing written yet: a run of failures only
         log.info("no output at %s yet", report.output_path, exc_info=True)
         return

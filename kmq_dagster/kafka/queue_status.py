@@ -66,6 +66,7 @@ def measure_queue(
     store: AuditStore | None = None,
     timeout_s: float = 10.0,
     clock_ms: Callable[[], int] = wall_clock_ms,
+    in_flight: bool = True,
 ) -> QueueStatus:
     """What ``queue`` is doing now.
 
@@ -74,6 +75,9 @@ def measure_queue(
             state is ``"unknown"``.
         timeout_s: how long the reads may take; markers not read by then make the in-flight
             figures a lower bound (``markers_complete`` is false).
+        in_flight: also fold the markers into in-flight figures (reading the markers written
+            since the trackers' committed position); without, they are zero and only offsets
+            are measured.
 
     Raises:
         KmqTimeoutError: a queue or DLQ partition gave no fetch answer within ``timeout_s``.
@@ -83,12 +87,12 @@ def measure_queue(
     queue = ensure_provisioned(settings, queue)
     partitions = range(queue.partitions or 1)
     consumed = [(topic, p) for topic in queue.consumed_topics for p in partitions]
-    markers = [(queue.markers_topic, p) for p in partitions]
+    markers = [(queue.markers_topic, p) for p in partitions] if in_flight else []
     dlq = [(queue.dlq_topic, p) for p in partitions]
     admin = admin_client(settings)
     starts = {
         **_committed(admin, queue.group, consumed, settings),
-        **_committed(admin, tracker_group(queue), markers, settings),
+        **(_committed(admin, tracker_group(queue), markers, settings) if markers else {}),
         **_committed(admin, ingester_group(queue), dlq, settings),
     }
     reading = _Reading(settings, starts, set(queue.retry_topics.values()), queue.markers_topic)

@@ -129,6 +129,9 @@ class BatchReport:
     #: offsets) as wall time. ``job`` is the Spark job from submission to the last result,
     #: ``spark`` the part of it beyond the longest task.
     timings_ms: dict[str, float] = field(default_factory=dict)
+    #: The output files the batch committed (a per-message function's); ``None`` when Spark's
+    #: writer wrote them (a DataFrame transform's).
+    output_files: list[str] | None = None
 
 
 class SparkQueueJob:
@@ -214,7 +217,7 @@ class SparkQueueJob:
             for phase in ("read", "function", "start_markers", "route", "write"):
                 timings[phase] = 1000 * sum(task.timings_s.get(phase, 0.0) for task in tasks)
             started = time.perf_counter()
-            self._commit_output(tasks, report.batch_id)  # 2.
+            report.output_files = self._commit_output(tasks, report.batch_id)  # 2.
             timings["commit"] = _ms_since(started)
         finally:
             self.sink.discard(report.batch_id)
@@ -243,14 +246,14 @@ class SparkQueueJob:
             return work.map(lambda group: stage_task(group, config, plan)).collect()
         return work.map(lambda group: run_task(group, config, plan, function)).collect()
 
-    def _commit_output(self, tasks: list[TaskReport], batch_id: str) -> None:
-        """2. The sink write; it must commit before anything is acknowledged."""
+    def _commit_output(self, tasks: list[TaskReport], batch_id: str) -> list[str] | None:
+        """2. The sink write; it must commit before anything is acknowledged. Returns the
+        committed files, or ``None`` when Spark's writer wrote them."""
         staged = [path for task in tasks for path in task.staged]
         if self.transform is None:
-            self.sink.commit(staged)
-            return
+            return self.sink.commit(staged)
         if not staged:
-            return
+            return None
         paths = [self.sink.spark_path(path) for path in staged]
         frame = self.transform(self.spark.read.schema(INPUT_SCHEMA).parquet(*paths))
         missing = [name for name in COORDINATES if name not in frame.columns]
@@ -260,6 +263,7 @@ class SparkQueueJob:
                 "so duplicates can be removed"
             )
         frame.withColumn("batch_id", lit(batch_id)).write.mode("append").parquet(self.output_path)
+        return None
 
     def run(
         self,

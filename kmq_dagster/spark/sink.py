@@ -94,11 +94,26 @@ class ParquetSink:
         root = self.filesystem()[1]
         return self.path.rstrip("/") + staged[len(root.rstrip("/")) :]
 
-    def commit(self, staged: list[str]) -> None:
-        """Move staged files into the dataset (on the driver): the batch's write commits."""
+    def commit(self, staged: list[str]) -> list[str]:
+        """Move staged files into the dataset (on the driver): the batch's write commits.
+        Returns the files' paths in the dataset."""
         filesystem, root = self.filesystem()
+        committed = []
         for path in staged:
-            filesystem.move(path, posixpath.join(root, posixpath.basename(path)))
+            target = posixpath.join(root, posixpath.basename(path))
+            filesystem.move(path, target)
+            committed.append(target)
+        return committed
+
+    def count_rows(self, files: list[str], key: tuple[str, ...]) -> tuple[int, int]:
+        """Rows in the dataset's ``files`` (as :meth:`commit` returned them), and how many
+        distinct values of the ``key`` columns they hold. Reads only those columns of those
+        files, on the driver."""
+        if not files:
+            return 0, 0
+        filesystem = self.filesystem()[0]
+        table = pq.read_table(files, columns=list(key), filesystem=filesystem)
+        return table.num_rows, table.group_by(list(key)).aggregate([]).num_rows
 
     def discard(self, batch_id: str) -> None:
         """Delete what is left of a batch's staging directory."""

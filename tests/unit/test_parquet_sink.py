@@ -74,3 +74,21 @@ def test_spark_reads_staged_files_under_the_output_s_own_scheme(tmp_path: Path) 
     assert staged == f"{tmp_path}/out/_kmq_staging/b1/part-1.parquet"
     assert sink.spark_path(staged) == f"file://{tmp_path}/out/_kmq_staging/b1/part-1.parquet"
     assert ParquetSink(str(tmp_path / "out")).spark_path(staged) == staged
+
+
+def test_the_rows_of_committed_files_are_counted_with_their_duplicates(tmp_path: Path) -> None:
+    # given two batches whose files hold offsets 0-4 and 3-6 (3 and 4 twice: a redelivery),
+    # and an earlier file that is not the run's
+    sink = ParquetSink(str(tmp_path / "out"))
+    committed: list[str] = []
+    for batch_id, first, count in (("earlier", 100, 3), ("b1", 0, 5), ("b2", 3, 4)):
+        staged = StagedFile(sink, batch_id, OUTPUT_COLUMNS)
+        staged.append(rows(first, count))
+        staged.close()
+        assert staged.path is not None
+        files = sink.commit([staged.path])
+        if batch_id != "earlier":
+            committed += files
+    # then only the run's files count: 9 rows, 7 distinct messages
+    assert sink.count_rows(committed, ("topic", "partition", "offset")) == (9, 7)
+    assert sink.count_rows([], ("topic", "partition", "offset")) == (0, 0)
