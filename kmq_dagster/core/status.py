@@ -164,10 +164,14 @@ class QueueStatus:
 
     def run_key(self) -> str:
         """A key naming "this backlog": the same end offsets and committed positions give the
-        same key, so two sensor ticks over unchanged offsets request one run."""
+        same key, so two sensor ticks over unchanged offsets request one run. The breaker's
+        state and opening are part of it: a run that the breaker stopped before it moved an
+        offset must not make the probe run after the cooldown a repeat (Dagster skips a run
+        request whose key it has launched, and the breaker would stay half-open)."""
         digest = hashlib.sha256()
         for p in sorted((*self.lags, *self.redelivery, *self.retries), key=_coordinates):
             digest.update(f"{p.topic}:{p.partition}:{p.end_offset}:{p.committed};".encode())
+        digest.update(f"breaker:{self.breaker_state}:{self.breaker_opened_at_ms};".encode())
         return f"{self.topic}.{self.group}.{digest.hexdigest()[:16]}"
 
     def describe_backlog(self) -> str:

@@ -51,7 +51,7 @@ def test_a_retry_without_a_due_time_is_work_at_once() -> None:
     assert status(retry_heads=(RetryHead("orders.pricing.retry.1s", 0, None),)).work == 3
 
 
-def test_the_run_key_changes_with_offsets_and_only_with_them() -> None:
+def test_the_run_key_changes_with_offsets_and_the_breaker_and_only_with_them() -> None:
     first = status()
     later_same = replace(first, measured_at_ms=NOW_MS + 60_000, inflight=5)
     grown = status(lags=(PartitionLag("orders", 0, 101, 100), PartitionLag("orders", 1, 50, 50)))
@@ -80,3 +80,13 @@ def test_rates_count_produced_acknowledged_and_failed_messages() -> None:
     assert rates.processed == 80
     assert rates.failures == 3
     assert rates.ack_per_s == 7.7
+
+
+def test_a_probe_after_a_run_the_breaker_stopped_gets_a_key_of_its_own() -> None:
+    # given a run requested over some offsets, which the breaker opening stopped before it
+    # moved any; when the breaker is half-open over the same offsets
+    before = status(lags=(PartitionLag("orders", 0, 120, 100), PartitionLag("orders", 1, 50, 50)))
+    probing = replace(before, breaker_state="half_open", breaker_opened_at_ms=NOW_MS)
+    reopened = replace(probing, breaker_opened_at_ms=NOW_MS + 90_000)
+    # then each is a different run request (the same key would be skipped by Dagster)
+    assert len({before.run_key(), probing.run_key(), reopened.run_key()}) == 3
