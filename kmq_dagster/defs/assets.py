@@ -17,9 +17,15 @@ from dagster import (
 from dagster_pyspark import PySparkResource
 from pydantic import Field
 
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.queue_checks import OUTPUT_MATCHES_ACKS, output_matches_acks
 from kmq_dagster.defs.observations import check_result
-from kmq_dagster.defs.processing import ProcessingReport, ensure_queue, run_processing
+from kmq_dagster.defs.processing import (
+    ProcessingReport,
+    ensure_queue,
+    run_processing,
+    stopped_by_open_breaker,
+)
 from kmq_dagster.defs.queue_spec import QueueSpec
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.spark.job import BatchReport, SparkQueueJob
@@ -91,6 +97,10 @@ def processing_asset(spec: QueueSpec) -> AssetsDefinition:
     ) -> MaterializeResult:  # type: ignore[type-arg]
         settings = kmq.get_settings()
         queue = ensure_queue(settings, spec.queue)
+        store = audit.get_store()
+        report = stopped_by_open_breaker(store, queue, spec.output_path or "")
+        if report is not None:
+            return _materialized(context, spec, queue, report)
         job = SparkQueueJob(
             pyspark.spark_session,
             settings,
@@ -112,24 +122,31 @@ def processing_asset(spec: QueueSpec) -> AssetsDefinition:
             report = run_processing(
                 job,
                 settings,
-                audit.get_store(),
+                store,
                 max_seconds=config.max_seconds or spec.max_run_seconds,
                 on_batch=log_batch,
             )
         finally:
             job.close()
-        context.log.info(f"processing of {queue} ended ({report.stopped}): {report}")
-        outcome = output_matches_acks(
-            report.rows_written,
-            report.distinct_rows,
-            report.succeeded,
-            exact=spec.transform is None,
-        )
-        return MaterializeResult(
-            metadata=report_metadata(report), check_results=[check_result(outcome, output_key)]
-        )
+        return _materialized(context, spec, queue, report)
 
     return process_queue
+
+
+def _materialized(
+    context: AssetExecutionContext, spec: QueueSpec, queue: Queue, report: ProcessingReport
+) -> MaterializeResult:  # type: ignore[type-arg]
+    context.log.info(f"processing of {queue} ended ({report.stopped}): {report}")
+    outcome = output_matches_acks(
+        report.rows_written,
+        report.distinct_rows,
+        report.succeeded,
+        exact=spec.transform is None,
+    )
+    return MaterializeResult(
+        metadata=report_metadata(report),
+        check_results=[check_result(outcome, spec.output_asset_key)],
+    )
 
 
 def report_metadata(report: ProcessingReport) -> dict[str, MetadataValue]:

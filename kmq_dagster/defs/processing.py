@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 #: Messages per partition of the one batch a run processes while the breaker is half-open.
 PROBE_BATCH = 5
+#: What a run that the circuit breaker stopped says.
+BREAKER_OPEN = "breaker open"
 #: Pause after a batch that read nothing while messages wait on partitions this run does not own.
 IDLE_PAUSE_S = 1.0
 
@@ -103,7 +105,7 @@ def run_processing(
             break
         breaker = store.breaker_state(queue.topic, queue.group)
         if breaker is not None and breaker.state == "open":
-            report.stopped = "breaker open"
+            report.stopped = BREAKER_OPEN
             log.warning("circuit breaker of %s is open: no more batches in this run", queue)
             break
         probing = breaker is not None and breaker.state == "half_open"
@@ -145,6 +147,23 @@ def run_processing(
     report.duration_s = time.monotonic() - started
     _add_topic_changes(report, before, measure_queue(settings, queue, store=store, in_flight=False))
     _count_output(report, job)
+    return report
+
+
+def stopped_by_open_breaker(
+    store: AuditStore, queue: Queue, output_path: str
+) -> ProcessingReport | None:
+    """The report of a run that does not start because the group's breaker is open (``None``
+    when it may start). Checked before the run joins the group: a member that joins and
+    leaves at once can hold up the group's next rebalance (a pending join waits out the
+    coordinator's rebalance timeout), and the probe run after the cooldown would find no
+    partitions."""
+    breaker = store.breaker_state(queue.topic, queue.group)
+    if breaker is None or breaker.state != "open":
+        return None
+    log.warning("circuit breaker of %s is open: the run processes nothing", queue)
+    report = ProcessingReport(output_path)
+    report.stopped = BREAKER_OPEN
     return report
 
 

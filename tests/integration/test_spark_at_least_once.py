@@ -31,9 +31,14 @@ from tests.processes import kmq_argv
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
-GROUP = "spark"
 MESSAGES = 3_000
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def group_of(topic: str) -> str:
+    """A group per test: members of one group on other topics (other tests, other xdist
+    workers) would rebalance with this test's members, and a SIGKILLed one holds them up."""
+    return f"spark-{topic}"
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +51,13 @@ def spark() -> Iterator[SparkSession]:
 def test_a_driver_killed_mid_batch_loses_nothing(
     spark: SparkSession, settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
-    queue = new_queue(settings, topic_name, GROUP, partitions=2, retry_delays_ms=(1_000,),
+    group = group_of(topic_name)
+    queue = new_queue(settings, topic_name, group, partitions=2, retry_delays_ms=(1_000,),
                       visibility_timeout_ms=5_000)  # fmt: skip
     produce(settings, topic_name, [str(i).encode() for i in range(MESSAGES)], partitions=2)
     output = tmp_path / "out"
     argv = kmq_argv(
-        "spark", "--topic", topic_name, "--group", GROUP, "--output", str(output),
+        "spark", "--topic", topic_name, "--group", group, "--output", str(output),
         "--function", "tests.support.spark_functions:slow_echo", "--max-per-partition", "300",
     )  # fmt: skip
     env = {
@@ -111,7 +117,8 @@ def test_a_driver_killed_after_its_output_write_acknowledged_nothing_and_all_com
 ) -> None:
     # given 600 messages; a driver whose first batch (200 per partition) writes its output and
     # is then SIGKILLed with its JVM and workers, before any acknowledgement (invariant 3)
-    queue = new_queue(settings, topic_name, GROUP, partitions=2, retry_delays_ms=(1_000,),
+    group = group_of(topic_name)
+    queue = new_queue(settings, topic_name, group, partitions=2, retry_delays_ms=(1_000,),
                       visibility_timeout_ms=5_000)  # fmt: skip
     messages = 600
     produce(settings, topic_name, [str(i).encode() for i in range(messages)], partitions=2)
@@ -123,7 +130,7 @@ def test_a_driver_killed_after_its_output_write_acknowledged_nothing_and_all_com
     }
     budget = WaitBudget(LONGEST_WAIT_S)
     killed = subprocess.run(
-        [sys.executable, "-m", "tests.support.spark_killed_after_write", topic_name, GROUP,
+        [sys.executable, "-m", "tests.support.spark_killed_after_write", topic_name, group,
          str(output)],
         cwd=REPO_ROOT, env=env, start_new_session=True, capture_output=True, text=True,
         timeout=budget.left_s(), check=False,
@@ -140,7 +147,7 @@ def test_a_driver_killed_after_its_output_write_acknowledged_nothing_and_all_com
         )
     # and a rerun processes the rest and the redelivered copies: nothing missing
     rerun = subprocess.run(
-        kmq_argv("spark", "--topic", topic_name, "--group", GROUP, "--output", str(output),
+        kmq_argv("spark", "--topic", topic_name, "--group", group, "--output", str(output),
                  "--function", "tests.support.spark_functions:slow_echo"),
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=budget.left_s(),
         check=False,

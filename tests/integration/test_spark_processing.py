@@ -21,7 +21,6 @@ from tests.kafka_helpers import new_queue, produce, read_topic, running_service,
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
-GROUP = "spark"
 PARTITIONS = 2
 
 
@@ -34,7 +33,8 @@ def spark() -> Iterator[SparkSession]:
 
 @pytest.fixture
 def queue(settings: KmqSettings, topic_name: str) -> Queue:
-    return new_queue(settings, topic_name, GROUP, partitions=PARTITIONS, retry_delays_ms=(1_000,),
+    group = f"spark-{topic_name}"  # a group per test: other tests' members would rebalance with it
+    return new_queue(settings, topic_name, group, partitions=PARTITIONS, retry_delays_ms=(1_000,),
                      visibility_timeout_ms=2_000)  # fmt: skip
 
 
