@@ -63,6 +63,18 @@ class ProcessingReport:
     #: Per batch: [started (epoch s), ended (epoch s), owned partitions as "topic[p]"].
     leases: list[list[object]] = field(default_factory=list)
 
+    def add(self, batch: BatchReport) -> None:
+        """Count ``batch`` in."""
+        self.batches += 1
+        self.batch_ids.append(batch.batch_id)
+        if batch.output_files is None or self.output_files is None:
+            self.output_files = None
+        else:
+            self.output_files += batch.output_files
+        self.read += batch.read
+        self.succeeded += batch.succeeded
+        self.failed += batch.failed
+
     @property
     def msgs_per_s(self) -> float:
         return self.read / self.duration_s if self.duration_s > 0 else 0.0
@@ -100,6 +112,7 @@ def run_processing(
     before = measure_queue(settings, queue, store=store, in_flight=False)
     started = time.monotonic()
     while True:
+        after: QueueStatus | None = None  # measured in the last iteration, if the batch was empty
         if time.monotonic() - started >= max_seconds:
             report.stopped = "time limit"
             break
@@ -124,19 +137,12 @@ def run_processing(
         report.leases.append([round(batch_started, 3), round(time.time(), 3), owned])
         if owned_after != set(owned):
             log.info("the group moved partitions during batch %s", batch.batch_id)
-        report.batches += 1
-        report.batch_ids.append(batch.batch_id)
-        if batch.output_files is None or report.output_files is None:
-            report.output_files = None
-        else:
-            report.output_files += batch.output_files
-        report.read += batch.read
-        report.succeeded += batch.succeeded
-        report.failed += batch.failed
+        report.add(batch)
         if on_batch is not None:
             on_batch(batch)
         if batch.read == 0:
-            if not _queue_has_work(settings, queue):
+            after = measure_queue(settings, queue, store=store, in_flight=False)
+            if not _has_work(after):
                 break  # the queue is idle
             # Work waits on partitions this run does not own (yet): a rebalance in progress,
             # or other members of the group busy with them.
@@ -145,7 +151,9 @@ def run_processing(
             report.stopped = "probed"
             break
     report.duration_s = time.monotonic() - started
-    _add_topic_changes(report, before, measure_queue(settings, queue, store=store, in_flight=False))
+    if after is None:
+        after = measure_queue(settings, queue, store=store, in_flight=False)
+    _add_topic_changes(report, before, after)
     _count_output(report, job)
     return report
 
@@ -167,11 +175,10 @@ def stopped_by_open_breaker(
     return report
 
 
-def _queue_has_work(settings: KmqSettings, queue: Queue) -> bool:
+def _has_work(status: QueueStatus) -> bool:
     """Whether messages wait on any of the queue's or redelivery partitions (retry copies wait
     for their due time, so they are left out). Another run, or a worker of the group, may own
     them now; the group may give them to this run at its next rebalance."""
-    status = measure_queue(settings, queue, in_flight=False)
     return any(p.pending > 0 for p in (*status.lags, *status.redelivery))
 
 
