@@ -156,14 +156,19 @@ def tick(defs: Definitions, name: str, instance: DagsterInstance, resources: dic
         return sensor(context)
 
 
-def warm_up(settings: KmqSettings, queue: Queue, scratch: str) -> None:
-    """One small batch in a group of its own, untimed: Spark's Python workers start, and the
-    modules they import load, before either timed path runs (both share the session)."""
+def no_op_job(
+    settings: KmqSettings, queue: Queue, output_path: str, **options: Any
+) -> SparkQueueJob:
+    """A no-op job on the session Dagster's runs share (getOrCreate)."""
     spark = spark_session_from_config(local_spark_config("kmq bench dagster"))  # type: ignore[no-untyped-call]
-    job = SparkQueueJob(
-        spark, settings, queue, function=no_op, output_path=str(Path(scratch) / "warm-up.parquet"),
-        max_messages_per_partition=1_000,
-    )  # fmt: skip
+    return SparkQueueJob(spark, settings, queue, function=no_op, output_path=output_path, **options)
+
+
+def warm_up(settings: KmqSettings, queue: Queue, scratch: str) -> None:
+    """One small batch in a group of its own, untimed: Spark starts, its Python workers start,
+    and the modules they import load, before either timed path runs."""
+    job = no_op_job(settings, queue, str(Path(scratch) / "warm-up.parquet"),
+                    max_messages_per_partition=1_000)  # fmt: skip
     try:
         job.run_batch()
     finally:
@@ -171,12 +176,8 @@ def warm_up(settings: KmqSettings, queue: Queue, scratch: str) -> None:
 
 
 def direct_throughput(settings: KmqSettings, queue: Queue, messages: int, scratch: str) -> float:
-    # The session Dagster's runs will share (getOrCreate); its start is not timed.
-    spark = spark_session_from_config(local_spark_config("kmq bench dagster"))  # type: ignore[no-untyped-call]
     started = time.perf_counter()
-    job = SparkQueueJob(
-        spark, settings, queue, function=no_op, output_path=str(Path(scratch) / "direct.parquet")
-    )
+    job = no_op_job(settings, queue, str(Path(scratch) / "direct.parquet"))
     try:
         # As `kmq spark` does: batches until one reads nothing (the run sees it is idle).
         totals = job.run_until_idle()
