@@ -4,26 +4,32 @@ Each round fills one topic, then reads it three ways: the worker (consumer, retr
 no-op handler, one process) in one group, ``SparkQueueJob`` on local[2] (no-op function,
 Parquet output) in another, and a plain PySpark job over a Parquet dump of the same messages
 (same function, same output columns, same sink, no kmq; also reading Kafka without kmq, and
-as a DataFrame job). Group joins,
-Spark's start (its Python workers included), a warm-up round of each Spark path and the dump
-are not timed. Throughputs are medians over the rounds; ``breakdown_ms`` says where the Spark
-path's batches spent their time, per million messages.
+as a DataFrame job). Group joins, Spark's start (its Python workers included), a warm-up
+round of each Spark path and the dump are not timed. Throughputs are medians over the rounds;
+``breakdown_ms`` says where the Spark path's batches spent their time, per million messages,
+and ``cpu_s_per_million`` how much CPU each path took from every process of the run (the
+embedded broker, Spark's JVM, Python): on a machine of few cores that, not waiting, bounds a
+path's throughput.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import tempfile
 import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from kmq_dagster.bench import cpu
 from kmq_dagster.bench.common import Report, fill_topic
 from kmq_dagster.bench.plain_spark import (
     dataframe_spark_seconds,
@@ -59,6 +65,31 @@ class SparkFigures:
     #: Milliseconds per phase, summed over every timed batch of every round.
     breakdown_ms: Counter[str] = field(default_factory=Counter)
     batches: int = 0
+    #: CPU seconds per path and kind of process (broker, jvm, python), over the timed runs.
+    cpu_s: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def cpu_per_million(self) -> dict[str, dict[str, float]]:
+        """CPU seconds per million messages, per path and kind of process, with a total."""
+        per_million = 1_000_000 / (self.messages * max(1, len(self.spark_runs)))
+        return {
+            path: {
+                **{kind: round(s * per_million, 2) for kind, s in sorted(used.items())},
+                "total": round(sum(used.values()) * per_million, 2),
+            }
+            for path, used in self.cpu_s.items()
+        }
+
+    @contextmanager
+    def cpu_of(self, path: str) -> Iterator[None]:
+        """Count the CPU the whole process tree uses meanwhile towards ``path``."""
+        if not cpu.available():
+            yield
+            return
+        before = cpu.tree_cpu_s()
+        yield
+        totals = self.cpu_s.setdefault(path, {})
+        for kind, seconds in cpu.used_since(before).items():
+            totals[kind] = totals.get(kind, 0.0) + seconds
 
     def as_json(self) -> str:
         worker, spark, plain, dataframe, kafka = (
@@ -84,6 +115,8 @@ class SparkFigures:
                 "plain_spark_from_kafka_msgs_per_s": round(kafka),
                 "ratio_vs_plain_spark_from_kafka": round(spark / kafka, 3),
                 "breakdown_ms": {k: round(v * per_million) for k, v in self.breakdown_ms.items()},
+                "cpu_s_per_million": self.cpu_per_million(),
+                "cores": os.cpu_count(),
                 "messages": self.messages,
                 "rounds": len(self.spark_runs),
                 "batches": self.batches,
@@ -108,12 +141,14 @@ def run_spark_benchmark(
         report(f"warming up both Spark paths with {warm_up:,} messages (not timed) ...")
         topic = _filled_topic(settings, warm_up)
         spark_throughput(session, settings, topic, warm_up, SparkFigures(warm_up))
-        plain_spark_throughput(session, settings, topic, warm_up)
+        plain_spark_throughput(session, settings, topic, warm_up, SparkFigures(warm_up))
         for number in range(1, rounds + 1):
             topic = _filled_topic(settings, messages)
             figures.worker_runs.append(worker_throughput(settings, topic, messages))
             figures.spark_runs.append(spark_throughput(session, settings, topic, messages, figures))
-            plain, dataframe, kafka = plain_spark_throughput(session, settings, topic, messages)
+            plain, dataframe, kafka = plain_spark_throughput(
+                session, settings, topic, messages, figures
+            )
             figures.plain_runs.append(plain)
             figures.dataframe_runs.append(dataframe)
             figures.kafka_runs.append(kafka)
@@ -131,6 +166,17 @@ def run_spark_benchmark(
         "the parallel tasks): "
         + ", ".join(f"{k} {v * per_million:,.0f}" for k, v in figures.breakdown_ms.items())
     )
+    if figures.cpu_s:
+        report(
+            f"CPU seconds per million messages, every process of the run ({os.cpu_count()} "
+            "cores): "
+            + "; ".join(
+                f"{path} {used['total']:.2f} ("
+                + ", ".join(f"{kind} {s:.2f}" for kind, s in used.items() if kind != "total")
+                + ")"
+                for path, used in figures.cpu_per_million().items()
+            )
+        )
     return figures
 
 
@@ -176,20 +222,22 @@ def spark_throughput(
             if not job.lease.wait_for_partitions(120):
                 raise KmqTimeoutError("the Spark job got no partitions")
             job.warm_up()
-            started = time.perf_counter()
-            read = 0
-            while read < messages:
-                batch = job.run_batch()
-                read += batch.read
-                figures.breakdown_ms.update(batch.timings_ms)
-                figures.batches += 1
-            return messages / (time.perf_counter() - started)
+            with figures.cpu_of("spark"):
+                started = time.perf_counter()
+                read = 0
+                while read < messages:
+                    batch = job.run_batch()
+                    read += batch.read
+                    figures.breakdown_ms.update(batch.timings_ms)
+                    figures.batches += 1
+                seconds = time.perf_counter() - started
+            return messages / seconds
         finally:
             job.close()
 
 
 def plain_spark_throughput(
-    session: SparkSession, settings: KmqSettings, topic: str, messages: int
+    session: SparkSession, settings: KmqSettings, topic: str, messages: int, figures: SparkFigures
 ) -> tuple[float, float, float]:
     """Plain Spark through kmq's sink, as a DataFrame job, and reading Kafka, in msg/s."""
     with tempfile.TemporaryDirectory(prefix="kmq-bench-plain-") as scratch:
@@ -197,9 +245,13 @@ def plain_spark_throughput(
         dumped = dump_topic(settings, topic, PARTITIONS, dump)
         if dumped != messages:
             raise KmqError(f"dumped {dumped} of {messages} messages")
-        plain = plain_spark_seconds(session, no_op, dump, Path(scratch) / "out")
-        dataframe = dataframe_spark_seconds(session, no_op, dump, Path(scratch) / "frame")
-        kafka = kafka_spark_seconds(
-            session, no_op, settings, topic, partitions=PARTITIONS, output=Path(scratch) / "kafka"
-        )
+        with figures.cpu_of("plain_spark"):
+            plain = plain_spark_seconds(session, no_op, dump, Path(scratch) / "out")
+        with figures.cpu_of("plain_spark_dataframe"):
+            dataframe = dataframe_spark_seconds(session, no_op, dump, Path(scratch) / "frame")
+        with figures.cpu_of("plain_spark_from_kafka"):
+            kafka = kafka_spark_seconds(
+                session, no_op, settings, topic, partitions=PARTITIONS,
+                output=Path(scratch) / "kafka",
+            )  # fmt: skip
         return messages / plain, messages / dataframe, messages / kafka

@@ -20,6 +20,9 @@ from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
 
+#: Seconds between two looks at the group's events (rebalances) by the keep-alive thread.
+KEEP_ALIVE_S = 0.05
+
 
 class GroupLease:
     """Hold ``group``'s partitions of ``topics`` while the lease is open."""
@@ -86,9 +89,12 @@ class GroupLease:
 
     def _keep_membership(self) -> None:
         while not self._stop.is_set():
+            # poll(0) serves rebalances (the partitions stay paused) without waiting: the lock
+            # is held for microseconds, so a batch's committed() and commit() never queue
+            # behind it (a 0.2 s poll under the lock cost a batch ~250 ms, measured).
             with self._lock:
-                self._consumer.poll(0.2)  # serves rebalances; its partitions are paused
-            time.sleep(0.05)
+                self._consumer.poll(0)
+            self._stop.wait(KEEP_ALIVE_S)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         consumer.incremental_assign(partitions)

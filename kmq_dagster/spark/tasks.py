@@ -193,9 +193,11 @@ class _Task:
             self._write_markers(work, offset_runs([m.offset for m in routed]), start=False)
             timings["route"] += clock() - started
             ok = [o for o, good in zip(done_offsets, outcome.succeeded(), strict=True) if good]
+            ok_runs = offset_runs(ok)
         else:
             ok = done_offsets
-        extend_runs(slice_.pending_acks, offset_runs(ok))
+            ok_runs = runs if done == len(records) else offset_runs(ok)
+        extend_runs(slice_.pending_acks, ok_runs)
         slice_.succeeded += len(ok)
         slice_.failed += len(outcome.failed)
         started = clock()

@@ -1,5 +1,6 @@
 """`kmq bench spark` runs the worker, Spark with kmq and plain Spark on one fresh broker and
-prints their throughputs, the ratios and where the Spark path's time went."""
+prints their throughputs, the ratios, where the Spark path's time went and the CPU each path
+needed from every process."""
 
 from __future__ import annotations
 
@@ -36,3 +37,9 @@ def test_bench_spark_prints_the_throughputs_their_ratios_and_a_breakdown() -> No
         assert breakdown[phase] >= 0, phase
     assert breakdown["read"] > 0 and breakdown["function"] > 0 and breakdown["job"] > 0
     assert "where the Spark path's time went" in result.stderr
+    # Every process of the run counted, the embedded broker recognised as such.
+    cpu = figures["cpu_s_per_million"]
+    assert set(cpu) == {"spark", "plain_spark", "plain_spark_from_kafka", "plain_spark_dataframe"}
+    assert {"broker", "jvm", "python", "total"} <= set(cpu["spark"])
+    assert cpu["spark"]["total"] > 0 and cpu["spark"]["jvm"] > 0
+    assert "CPU seconds per million messages" in result.stderr
