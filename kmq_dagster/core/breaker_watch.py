@@ -20,7 +20,7 @@ Examples:
     >>> move = breaker_move("closed", opened_at_ms=0, cooldown_ms=10_000,
     ...                     samples=[Sample(1_000, 40, 30)], now_ms=2_000, config=config)
     >>> move.to_state, move.reason
-    ('open', 'error rate 75% over 40 messages in 30s (retry and dead-letter copies)')
+    ('open', 'error rate 75% over 40 messages in 30s (copies to the retry topics)')
 """
 
 from __future__ import annotations
@@ -55,6 +55,11 @@ class Move:
     calls: int
 
 
+def last_closed_ms(transitions: Sequence[TransitionEvent]) -> int:
+    """When the breaker last closed, per its stored transitions (0: never)."""
+    return max((t.at_ms for t in transitions if t.to_state == CLOSED), default=0)
+
+
 def window_totals(samples: Sequence[Sample], since_ms: int) -> tuple[int, int]:
     """(processed, failures) of the samples that end after ``since_ms``."""
     recent = [s for s in samples if s.at_ms > since_ms]
@@ -69,10 +74,20 @@ def breaker_move(
     samples: Sequence[Sample],
     now_ms: int,
     config: BreakerConfig,
+    closed_at_ms: int = 0,
 ) -> Move | None:
-    """The change the samples call for, or ``None``."""
+    """The change the samples call for, or ``None``.
+
+    ``closed_at_ms`` is when the breaker last closed (0: never). A closed breaker judges only
+    what happened since, as a worker's breaker starts a fresh window when it closes: the
+    probe's messages and the outage's tail are no part of the next decision. (Seen in
+    ``kmq demo --ui``: a Spark batch writes its retry copies before its successes count as
+    processed, so a tick in mid-batch right after the close saw 14 failures against the
+    probe's 24 messages and reopened the breaker.)
+    """
     if state == CLOSED:
-        calls, failures = window_totals(samples, now_ms - config.window_ms)
+        since_ms = max(now_ms - config.window_ms, closed_at_ms)
+        calls, failures = window_totals(samples, since_ms)
         calls = max(calls, failures)
         rate = failures / calls if calls else 0.0
         if calls >= config.min_calls and rate >= config.error_rate:
@@ -82,7 +97,7 @@ def breaker_move(
                 now_ms,
                 config.cooldown_ms,
                 f"error rate {rate:.0%} over {calls} messages in {window} "
-                "(retry and dead-letter copies)",
+                "(copies to the retry topics)",
                 rate,
                 calls,
             )

@@ -205,7 +205,7 @@ class Rates:
     failures_per_s: float
     #: Messages processed (acknowledged, retried or dead-lettered) between the two.
     processed: int
-    #: Copies written to retry topics and the DLQ between the two.
+    #: Copies written to the retry topics between the two.
     failures: int
 
 

@@ -1,7 +1,7 @@
 """The circuit-breaker sensor: throttles a group on error floods and announces transitions.
 
 Each tick it measures the queue, adds what the group did since the last tick (messages
-processed, retry and dead-letter copies written) to a window kept in its cursor, and runs the
+processed, copies written to the retry topics) to a window kept in its cursor, and runs the
 breaker's state machine on it (:func:`kmq_dagster.core.breaker_watch.breaker_move`). A change is
 written to the group's shared breaker in the audit store with compare-and-set, exactly as
 ``kmq worker --breaker`` processes write theirs, so workers stop pulling work within a second,
@@ -37,6 +37,7 @@ from kmq_dagster.core.breaker_watch import (
     Sample,
     TransitionEvent,
     breaker_move,
+    last_closed_ms,
     next_alert,
 )
 from kmq_dagster.core.queue import Queue
@@ -165,6 +166,7 @@ def make_breaker_sensor(
         samples = [s for s in samples if s.at_ms > status.measured_at_ms - 2 * window_ms]
         row = store.breaker_state(queue.topic, queue.group)
         state = row.state if row is not None else "closed"
+        transitions = _events(store, queue)
         move = breaker_move(
             state,
             opened_at_ms=row.opened_at_ms if row is not None else 0,
@@ -172,12 +174,13 @@ def make_breaker_sensor(
             samples=samples,
             now_ms=status.measured_at_ms,
             config=breaker_config,
+            closed_at_ms=last_closed_ms(transitions),
         )
         if move is not None and apply_move(store, queue, move, breaker_config):
             context.log.warning(f"breaker of {queue}: {state} -> {move.to_state}: {move.reason}")
+            transitions = _events(store, queue)
         alert_state = AlertState(**cursor.get("alerts", {}))
         last_seen = int(cursor.get("last_transition_id", alert_state.last_transition_id))
-        transitions = _events(store, queue)
         fresh = [t for t in transitions if t.id > last_seen]
         events = [_evaluation(spec, t) for t in fresh]
         decision, alert_state = next_alert(

@@ -9,6 +9,7 @@ from kmq_dagster.core.breaker_watch import (
     Sample,
     TransitionEvent,
     breaker_move,
+    last_closed_ms,
     next_alert,
 )
 
@@ -23,10 +24,11 @@ def move(
     opened_at_ms: int = 0,
     cooldown_ms: int = 10_000,
     now_ms: int = NOW,
+    closed_at_ms: int = 0,
 ) -> Move | None:
     return breaker_move(
         state, opened_at_ms=opened_at_ms, cooldown_ms=cooldown_ms, samples=samples,
-        now_ms=now_ms, config=CONFIG,
+        now_ms=now_ms, config=CONFIG, closed_at_ms=closed_at_ms,
     )  # fmt: skip
 
 
@@ -34,13 +36,27 @@ def test_a_flood_inside_the_window_opens_it() -> None:
     opened = move("closed", [Sample(NOW - 5_000, 10, 9), Sample(NOW, 20, 12)])
     assert opened is not None
     assert (opened.to_state, opened.opened_at_ms, opened.calls) == ("open", NOW, 30)
-    assert opened.reason.startswith("error rate 70% over 30 messages in 30s")
+    assert opened.reason == "error rate 70% over 30 messages in 30s (copies to the retry topics)"
 
 
 def test_failures_outside_the_window_or_below_min_calls_do_not_open_it() -> None:
     assert move("closed", [Sample(NOW - 31_000, 100, 100), Sample(NOW, 10, 1)]) is None
     assert move("closed", [Sample(NOW, 19, 19)]) is None  # under min_calls
     assert move("closed", [Sample(NOW, 40, 19)]) is None  # under the error rate
+
+
+def test_a_breaker_that_just_closed_judges_only_what_happened_since() -> None:
+    # As in `kmq demo --ui`: the probe's 24 messages closed it at NOW - 15 s; a Spark batch
+    # then wrote 14 retry copies (flaky orders) before its successes counted as processed.
+    probe, mid_batch = Sample(NOW - 16_000, 24, 0), Sample(NOW, 0, 14)
+    closed_at = NOW - 15_000
+    assert move("closed", [probe, mid_batch], closed_at_ms=closed_at) is None
+    # A real flood after the close still opens it at once.
+    flood = Sample(NOW, 30, 25)
+    opened = move("closed", [probe, flood], closed_at_ms=closed_at)
+    assert opened is not None and opened.calls == 30
+    assert last_closed_ms(events("open", "half_open", "closed", "open")) == 2_000
+    assert last_closed_ms(events("open")) == 0
 
 
 def test_an_open_breaker_probes_after_its_cooldown_never_before() -> None:
