@@ -41,7 +41,8 @@ def main() -> None:
     )  # fmt: skip
     with st.sidebar:
         st.text(f"{principal.name}\nrole: {principal.role}")
-        if st.button("Log out", key="logout"):
+        # Without authentication there is no session to leave: the next page is the same admin.
+        if not settings.no_auth and st.button("Log out", key="logout"):
             login.log_out(settings)
             st.rerun()
     pages.run()

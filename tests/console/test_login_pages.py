@@ -56,6 +56,7 @@ def test_no_auth_serves_loopback_only(
     assert titles == (["Overview"] if opens else ["kmq console"])
     if opens:
         assert "(no auth)\nrole: admin" in texts(app)
+        assert "Log out" not in [b.label for b in app.button]  # nothing to log out of
     else:
         assert "without authentication on a non-loopback address" in texts(app)
 
