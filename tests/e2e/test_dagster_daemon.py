@@ -105,12 +105,14 @@ def test_the_demo_in_a_real_dagster_daemon_loses_nothing(tmp_path: Path) -> None
             in_progress = [r for r in client.runs(TRACK) if r["status"] in IN_PROGRESS]
             assert [r["runId"] for r in in_progress] == [tracker], "never two trackers"
 
-            # terminate the tracker: CANCELED, not FAILURE, within seconds
+            # terminate the tracker: CANCELED, not FAILURE, within 5 s (Dagster's own event log
+            # said 1.1 and 1.3 s from the terminate request to CANCELED in two runs)
             terminated_at = time.monotonic()
             client.terminate(tracker)
             assert wait_for(lambda: client.status(TRACK, tracker) == "CANCELED",
                             timeout_s=30, interval_s=0.2)  # fmt: skip
-            assert time.monotonic() - terminated_at < 10
+            took_s = time.monotonic() - terminated_at
+            assert took_s < 5, f"CANCELED after {took_s:.1f} s"
 
             # the keep-alive sensor starts another; SIGKILL its process: a third replaces it
             assert wait_for(lambda: len(started_trackers(client)) == 1, timeout_s=120, interval_s=1)
