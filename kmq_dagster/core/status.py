@@ -209,6 +209,15 @@ class Rates:
     failures: int
 
 
+def progress_between(earlier: Mapping[str, int], later: Mapping[str, int]) -> tuple[int, int]:
+    """Messages finished and retry copies written from ``earlier`` to ``later`` (two
+    :meth:`QueueStatus.totals`). Finished is the group's progress minus the growth of what is
+    in flight, and is negative while a Spark batch runs: its messages are in flight before its
+    offsets are committed at the batch's end."""
+    finished = later["consumed"] - earlier["consumed"] - (later["inflight"] - earlier["inflight"])
+    return finished, max(0, later["failures"] - earlier["failures"])
+
+
 def rates_between(earlier: Mapping[str, int], later: QueueStatus) -> Rates:
     """Rates from ``earlier`` (a :meth:`QueueStatus.totals`, e.g. kept in a sensor's cursor)
     to ``later``. Acknowledged messages are estimated as the group's progress minus the growth
@@ -216,10 +225,8 @@ def rates_between(earlier: Mapping[str, int], later: QueueStatus) -> Rates:
     now = later.totals()
     seconds = max(0.001, (now["at_ms"] - earlier["at_ms"]) / 1000)
     produced = max(0, now["produced"] - earlier["produced"])
-    processed = max(
-        0, now["consumed"] - earlier["consumed"] - (now["inflight"] - earlier["inflight"])
-    )
-    failures = max(0, now["failures"] - earlier["failures"])
+    finished, failures = progress_between(earlier, now)
+    processed = max(0, finished)
     acked = max(0, processed - failures)
     return Rates(
         in_per_s=produced / seconds,

@@ -36,13 +36,15 @@ from kmq_dagster.core.breaker_watch import (
     Move,
     Sample,
     TransitionEvent,
+    Unsettled,
     breaker_move,
     last_closed_ms,
     next_alert,
+    settle,
 )
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.queue_checks import BREAKER_CLOSED
-from kmq_dagster.core.status import TOTALS, rates_between
+from kmq_dagster.core.status import TOTALS, progress_between
 from kmq_dagster.defs.alerts import KmqAlertsResource
 from kmq_dagster.defs.queue_spec import QueueSpec
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
@@ -160,9 +162,11 @@ def make_breaker_sensor(
             return SensorResult(skip_reason=f"cannot measure {queue}: {exc}")
         cursor: dict[str, Any] = json.loads(context.cursor) if context.cursor else {}
         samples = [Sample(*s) for s in cursor.get("samples", [])]
+        unsettled = Unsettled(*cursor.get("unsettled", ()))
         if "totals" in cursor:
-            rates = rates_between(cursor["totals"], status)
-            samples.append(Sample(status.measured_at_ms, rates.processed, rates.failures))
+            finished, failures = progress_between(cursor["totals"], status.totals())
+            sample, unsettled = settle(status.measured_at_ms, finished, failures, unsettled)
+            samples.append(sample)
         samples = [s for s in samples if s.at_ms > status.measured_at_ms - 2 * window_ms]
         row = store.breaker_state(queue.topic, queue.group)
         state = row.state if row is not None else "closed"
@@ -192,6 +196,7 @@ def make_breaker_sensor(
         new_cursor = {
             "totals": {name: totals[name] for name in TOTALS},
             "samples": [[s.at_ms, s.processed, s.failures] for s in samples],
+            "unsettled": [unsettled.finished, unsettled.failures],
             "alerts": vars(alert_state),
             "last_transition_id": max([last_seen, *(t.id for t in fresh)]),
         }

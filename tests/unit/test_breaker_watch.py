@@ -8,9 +8,11 @@ from kmq_dagster.core.breaker_watch import (
     Move,
     Sample,
     TransitionEvent,
+    Unsettled,
     breaker_move,
     last_closed_ms,
     next_alert,
+    settle,
 )
 
 CONFIG = BreakerConfig(window_ms=30_000, min_calls=20, error_rate=0.5, cooldown_ms=10_000, probes=3)
@@ -57,6 +59,28 @@ def test_a_breaker_that_just_closed_judges_only_what_happened_since() -> None:
     assert opened is not None and opened.calls == 30
     assert last_closed_ms(events("open", "half_open", "closed", "open")) == 2_000
     assert last_closed_ms(events("open")) == 0
+
+
+def test_a_spark_batchs_failures_count_with_its_messages_at_its_commit() -> None:
+    # mid-batch: 280 messages went in flight (start markers), 14 of them failed and were copied
+    # to a retry topic and ended; the group's offsets have not moved yet
+    mid, unsettled = settle(NOW - 5_000, -(280 - 14), 14, Unsettled())
+    assert (mid.processed, mid.failures) == (0, 0)
+    # the batch commits its offsets: 280 consumed, 266 leave the in-flight figure
+    end, unsettled = settle(NOW, 280 + 266, 0, unsettled)
+    assert (end.processed, end.failures) == (280, 14)
+    assert unsettled == Unsettled()
+    # 5% of 280 is no flood; judged on the mid-batch tick alone it was 100%
+    assert move("closed", [mid, end]) is None
+
+
+def test_a_workers_failures_count_at_once() -> None:
+    # a worker commits what it fetched, then finishes each message: copies are finished ones
+    sample, unsettled = settle(NOW, 100, 30, Unsettled())
+    assert (sample.processed, sample.failures, unsettled) == (100, 30, Unsettled())
+    flood, _ = settle(NOW, 40, 40, Unsettled())
+    opened = move("closed", [flood])
+    assert opened is not None and opened.to_state == "open"
 
 
 def test_an_open_breaker_probes_after_its_cooldown_never_before() -> None:
