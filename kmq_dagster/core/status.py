@@ -120,15 +120,6 @@ class QueueStatus:
         ]
         return min(waiting, default=None)
 
-    def work_expected(self, within_ms: int) -> bool:
-        """Whether a processing run that just read nothing should stay: messages wait on the
-        queue's or redelivery partitions (owned by another member now, perhaps), or retry copies
-        are due or come due within ``within_ms``."""
-        if self.due_retries or any(p.pending > 0 for p in (*self.lags, *self.redelivery)):
-            return True
-        due_ms = self.next_retry_due_ms
-        return due_ms is not None and due_ms - self.measured_at_ms <= within_ms
-
     @property
     def oldest_unacked_age_ms(self) -> int | None:
         """How long the oldest unacknowledged message has been in flight."""

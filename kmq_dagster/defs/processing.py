@@ -32,10 +32,6 @@ PROBE_BATCH = 5
 BREAKER_OPEN = "breaker open"
 #: Pause after a batch that read nothing while messages wait on partitions this run does not own.
 IDLE_PAUSE_S = 1.0
-#: A run that finds nothing to read stays for retry copies that come due within this long: a
-#: new run costs a sensor tick and, under the daemon, a Spark session (~10 s), while a queue's
-#: first retry delays are often seconds.
-RETRY_WAIT_S = 10.0
 
 
 @dataclass
@@ -106,11 +102,11 @@ def run_processing(
     max_seconds: float,
     on_batch: Callable[[BatchReport], None] | None = None,
 ) -> ProcessingReport:
-    """Run ``job``'s batches until one reads nothing and nothing waits on the queue (retry
-    copies due within :data:`RETRY_WAIT_S` included), ``max_seconds`` have passed, other
-    members of the group hold every partition, or the group's shared circuit breaker is open
-    (checked before every batch). While the breaker is half-open the run is a probe: one batch
-    of up to :data:`PROBE_BATCH` messages per partition."""
+    """Run ``job``'s batches until one reads nothing and nothing waits on the queue,
+    ``max_seconds`` have passed, other members of the group hold every partition, or the
+    group's shared circuit breaker is open (checked before every batch). While the breaker is
+    half-open the run is a probe: one batch of up to :data:`PROBE_BATCH` messages per
+    partition."""
     queue = job.queue
     report = ProcessingReport(job.output_path)
     before = measure_queue(settings, queue, store=store, in_flight=False)
@@ -146,10 +142,10 @@ def run_processing(
             on_batch(batch)
         if batch.read == 0:
             after = measure_queue(settings, queue, store=store, in_flight=False)
-            if not after.work_expected(within_ms=int(RETRY_WAIT_S * 1000)):
+            if not _has_work(after):
                 break  # the queue is idle
             # Work waits on partitions this run does not own (yet): a rebalance in progress,
-            # or other members of the group busy with them; or a retry comes due soon.
+            # or other members of the group busy with them.
             time.sleep(IDLE_PAUSE_S)
         if probing:
             report.stopped = "probed"
@@ -177,6 +173,13 @@ def stopped_by_open_breaker(
     report = ProcessingReport(output_path)
     report.stopped = BREAKER_OPEN
     return report
+
+
+def _has_work(status: QueueStatus) -> bool:
+    """Whether messages wait on any of the queue's or redelivery partitions (retry copies wait
+    for their due time, so they are left out). Another run, or a worker of the group, may own
+    them now; the group may give them to this run at its next rebalance."""
+    return any(p.pending > 0 for p in (*status.lags, *status.redelivery))
 
 
 def _add_topic_changes(report: ProcessingReport, before: QueueStatus, after: QueueStatus) -> None:

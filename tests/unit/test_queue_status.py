@@ -46,19 +46,6 @@ def test_retries_count_once_their_head_is_due() -> None:
     assert due.work == 3
 
 
-def test_a_run_stays_for_waiting_messages_and_for_retries_due_soon() -> None:
-    assert not status().work_expected(within_ms=10_000)
-    # a retry due in 5 s: stay; in 60 s: a later run takes it
-    soon = status(retry_heads=(RetryHead("orders.pricing.retry.1s", 0, NOW_MS + 5_000),))
-    later = status(retry_heads=(RetryHead("orders.pricing.retry.1s", 0, NOW_MS + 60_000),))
-    assert soon.work_expected(within_ms=10_000)
-    assert not later.work_expected(within_ms=10_000)
-    # lag on a partition this run does not own (yet), or a retry due now: stay
-    lagging = status(lags=(PartitionLag("orders", 0, 101, 100),))
-    assert lagging.work_expected(within_ms=0)
-    assert status(retry_heads=(RetryHead("orders.pricing.retry.1s", 0, NOW_MS),)).work_expected(0)
-
-
 def test_a_retry_without_a_due_time_is_work_at_once() -> None:
     # the consumer dead-letters it as corrupt metadata: that is work for a run
     assert status(retry_heads=(RetryHead("orders.pricing.retry.1s", 0, None),)).work == 3
