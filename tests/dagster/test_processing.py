@@ -51,18 +51,25 @@ def test_a_backlog_tick_launches_a_run_whose_output_passes_its_check(
     good = [i for i in ids if not is_poison(i)]
 
     request = q.tick("backlog").run_requests[0]
-    result = launch(q, request)
+    results = [launch(q, request)]
+    # The flaky orders' retries come due 1 s after they failed. A run ends when it finds
+    # nothing to read; if it ended before they were due, the next backlog tick asks for a run.
+    if sum(measure_queue(kmq.get_settings(), q.spec.queue).retry_depths.values()):
+        assert wait_for(lambda: q.tick("backlog").run_requests, timeout_s=30, interval_s=0.5)
+        results.append(launch(q, q.tick("backlog").run_requests[0]))
 
-    assert result.success
-    figures = materialization(result)
-    assert figures["succeeded"] == figures["distinct_rows"] == figures["rows_written"] == len(good)
-    assert figures["read"] == len(ids) + sum(map(is_flaky, ids))
-    assert figures["retried"] == sum(map(is_flaky, ids))
-    assert figures["dead_lettered"] == sum(map(is_poison, ids))
-    assert figures["stopped"] == "idle"
-    (check,) = result.get_asset_check_evaluations()
-    assert check.check_name == "output_matches_acks"
-    assert check.passed
+    assert all(result.success for result in results)
+    runs = [materialization(result) for result in results]
+    total = {key: sum(run[key] for run in runs) for key in runs[0] if isinstance(runs[0][key], int)}
+    assert total["succeeded"] == total["distinct_rows"] == total["rows_written"] == len(good)
+    assert total["read"] == len(ids) + sum(map(is_flaky, ids))
+    assert total["retried"] == sum(map(is_flaky, ids))
+    assert total["dead_lettered"] == sum(map(is_poison, ids))
+    assert [run["stopped"] for run in runs] == ["idle"] * len(runs)
+    for result in results:
+        (check,) = result.get_asset_check_evaluations()
+        assert check.check_name == "output_matches_acks"
+        assert check.passed
     spark = SparkSession.getActiveSession()
     assert spark is not None
     frame = spark.read.parquet(q.spec.output_path or "")
