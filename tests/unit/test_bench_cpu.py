@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 from kmq_dagster.bench import cpu
+from tests.kafka_helpers import wait_for
 
 pytestmark = pytest.mark.skipif(not cpu.available(), reason="reads /proc (Linux)")
 
@@ -39,20 +41,14 @@ def test_an_unrelated_process_does_not_count() -> None:
     )
     orphan = int(spinner.stdout)
     before = cpu.tree_cpu_s()
-    _wait_until_gone(orphan)
+    assert wait_for(lambda: not _alive(orphan), timeout_s=30, interval_s=0.02)
 
     assert cpu.used_since(before)["python"] < BURN_S / 2
 
 
-def _wait_until_gone(pid: int) -> None:
-    import os
-    import time
-
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"process {pid} did not end")
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
