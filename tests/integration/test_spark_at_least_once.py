@@ -115,8 +115,8 @@ def test_a_driver_killed_mid_batch_loses_nothing(
 def test_a_driver_killed_after_its_output_write_acknowledged_nothing_and_all_come_back(
     spark: SparkSession, settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
-    # given 600 messages; a driver whose first batch (200 per partition) writes its output and
-    # is then SIGKILLed with its JVM and workers, before any acknowledgement (invariant 3)
+    # given 600 messages; a driver whose first batch (up to 200 per partition) writes its output
+    # and is then SIGKILLed with its JVM and workers, before any acknowledgement (invariant 3)
     group = group_of(topic_name)
     queue = new_queue(settings, topic_name, group, partitions=2, retry_delays_ms=(1_000,),
                       visibility_timeout_ms=5_000)  # fmt: skip
@@ -137,8 +137,10 @@ def test_a_driver_killed_after_its_output_write_acknowledged_nothing_and_all_com
     )  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
     assert "output committed" in killed.stdout
+    # A batch reads what a third of the visibility timeout allows, at most 200 per partition:
+    # on a loaded machine that can be fewer, so count what the killed batch committed.
     written = spark.read.parquet(str(output)).count()
-    assert written == 400, "the killed batch's output was committed"
+    assert 0 < written <= 400, f"the killed batch committed {written} rows"
 
     # then its messages were never acknowledged: the tracker redelivers every one of them
     with running_service(RedeliveryTracker(settings, queue)) as tracker:

@@ -24,6 +24,7 @@ def main(topic: str, group: str, output: str) -> None:
         spark, settings, open_queue(settings, topic, group), function=slow_echo,
         output_path=output, max_messages_per_partition=200,
     )  # fmt: skip
+    job.warm_up()  # Python workers started: the batch's time goes to reading and processing
     commit_output = job._commit_output
 
     def commit_then_die(*args: Any) -> None:
