@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from kmq_dagster.kafka.delay_forwarder import DelayForwarder
     from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
     from kmq_dagster.kafka.worker import Worker
-    from kmq_dagster.spark.job import RunTotals
+    from kmq_dagster.spark.processing import ProcessingReport
 
 #: Every state a breaker can be in, for ``kmq_breaker_state``.
 BREAKER_STATES = ("closed", "open", "half_open")
@@ -207,7 +207,7 @@ def delayer_snapshot(forwarder: DelayForwarder) -> Snapshot:
     )
 
 
-def spark_snapshot(totals: RunTotals) -> Snapshot:
+def spark_snapshot(totals: ProcessingReport) -> Snapshot:
     """A Spark job's figures, from the totals of its finished batches."""
     return Snapshot(processed=totals.succeeded, handler_failures=totals.failed)
 

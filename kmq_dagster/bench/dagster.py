@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from dagster import DagsterInstance, Definitions, build_sensor_context
-from dagster_pyspark.resources import spark_session_from_config
 
 from kmq_dagster.bench.common import Report, fill_topic
 from kmq_dagster.bench.spark import no_op
@@ -43,6 +42,8 @@ from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import SparkQueueJob
+from kmq_dagster.spark.processing import run_processing
+from kmq_dagster.spark.session import start_session
 
 PARTITIONS = 2
 TICK_PARTITIONS = 64
@@ -160,7 +161,7 @@ def no_op_job(
     settings: KmqSettings, queue: Queue, output_path: str, **options: Any
 ) -> SparkQueueJob:
     """A no-op job on the session Dagster's runs share (getOrCreate)."""
-    spark = spark_session_from_config(local_spark_config("kmq bench dagster"))  # type: ignore[no-untyped-call]
+    spark = start_session(local_spark_config("kmq bench dagster"))
     return SparkQueueJob(spark, settings, queue, function=no_op, output_path=output_path, **options)
 
 
@@ -180,7 +181,7 @@ def direct_throughput(settings: KmqSettings, queue: Queue, messages: int, scratc
     job = no_op_job(settings, queue, str(Path(scratch) / "direct.parquet"))
     try:
         # As `kmq spark` does: batches until one reads nothing (the run sees it is idle).
-        totals = job.run_until_idle()
+        totals = run_processing(job, None, count_output=False)
         if totals.read < messages:
             raise KmqTimeoutError(f"the direct path read {totals.read:,} of {messages:,}")
         return messages / (time.perf_counter() - started)

@@ -11,6 +11,7 @@ import click
 from kmq_dagster.cli.app import cli, configure_logging, connection_options, settings_of, verbose
 from kmq_dagster.cli.options import (
     DefinitionOptions,
+    audit_url_option,
     definition_options,
     metrics_port_option,
     queue_options,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 @click.option("--forever", is_flag=True, help="Keep running batches (default: stop when idle).")
 @definition_options
 @click.option("--non-retryable", metavar="NAMES", default="", help="Types that go to the DLQ.")
+@audit_url_option
 @metrics_port_option
 @connection_options
 @click.pass_context
@@ -58,13 +60,17 @@ def spark_command(
     forever: bool,
     definition: DefinitionOptions,
     non_retryable: str,
+    audit_url: str | None,
     metrics_port: int | None,
 ) -> None:
     """Process TOPIC for GROUP on Spark; each message is acknowledged after its result is
-    written to OUTPUT."""
+    written to OUTPUT. No batch starts while the group's circuit breaker (in the audit store)
+    is open: the command waits for it."""
+    from kmq_dagster.audit.store import AuditStore
     from kmq_dagster.kafka.worker import load_handler
     from kmq_dagster.metrics import spark_snapshot
-    from kmq_dagster.spark.job import RunTotals, SparkQueueJob
+    from kmq_dagster.spark.job import SparkQueueJob
+    from kmq_dagster.spark.processing import OnOpenBreaker, ProcessingReport, run_processing
     from kmq_dagster.spark.session import local_session
 
     settings = settings_of(ctx)
@@ -78,7 +84,7 @@ def spark_command(
         quiet=not verbose(ctx),
         jvm_log=None if verbose(ctx) else log_file_for("spark-jvm"),
     )
-    live = RunTotals()  # what the metrics endpoint reports
+    live = ProcessingReport(output, counting=False)  # what the metrics endpoint reports
 
     def show(report: BatchReport) -> None:
         live.add(report)
@@ -94,13 +100,24 @@ def spark_command(
         max_messages_per_partition=max_per_partition,
     )
     metrics = serve_metrics_of(metrics_port, "spark", topic, group, lambda: spark_snapshot(live))
+    store = AuditStore(audit_url)
     try:
-        totals = job.run(stop, until_idle=not forever, on_batch=show)
+        totals = run_processing(
+            job,
+            store,
+            stop=stop,
+            until_idle=not forever,
+            on_open_breaker=OnOpenBreaker.WAIT,
+            on_batch=show,
+            on_breaker_wait=lambda line: click.echo(line, err=True),
+            count_output=False,
+        )
     finally:
         if metrics is not None:
             metrics.close()
         job.close()
         session.stop()
+        store.close()
     click.echo(
         f"kmq spark: read {totals.read}, succeeded {totals.succeeded}, "
         f"failed {totals.failed}; results in {output}"

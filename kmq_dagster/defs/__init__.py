@@ -18,6 +18,7 @@ from kmq_dagster.defs.queue_spec import QueueSpec
 from kmq_dagster.defs.resources import (
     AuditStoreResource,
     KmqResource,
+    KmqSparkResource,
     local_pyspark_resource,
     local_spark_config,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "AuditStoreResource",
     "KmqAlertsResource",
     "KmqResource",
+    "KmqSparkResource",
     "QueueSpec",
     "discard_job",
     "housekeeping_schedules",

@@ -20,15 +20,11 @@ from pydantic import Field
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.queue_checks import OUTPUT_MATCHES_ACKS, output_matches_acks
 from kmq_dagster.defs.observations import check_result
-from kmq_dagster.defs.processing import (
-    ProcessingReport,
-    ensure_queue,
-    run_processing,
-    stopped_by_open_breaker,
-)
+from kmq_dagster.defs.processing import ensure_queue
 from kmq_dagster.defs.queue_spec import QueueSpec
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.spark.job import BatchReport, SparkQueueJob
+from kmq_dagster.spark.processing import ProcessingReport, run_processing
 
 #: Dagster asset group of every kmq asset.
 GROUP_NAME = "kmq"
@@ -98,9 +94,6 @@ def processing_asset(spec: QueueSpec) -> AssetsDefinition:
         settings = kmq.get_settings()
         queue = ensure_queue(settings, spec.queue)
         store = audit.get_store()
-        report = stopped_by_open_breaker(store, queue, spec.output_path or "")
-        if report is not None:
-            return _materialized(context, spec, queue, report)
         job = SparkQueueJob(
             pyspark.spark_session,
             settings,
@@ -121,7 +114,6 @@ def processing_asset(spec: QueueSpec) -> AssetsDefinition:
         try:
             report = run_processing(
                 job,
-                settings,
                 store,
                 max_seconds=config.max_seconds or spec.max_run_seconds,
                 on_batch=log_batch,

@@ -5,7 +5,6 @@ Clients a resource hands out are closed in its teardown, when the run or sensor 
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
@@ -17,7 +16,7 @@ from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.kafka.clients import new_consumer, new_producer
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S
 from kmq_dagster.settings import KmqSettings
-from kmq_dagster.spark.session import QUIET_LOG4J
+from kmq_dagster.spark.session import session_config, start_session
 
 
 class KmqResource(ConfigurableResource):  # type: ignore[type-arg]
@@ -103,26 +102,29 @@ class AuditStoreResource(ConfigurableResource):  # type: ignore[type-arg]
             self._store = None
 
 
+class KmqSparkResource(PySparkResource):
+    """dagster-pyspark's resource, its session started the way every kmq front end starts
+    Spark (:func:`~kmq_dagster.spark.session.start_session`): with a local master, the Python
+    workers run the interpreter the run runs in, also from a virtualenv that is not activated
+    (PySpark itself would start ``python3`` from ``PATH``).
+
+    Examples:
+        >>> KmqSparkResource(spark_config=local_spark_config("my-app"))  # doctest: +SKIP
+    """
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        self._spark_session = start_session(self.spark_config)
+
+
 def local_spark_config(app_name: str = "kmq", master: str = "local[2]") -> dict[str, Any]:
-    """Spark settings for ``PySparkResource(spark_config=...)`` on one machine: loopback only,
-    no web UI, quiet logs, executors running this interpreter (which has kmq installed).
+    """Spark settings for :class:`KmqSparkResource` (``spark_config=``) on one machine:
+    loopback only, no web UI, quiet logs (:func:`~kmq_dagster.spark.session.session_config`).
 
     On a cluster give your own: the executors need ``kmq-dagster`` and access to Kafka.
     """
-    return {
-        "spark.master": master,
-        "spark.app.name": app_name,
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={QUIET_LOG4J}",
-    }
+    return dict(session_config(app_name, master))
 
 
 def local_pyspark_resource(app_name: str = "kmq") -> PySparkResource:
-    """dagster-pyspark's resource with :func:`local_spark_config`."""
-    return PySparkResource(spark_config=local_spark_config(app_name))
+    """A :class:`KmqSparkResource` on local[2] with :func:`local_spark_config`."""
+    return KmqSparkResource(spark_config=local_spark_config(app_name))

@@ -25,11 +25,17 @@ KEEP_ALIVE_S = 0.05
 
 
 class GroupLease:
-    """Hold ``group``'s partitions of ``topics`` while the lease is open."""
+    """Hold ``group``'s partitions of ``topics`` while the lease is open.
+
+    The lease joins the group on the first :meth:`wait_for_partitions` (or :meth:`join`), not
+    when it is made: a job that does not start (e.g. its group's circuit breaker is open)
+    never joins, and so never holds up the group's rebalances by joining and leaving.
+    """
 
     def __init__(self, settings: KmqSettings, topics: Sequence[str], group: str) -> None:
         self.group = group
         self.client_errors = ClientErrors()
+        self._topics = list(topics)
         self._lock = threading.Lock()
         self._owned: set[tuple[str, int]] = set()
         self._consumer = new_consumer(
@@ -40,16 +46,23 @@ class GroupLease:
                 "error_cb": self.client_errors.on_error,
             },
         )
-        self._consumer.subscribe(
-            list(topics), on_assign=self._on_assign, on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
-        )  # fmt: skip
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._keep_membership, daemon=True)
+
+    def join(self) -> None:
+        """Join the group (once; later calls do nothing)."""
+        if self._thread.is_alive() or self._stop.is_set():
+            return
+        self._consumer.subscribe(
+            self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )  # fmt: skip
         self._thread.start()
 
     def wait_for_partitions(self, timeout_s: float = 60.0) -> bool:
-        """Wait until the group has given this lease something (False on timeout)."""
+        """Join the group if not yet, and wait until it has given this lease something
+        (False on timeout)."""
+        self.join()
         deadline = time.monotonic() + timeout_s
         while not self.owned() and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -83,7 +96,8 @@ class GroupLease:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        if self._thread.is_alive():
+            self._thread.join(10)
         with self._lock:
             self._consumer.close()
 

@@ -21,7 +21,6 @@ costs per message. ``max_messages_per_partition`` caps a batch besides.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections import defaultdict
@@ -100,22 +99,6 @@ Transform = Callable[[DataFrame], DataFrame]
 
 
 @dataclass
-class RunTotals:
-    """What several batches did, added up."""
-
-    batches: int = 0
-    read: int = 0
-    succeeded: int = 0
-    failed: int = 0
-
-    def add(self, report: BatchReport) -> None:
-        self.batches += 1
-        self.read += report.read
-        self.succeeded += report.succeeded
-        self.failed += report.failed
-
-
-@dataclass
 class BatchReport:
     batch_id: str
     slices: int
@@ -148,7 +131,7 @@ class SparkQueueJob:
     Examples:
         >>> job = SparkQueueJob(spark, settings, open_queue(settings, "orders", "billing"),
         ...                     function=price, output_path="/data/priced")  # doctest: +SKIP
-        >>> job.run_until_idle()   # doctest: +SKIP
+        >>> run_processing(job, store)   # batches until idle   # doctest: +SKIP
         >>> job.close()            # doctest: +SKIP
     """
 
@@ -264,35 +247,6 @@ class SparkQueueJob:
             )
         frame.withColumn("batch_id", lit(batch_id)).write.mode("append").parquet(self.output_path)
         return None
-
-    def run(
-        self,
-        stop: threading.Event,
-        *,
-        until_idle: bool = True,
-        on_batch: Callable[[BatchReport], None] | None = None,
-        idle_wait_s: float = 1.0,
-    ) -> RunTotals:
-        """Run batches until ``stop`` is set, or (``until_idle``) until one reads nothing.
-
-        Returns:
-            The totals over every batch.
-        """
-        totals = RunTotals()
-        while not stop.is_set():
-            report = self.run_batch()
-            totals.add(report)
-            if on_batch is not None:
-                on_batch(report)
-            if report.read == 0:
-                if until_idle:
-                    break
-                stop.wait(idle_wait_s)
-        return totals
-
-    def run_until_idle(self) -> RunTotals:
-        """Run batches until one reads nothing; returns the totals."""
-        return self.run(threading.Event())
 
     def warm_up(self) -> None:
         """Start Spark's Python workers and import the task code in them (otherwise the first

@@ -19,8 +19,8 @@ from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.demo_orders import is_flaky, is_poison
 from kmq_dagster.kafka.queue_status import measure_queue
 from kmq_dagster.settings import KmqSettings
-from tests.dagster.helpers import QueueUnderTest, declare, produce_orders
-from tests.kafka_helpers import wait_for
+from tests.dagster.helpers import QueueUnderTest, declare, group_for, produce_orders
+from tests.kafka_helpers import new_queue, wait_for
 from tests.support.spark_functions import slow_price
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -139,3 +139,37 @@ def test_two_runs_of_one_queue_never_own_the_same_partitions_at_once(
     assert concurrent, f"the runs' batches never overlapped: nothing was tested: {here} {there}"
     shared = [(a, b) for a, b in concurrent if set(a[2]) & set(b[2])]
     assert shared == [], "two runs owned one partition at the same time"
+
+
+def test_a_run_from_a_virtualenv_not_activated_runs_spark_workers_on_its_interpreter(
+    settings: KmqSettings, topic_name: str, tmp_path: Path, kmq: KmqResource,
+    private_audit_store: str,
+) -> None:  # fmt: skip
+    # given: a run started as `.venv/bin/python ...` without activating the venv: its bin
+    # directory is not on PATH, and `python3` on PATH is another interpreter (here one that
+    # fails at once), with no PYSPARK_PYTHON set
+    other_python = tmp_path / "other-bin"
+    other_python.mkdir()
+    for name in ("python3", "python"):
+        script = other_python / name
+        script.write_text("#!/bin/sh\necho 'not the interpreter kmq runs in' >&2\nexit 3\n")
+        script.chmod(0o755)
+    venv_bin = str(Path(sys.executable).parent)
+    path = [str(other_python), *(d for d in os.environ["PATH"].split(os.pathsep) if d != venv_bin)]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}  # fmt: skip
+    env.update(PATH=os.pathsep.join(path), KMQ_BOOTSTRAP_SERVERS=settings.bootstrap_servers,
+               KMQ_SESSION_TIMEOUT_MS="6000", KMQ_AUDIT_URL=private_audit_store)  # fmt: skip
+    new_queue(settings, topic_name, group_for(topic_name), partitions=2, retry_delays_ms=(1_000,))
+    produce_orders(kmq, topic_name, range(20))
+    # when: the Dagster processing job runs in that process
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.dagster.processing_process", topic_name,
+         str(tmp_path / "out.parquet"), "100"],
+        env=env, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    # then: its Spark tasks ran (on the run's own interpreter) and read every order
+    assert run.returncode == 0, run.stderr[-3000:]
+    figures = json.loads(run.stdout.strip().splitlines()[-1])
+    assert figures["read"] >= 20, figures

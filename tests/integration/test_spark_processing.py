@@ -15,6 +15,7 @@ from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import COORDINATES, SparkQueueJob
+from kmq_dagster.spark.processing import run_processing
 from kmq_dagster.spark.session import local_session
 from kmq_dagster.spark.tasks import SparkMessage
 from tests.kafka_helpers import new_queue, produce, read_topic, running_service, wait_for
@@ -94,6 +95,8 @@ def test_two_jobs_of_one_group_never_own_the_same_partition(
         spark, settings, queue, function=shout, output_path=output, policy=policy
     )
     try:
+        first.lease.join()
+        second.lease.join()
         every = {(t, p) for t in queue.consumed_topics for p in range(2)}
         assert wait_for(
             lambda: (
@@ -126,7 +129,7 @@ def test_a_dataframe_transform_is_written_and_its_messages_acknowledged(
 
     job = SparkQueueJob(spark, settings, queue, transform=loud, output_path=output)
     try:
-        totals = job.run_until_idle()
+        totals = run_processing(job, None)
     finally:
         job.close()
 
