@@ -15,8 +15,8 @@ from pathlib import Path
 from kmq_dagster.core.breaker import BreakerConfig
 from kmq_dagster.defs import QueueSpec, kmq_definitions
 from kmq_dagster.defs.alerts import KmqAlertsResource
-from kmq_dagster.demo import DEMO_QUEUE
-from kmq_dagster.demo_orders import price_order
+from kmq_dagster.demo.orders import price_order
+from kmq_dagster.demo.pipeline import DEMO_QUEUE
 
 #: Where the demo's processed orders are appended.
 DEMO_OUTPUT = os.environ.get(

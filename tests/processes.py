@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 _BOOTSTRAP_LINE = re.compile(r"export KMQ_BOOTSTRAP_SERVERS=(\S+)")
 
@@ -110,3 +111,14 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def stop(process: subprocess.Popen[Any], timeout_s: float = 30) -> None:
+    """SIGTERM ``process`` and wait for it; SIGKILL it if it is still there after ``timeout_s``."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)

@@ -12,18 +12,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, and_, insert, literal, or_, select
+from sqlalchemy import and_, insert, or_, select
 
+from kmq_dagster.audit.history_events import DEAD_LETTERED, REPLAY
 from kmq_dagster.audit.models import DeadLetter, DeadLetterEvent
 
 if TYPE_CHECKING:
     from kmq_dagster.audit.store import AuditStore
-
-REPLAY = "replay"
-DISCARD = "discard"
-DEAD_LETTERED = "dead-lettered"
 
 
 @dataclass(frozen=True)
@@ -53,25 +50,6 @@ class HistoryEntry:
     copy_offset: int | None = None
     #: A replayed copy that failed again: the dead letter it became.
     came_back_as: int | None = None
-
-
-def record_discard_events(
-    connection: Connection, selected: Any, *, actor: str, reason: str
-) -> None:
-    """A discard event for every dead letter ``selected`` (a condition) picks, in one
-    statement; call it in the transaction that marks them discarded."""
-    at = datetime.now(UTC)
-    rows = select(
-        DeadLetter.dlq_topic,
-        DeadLetter.dlq_partition,
-        DeadLetter.dlq_offset,
-        literal(DISCARD),
-        literal(at, DeadLetterEvent.at.type),
-        literal(actor),
-        literal(reason),
-    ).where(selected)
-    columns = ["dlq_topic", "dlq_partition", "dlq_offset", "kind", "at", "actor", "detail"]
-    connection.execute(insert(DeadLetterEvent).from_select(columns, rows))
 
 
 def record_replay_events(

@@ -27,7 +27,7 @@ from kmq_dagster.audit.database import (
 )
 from kmq_dagster.audit.filters import EVERYTHING, conditions
 from kmq_dagster.audit.filters import DeadLetterFilter as DeadLetterFilter  # noqa: PLC0414 (re-export)
-from kmq_dagster.audit.history import record_discard_events
+from kmq_dagster.audit.history_events import record_discard_events
 from kmq_dagster.audit.indexing import index_dead_letters
 from kmq_dagster.audit.models import (
     STATUSES,

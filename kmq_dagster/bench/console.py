@@ -1,19 +1,24 @@
-"""``kmq bench console``: the console's page, counts-by-cause and detail times with a million
-dead letters, in SQLite and in PostgreSQL; the last line printed is one JSON object.
+"""The scratch audit stores ``kmq bench console`` fills and times: a SQLite file and a fresh
+PostgreSQL database, each created when its measurement starts and gone after it.
 
-The measurement itself is in :mod:`kmq_dagster.bench.console_queries` (imported when the
-command runs, so ``kmq`` starts fast).
+The measurement itself is in :mod:`kmq_dagster.bench.console_queries`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import click
+#: A scratch store: entering it yields its SQLAlchemy URL; leaving it lets it go.
+ScratchStore = Callable[[], contextlib.AbstractContextManager[str]]
+
+
+def scratch_stores(postgres_url: str | None) -> dict[str, ScratchStore]:
+    """A SQLite store and a PostgreSQL one: a fresh database on ``postgres_url``'s server, or
+    on a throwaway server started from the machine's PostgreSQL binaries when it is ``None``."""
+    return {"sqlite": _sqlite, "postgres": lambda: _postgres(postgres_url)}
 
 
 @contextlib.contextmanager
@@ -22,30 +27,12 @@ def _sqlite() -> Iterator[str]:
         yield f"sqlite:///{Path(scratch) / 'audit.db'}"
 
 
-@click.command("console")
-@click.option("--dead-letters", type=click.IntRange(min=1_000), default=1_000_000,
-              show_default=True)  # fmt: skip
-@click.option("--runs", type=click.IntRange(min=1), default=7, show_default=True)
-@click.option("--postgres-url", metavar="URL",
-              help="A PostgreSQL server to create a scratch database on [default: start a "
-              "throwaway one from the machine's PostgreSQL binaries].")  # fmt: skip
-def console(dead_letters: int, runs: int, postgres_url: str | None) -> None:
-    """The console's page, counts and detail times with many dead letters, both backends."""
+@contextlib.contextmanager
+def _postgres(server_url: str | None) -> Iterator[str]:
     from kmq_dagster.audit.local_postgres import PostgresServer, fresh_database
-    from kmq_dagster.bench.console_queries import run_console_benchmark
 
-    @contextlib.contextmanager
-    def postgres() -> Iterator[str]:
-        if postgres_url is not None:
-            yield fresh_database(postgres_url)
-            return
-        with PostgresServer() as server:
-            yield server.url
-
-    def report(line: str) -> None:
-        click.echo(line, err=True)
-
-    figures = run_console_benchmark(
-        {"sqlite": _sqlite, "postgres": postgres}, dead_letters, runs, report
-    )
-    click.echo(json.dumps(figures))
+    if server_url is not None:
+        yield fresh_database(server_url)
+        return
+    with PostgresServer() as server:
+        yield server.url

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Iterator
 
@@ -167,6 +168,22 @@ def bench_spark(ctx: click.Context, messages: int, rounds: int, external: bool) 
     with bench_cluster(settings_of(ctx), external) as kafka:
         figures = run_spark_benchmark(kafka, messages, report, rounds=rounds)
     click.echo(figures.as_json())
+
+
+@bench.command("console")
+@click.option("--dead-letters", type=click.IntRange(min=1_000), default=1_000_000,
+              show_default=True)  # fmt: skip
+@click.option("--runs", type=click.IntRange(min=1), default=7, show_default=True)
+@click.option("--postgres-url", metavar="URL",
+              help="A PostgreSQL server to create a scratch database on [default: start a "
+              "throwaway one from the machine's PostgreSQL binaries].")  # fmt: skip
+def bench_console(dead_letters: int, runs: int, postgres_url: str | None) -> None:
+    """The console's page, counts and detail times with many dead letters, both backends."""
+    from kmq_dagster.bench.console import scratch_stores
+    from kmq_dagster.bench.console_queries import run_console_benchmark
+
+    figures = run_console_benchmark(scratch_stores(postgres_url), dead_letters, runs, report)
+    click.echo(json.dumps(figures))
 
 
 @bench.command("faults")

@@ -175,10 +175,10 @@ def demo(
     With --ui: the same queue operated from Dagster and the console, until Ctrl-C."""
     import shutil
 
-    from kmq_dagster.demo import run_demo
+    from kmq_dagster.demo.pipeline import run_demo
 
     if ui:
-        from kmq_dagster.demo_ui import run_demo_ui
+        from kmq_dagster.demo.ui import run_demo_ui
 
         if not verbose(ctx):
             configure_logging(quiet=True, log_file=log_file_for("demo-ui"))

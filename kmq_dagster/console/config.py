@@ -24,6 +24,9 @@ OIDC_DEFAULT_ROLE_ENV = "KMQ_CONSOLE_OIDC_DEFAULT_ROLE"
 #: Seconds between two refreshes of the Overview.
 REFRESH_ENV = "KMQ_CONSOLE_REFRESH_S"
 DEFAULT_REFRESH_S = 10
+#: Where ``kmq console`` serves by default: Streamlit's port, on this machine only.
+DEFAULT_PORT = 8501
+DEFAULT_ADDRESS = "127.0.0.1"
 
 
 def default_users_file() -> Path:

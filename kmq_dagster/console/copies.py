@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from kmq_dagster.audit.history import REPLAY, HistoryEntry
+from kmq_dagster.audit.history import HistoryEntry
+from kmq_dagster.audit.history_events import REPLAY
 from kmq_dagster.kafka.group_offsets import committed_offsets
 from kmq_dagster.settings import KmqSettings
 

@@ -9,7 +9,8 @@ from datetime import datetime
 import pandas as pd
 import streamlit as st
 
-from kmq_dagster.audit.history import REPLAY, HistoryEntry, history
+from kmq_dagster.audit.history import HistoryEntry, history
+from kmq_dagster.audit.history_events import REPLAY
 from kmq_dagster.audit.models import DeadLetter
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.console import session

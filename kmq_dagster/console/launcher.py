@@ -19,8 +19,14 @@ from typing import NoReturn
 
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.console.auth import ADMIN, Principal, UsersFile
-from kmq_dagster.console.command import DEFAULT_ADDRESS, DEFAULT_PORT
-from kmq_dagster.console.config import AUTH_ENV, NO_AUTH, USERS_FILE_ENV, is_loopback
+from kmq_dagster.console.config import (
+    AUTH_ENV,
+    DEFAULT_ADDRESS,
+    DEFAULT_PORT,
+    NO_AUTH,
+    USERS_FILE_ENV,
+    is_loopback,
+)
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.settings import KmqSettings
 

@@ -32,7 +32,7 @@ from dagster import (
 from dagster._utils.warnings import BetaWarning
 from pydantic import Field
 
-from kmq_dagster.alerting import Alert, AlertSink, EmailSink, WebhookSink, deliver
+from kmq_dagster.defs.alert_sinks import Alert, AlertSink, EmailSink, WebhookSink, deliver
 from kmq_dagster.errors import ConfigError
 
 

@@ -26,7 +26,6 @@ from dagster import (
     sensor,
 )
 
-from kmq_dagster.alerting import Alert
 from kmq_dagster.audit.shared_breaker import alert_in_store
 from kmq_dagster.audit.store import AuditStore, now
 from kmq_dagster.core.breaker import BreakerConfig, State, Transition
@@ -45,6 +44,7 @@ from kmq_dagster.core.breaker_watch import (
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.queue_checks import BREAKER_CLOSED
 from kmq_dagster.core.status import TOTALS, progress_between
+from kmq_dagster.defs.alert_sinks import Alert
 from kmq_dagster.defs.alerts import KmqAlertsResource
 from kmq_dagster.defs.queue_spec import QueueSpec
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource

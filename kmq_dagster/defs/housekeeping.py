@@ -18,8 +18,8 @@ from dagster import (
 )
 from pydantic import Field
 
-from kmq_dagster.alerting import Alert
 from kmq_dagster.audit.housekeeping import apply_retention, dead_letter_counts
+from kmq_dagster.defs.alert_sinks import Alert
 from kmq_dagster.defs.alerts import KmqAlertsResource
 from kmq_dagster.defs.operator_jobs import actor_of
 from kmq_dagster.defs.queue_spec import QueueSpec

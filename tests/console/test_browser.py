@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import urllib.request
 import uuid
@@ -36,7 +35,7 @@ from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.queues import open_queue
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import new_queue, running_worker, wait_for
-from tests.processes import kmq_argv, pid_alive
+from tests.processes import kmq_argv, pid_alive, stop
 
 pytestmark = [pytest.mark.browser, pytest.mark.kafka]
 
@@ -126,13 +125,9 @@ def console(
         assert wait_for(lambda: _healthy(url), timeout_s=60), (tmp_path / "console.log").read_text()
         yield url
     finally:
-        process.send_signal(signal.SIGTERM)
         try:
-            process.wait(timeout=30)
+            stop(process)
         finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait(timeout=10)
             log.close()
         assert not pid_alive(process.pid)
 

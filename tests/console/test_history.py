@@ -15,7 +15,8 @@ from sqlalchemy import column, create_engine, insert, select, table
 
 from kmq_dagster.audit.browse import cause_counts, page
 from kmq_dagster.audit.filters import DeadLetterFilter
-from kmq_dagster.audit.history import DEAD_LETTERED, DISCARD, REPLAY, history
+from kmq_dagster.audit.history import history
+from kmq_dagster.audit.history_events import DEAD_LETTERED, DISCARD, REPLAY
 from kmq_dagster.audit.models import DeadLetter
 from kmq_dagster.audit.store import HEAD_REVISION, AuditStore, schema_revision
 from kmq_dagster.core.queue import Queue

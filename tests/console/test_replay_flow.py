@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from kmq_dagster.audit.filters import DeadLetterFilter
-from kmq_dagster.audit.history import REPLAY, history
+from kmq_dagster.audit.history import history
+from kmq_dagster.audit.history_events import REPLAY
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.console import jobs
 from kmq_dagster.console.auth import OPERATOR, Principal

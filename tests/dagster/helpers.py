@@ -13,7 +13,7 @@ from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.defs import QueueSpec, kmq_definitions
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
-from kmq_dagster.demo_orders import order_value, price_order
+from kmq_dagster.demo.orders import order_value, price_order
 from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import produce
 from tests.dagster.conftest import tick

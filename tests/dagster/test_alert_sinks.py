@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from dagster import DagsterInstance, build_run_status_sensor_context, job, op
 
-from kmq_dagster.alerting import Alert, AlertDeliveryError, EmailSink, WebhookSink
+from kmq_dagster.defs.alert_sinks import Alert, AlertDeliveryError, EmailSink, WebhookSink
 from kmq_dagster.defs.alerts import KmqAlertsResource, make_run_failure_alert_sensor
 from tests.dagster.receivers import http_receiver, smtp_receiver
 

@@ -18,8 +18,8 @@ import pytest
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.broker import EmbeddedBroker
 from kmq_dagster.dagster_service import DagsterService
-from kmq_dagster.demo import DEMO_QUEUE, produce_orders
-from kmq_dagster.demo_orders import OUTAGE_FILE_VARIABLE
+from kmq_dagster.demo.orders import OUTAGE_FILE_VARIABLE
+from kmq_dagster.demo.pipeline import DEMO_QUEUE, produce_orders
 from kmq_dagster.kafka.topic_reader import count_records
 from kmq_dagster.settings import KmqSettings
 from tests.dagster.receivers import HttpReceiver, http_receiver

@@ -35,7 +35,7 @@ def where_it_ran(message: SparkMessage) -> dict[str, object]:
 
 def slow_price(message: SparkMessage) -> object:
     """The demo's pricing, 10 ms per message: long enough for two runs to overlap."""
-    from kmq_dagster.demo_orders import price_order
+    from kmq_dagster.demo.orders import price_order
 
     time.sleep(0.01)
     return price_order(message)

@@ -19,7 +19,7 @@ from pathlib import Path
 from playwright.sync_api import Page, sync_playwright
 
 from kmq_dagster.audit.store import AuditStore
-from kmq_dagster.demo import DEMO_QUEUE
+from kmq_dagster.demo.pipeline import DEMO_QUEUE
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "docs" / "images"

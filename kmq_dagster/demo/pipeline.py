@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from kmq_dagster.broker import EmbeddedBroker
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
-from kmq_dagster.demo_orders import order_value, price_order
+from kmq_dagster.demo.orders import order_value, price_order
 from kmq_dagster.errors import DeliveryError, KmqTimeoutError
 from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import produce

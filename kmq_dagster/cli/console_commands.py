@@ -7,15 +7,13 @@ from pathlib import Path
 
 import click
 
+from kmq_dagster.cli.app import cli, connection_options, settings_of
 from kmq_dagster.console.auth import ROLES, UsersFile
-from kmq_dagster.console.config import ConsoleConfig
-from kmq_dagster.settings import KmqSettings
-
-DEFAULT_PORT = 8501
-DEFAULT_ADDRESS = "127.0.0.1"
+from kmq_dagster.console.config import DEFAULT_ADDRESS, DEFAULT_PORT, ConsoleConfig
 
 
-@click.group("console", invoke_without_command=True)
+@cli.group("console", invoke_without_command=True)
+@connection_options
 @click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True)
 @click.option(
     "--address",
@@ -49,9 +47,8 @@ def console(
         return
     from kmq_dagster.console.launcher import LaunchOptions, launch
 
-    settings = ctx.obj if isinstance(ctx.obj, KmqSettings) else KmqSettings.from_env()
     options = LaunchOptions(port, address, audit_url, no_auth, users_file)
-    launch(options, users_file or ConsoleConfig.from_env().users_file, settings)
+    launch(options, users_file or ConsoleConfig.from_env().users_file, settings_of(ctx))
 
 
 @console.command("add-user")

@@ -19,8 +19,8 @@ from pathlib import Path
 from kmq_dagster.broker import EmbeddedBroker
 from kmq_dagster.console.service import ConsoleService
 from kmq_dagster.dagster_service import DagsterService
-from kmq_dagster.demo import DEMO_QUEUE, produce_orders
-from kmq_dagster.demo_orders import OUTAGE_FILE_VARIABLE
+from kmq_dagster.demo.orders import OUTAGE_FILE_VARIABLE
+from kmq_dagster.demo.pipeline import DEMO_QUEUE, produce_orders
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.settings import KmqSettings
 
