@@ -94,7 +94,7 @@ def test_the_breaker_sensor_and_the_workers_write_one_row_with_one_writer(tmp_pa
     # then: the worker follows it, and probes once the cooldown is over
     assert not worker.allows(600) and worker.state is State.OPEN
     read = sensor.read()
-    assert worker.allows(1_500) and worker.state is State.HALF_OPEN
+    assert worker.allows(1_500) and worker.breaker.state is State.HALF_OPEN
     # when: the sensor decides the same probing on the version it read before the worker wrote
     assert read is not None and read.state is State.OPEN
     probing = judge_samples(
