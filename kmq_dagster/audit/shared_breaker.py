@@ -12,7 +12,8 @@ Only the worker that moved the breaker to HALF_OPEN sends probes; if it goes qui
 
 While the audit store is down, each worker keeps going on its local breaker: a store error is
 logged and counted (``store_failures``), never raised into the worker, and the transitions it
-could not write are written once the store answers again.
+could not write (with their alerts) are written once the store answers again; the
+``on_transition`` hook is called at once all the same.
 """
 
 from __future__ import annotations
