@@ -2,15 +2,18 @@
 audit store.
 
 Each worker runs a local :class:`~kmq_dagster.core.breaker.CircuitBreaker` on its own outcomes.
-A state change is written to the store with compare-and-set on a version; the writer that wins
-records the transition and calls the alert hook, a loser adopts what the store holds. Workers
-re-read the store every ``sync_interval_ms``, so one worker opening the breaker stops them all.
+A state change is written to the store through
+:class:`~kmq_dagster.audit.breaker_state.StoredBreaker` (compare-and-set on a version, as the
+breaker sensor writes its own); the writer that wins records the transition and its alert and
+calls the alert hook, a loser adopts what the store holds. Workers re-read the store every
+``sync_interval_ms``, so one worker opening the breaker stops them all.
 Only the worker that moved the breaker to HALF_OPEN sends probes; if it goes quiet for
 ``probe_timeout_ms``, another worker takes the probing over.
 
 While the audit store is down, each worker keeps going on its local breaker: a store error is
 logged and counted (``store_failures``), never raised into the worker, and the transitions it
-could not write are written once the store answers again.
+could not write (with their alerts) are written once the store answers again; the
+``on_transition`` hook is called at once all the same.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from collections.abc import Callable
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from kmq_dagster.audit.models import BreakerState
-from kmq_dagster.audit.store import AuditStore, now
+from kmq_dagster.audit.breaker_state import SharedState, StoredBreaker
+from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.breaker import BreakerConfig, CircuitBreaker, State, Transition
 from kmq_dagster.core.queue import Queue
 
@@ -52,6 +55,9 @@ class SharedBreaker:
         self.topic = queue.topic
         self.group = queue.group
         self.store = store
+        self._stored = (
+            StoredBreaker(store, queue, window_ms=breaker.config.window_ms) if store else None
+        )
         self.on_transition = on_transition
         self.sync_interval_ms = sync_interval_ms
         self.probe_timeout_ms = probe_timeout_ms
@@ -73,19 +79,12 @@ class SharedBreaker:
         on_transition: AlertHook | None = None,
     ) -> SharedBreaker:
         """The breaker a group's workers share through ``store``; every transition is also
-        written to the store's alerts (then passed to ``on_transition``, e.g. to page someone).
+        written to the store's alerts, and passed to ``on_transition`` (e.g. to page someone).
 
         Build ``config`` with :func:`breaker_config` to get the usual cooldown cap.
         """
-        config = config or BreakerConfig()
-        record_alert = alert_in_store(store, queue)
-
-        def alert(transition: Transition) -> None:
-            record_alert(transition)
-            if on_transition is not None:
-                on_transition(transition)
-
-        return cls(CircuitBreaker(config), queue, store=store, on_transition=alert)
+        breaker = CircuitBreaker(config or BreakerConfig())
+        return cls(breaker, queue, store=store, on_transition=on_transition)
 
     @property
     def state(self) -> State:
@@ -114,16 +113,14 @@ class SharedBreaker:
             self._publish(moved, now_ms)
 
     def _publish(self, transition: Transition, now_ms: int) -> None:
-        if self.store is None:
+        if self._stored is None:
             self._announce(transition)
             return
         try:
-            won = self.store.save_breaker_state(
-                self.topic,
-                self.group,
-                state=transition.to_state.value,
-                opened_at_ms=self.breaker.opened_at_ms,
-                cooldown_ms=self.breaker.cooldown_ms,
+            won = self._stored.save(
+                transition.to_state,
+                transition.opened_at_ms,
+                transition.cooldown_ms,
                 expected_version=self._version,
             )
         except SQLAlchemyError as exc:
@@ -148,21 +145,10 @@ class SharedBreaker:
 
     def _write_unwritten(self) -> None:
         """Record the transitions not yet in the store, oldest first, while it answers."""
-        assert self.store is not None
+        assert self._stored is not None
         while self._unwritten:
-            transition = self._unwritten[0]
             try:
-                self.store.record_transition(
-                    queue_topic=self.topic,
-                    group_id=self.group,
-                    at=now(),
-                    from_state=transition.from_state.value,
-                    to_state=transition.to_state.value,
-                    error_rate=transition.error_rate,
-                    window_calls=transition.window_calls,
-                    window_ms=self.breaker.config.window_ms,
-                    reason=transition.reason,
-                )
+                self._stored.record(self._unwritten[0])
             except SQLAlchemyError as exc:
                 self._store_failed(exc)
                 return
@@ -194,14 +180,14 @@ class SharedBreaker:
                 log.exception("the breaker's alert hook failed")
 
     def _sync(self, now_ms: int, *, force: bool = False) -> None:
-        if self.store is None:
+        if self._stored is None:
             return
         last_ms = self._last_sync_ms
         if not force and last_ms is not None and now_ms - last_ms < self.sync_interval_ms:
             return
         self._last_sync_ms = now_ms
         try:
-            row = self.store.breaker_state(self.topic, self.group)
+            row = self._stored.read()
         except SQLAlchemyError as exc:
             self._store_failed(exc)
             return
@@ -216,29 +202,24 @@ class SharedBreaker:
             log.warning("probing of %s / %s went quiet; taking it over", self.topic, self.group)
             self._take_over_probing(row, now_ms)
 
-    def _adopt(self, row: BreakerState, now_ms: int) -> None:
-        self.breaker.adopt(State(row.state), row.opened_at_ms, row.cooldown_ms)
+    def _adopt(self, row: SharedState, now_ms: int) -> None:
+        self.breaker.adopt(row.state, row.opened_at_ms, row.cooldown_ms)
         self._version = row.version
         self._probing = False
         self._seen_since_ms = now_ms
 
-    def _stale_probe(self, row: BreakerState, now_ms: int) -> bool:
+    def _stale_probe(self, row: SharedState, now_ms: int) -> bool:
         return (
-            row.state == State.HALF_OPEN.value
+            row.state is State.HALF_OPEN
             and not self._probing
             and now_ms - self._seen_since_ms > self.probe_timeout_ms
         )
 
-    def _take_over_probing(self, row: BreakerState, now_ms: int) -> None:
-        assert self.store is not None
+    def _take_over_probing(self, row: SharedState, now_ms: int) -> None:
+        assert self._stored is not None
         try:
-            taken = self.store.save_breaker_state(
-                self.topic,
-                self.group,
-                state=row.state,
-                opened_at_ms=row.opened_at_ms,
-                cooldown_ms=row.cooldown_ms,
-                expected_version=row.version,
+            taken = self._stored.save(
+                row.state, row.opened_at_ms, row.cooldown_ms, expected_version=row.version
             )
         except SQLAlchemyError as exc:
             self._store_failed(exc)
@@ -272,20 +253,3 @@ def breaker_config(
         max_cooldown_ms=max(cooldown_ms, MAX_COOLDOWN_MS),
         probes=probes,
     )
-
-
-def alert_in_store(store: AuditStore, queue: Queue) -> AlertHook:
-    """An alert hook writing each transition to the store's ``alerts`` table: opening is
-    critical, probing a warning, closing info."""
-    severities = {State.OPEN: "critical", State.HALF_OPEN: "warning", State.CLOSED: "info"}
-
-    def alert(transition: Transition) -> None:
-        store.record_alert(
-            queue_topic=queue.topic,
-            group_id=queue.group,
-            severity=severities[transition.to_state],
-            message=f"circuit breaker {transition.from_state.value} -> "
-            f"{transition.to_state.value}: {transition.reason}",
-        )
-
-    return alert

@@ -2,9 +2,10 @@
 
 Each tick it measures the queue, adds what the group did since the last tick (messages
 processed, copies written to the retry topics) to a window kept in its cursor, and runs the
-breaker's state machine on it (:func:`kmq_dagster.core.breaker_watch.breaker_move`). A change is
-written to the group's shared breaker in the audit store with compare-and-set, exactly as
-``kmq worker --breaker`` processes write theirs, so workers stop pulling work within a second,
+breaker's state machine on it (:func:`kmq_dagster.core.breaker.judge_samples`). A change is
+written to the group's shared breaker in the audit store through the same writer as
+``kmq worker --breaker`` processes use (:class:`~kmq_dagster.audit.breaker_state.StoredBreaker`:
+compare-and-set, then the transition and its alert), so workers stop pulling work within a second,
 Spark processing runs stop before their next batch and the backlog sensor skips. Every stored
 transition, the workers' included, becomes a ``breaker_closed`` check evaluation and an alert.
 
@@ -26,21 +27,17 @@ from dagster import (
     sensor,
 )
 
-from kmq_dagster.audit.shared_breaker import alert_in_store
-from kmq_dagster.audit.store import AuditStore, now
-from kmq_dagster.core.breaker import BreakerConfig, State, Transition
-from kmq_dagster.core.breaker_watch import (
+from kmq_dagster.audit.breaker_state import SEVERITIES, StoredBreaker
+from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.core.breaker import BreakerConfig, Sample, State, judge_samples
+from kmq_dagster.core.breaker_alerts import (
     AlertDecision,
     AlertState,
-    Move,
-    Sample,
     TransitionEvent,
-    Unsettled,
-    breaker_move,
     last_closed_ms,
     next_alert,
-    settle,
 )
+from kmq_dagster.core.breaker_samples import Unsettled, settle
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.queue_checks import BREAKER_CLOSED
 from kmq_dagster.core.status import TOTALS, progress_between
@@ -51,45 +48,12 @@ from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.errors import KmqError
 from kmq_dagster.kafka.queue_status import measure_queue
 
-_SEVERITY = {"open": "critical", "half_open": "warning", "closed": "info"}
-
-
-def apply_move(store: AuditStore, queue: Queue, move: Move, config: BreakerConfig) -> bool:
-    """Write ``move`` to the group's shared breaker if nobody changed it since it was read;
-    then record the transition and its alert row. Returns whether this write won."""
-    row = store.breaker_state(queue.topic, queue.group)
-    from_state = row.state if row is not None else "closed"
-    won = store.save_breaker_state(
-        queue.topic,
-        queue.group,
-        state=move.to_state,
-        opened_at_ms=move.opened_at_ms,
-        cooldown_ms=move.cooldown_ms,
-        expected_version=row.version if row is not None else None,
-    )
-    if not won:
-        return False
-    store.record_transition(
-        queue_topic=queue.topic,
-        group_id=queue.group,
-        at=now(),
-        from_state=from_state,
-        to_state=move.to_state,
-        error_rate=move.error_rate,
-        window_calls=move.calls,
-        window_ms=config.window_ms,
-        reason=f"{move.reason} (breaker sensor)",
-    )
-    transition = Transition(
-        State(from_state), State(move.to_state), 0, move.error_rate, move.calls, move.reason
-    )
-    alert_in_store(store, queue)(transition)
-    return True
-
 
 def _events(store: AuditStore, queue: Queue) -> list[TransitionEvent]:
     return [
-        TransitionEvent(t.id, t.from_state, t.to_state, int(t.at.timestamp() * 1000), t.reason)
+        TransitionEvent(
+            t.id, State(t.from_state), State(t.to_state), int(t.at.timestamp() * 1000), t.reason
+        )
         for t in store.transitions(queue.topic, queue.group)
     ]
 
@@ -103,7 +67,7 @@ def _alert(queue: Queue, decision: AlertDecision) -> Alert:
     folded = f" ({decision.folded} transitions since the last alert)" if decision.folded > 1 else ""
     return Alert(
         kind=f"breaker_{transition.to_state}",
-        severity=_SEVERITY.get(transition.to_state, "warning"),
+        severity=SEVERITIES[transition.to_state],
         subject=str(queue),
         title=title,
         text=f"{transition.from_state} -> {transition.to_state}: {transition.reason}{folded}",
@@ -113,7 +77,7 @@ def _alert(queue: Queue, decision: AlertDecision) -> Alert:
 
 
 def _evaluation(spec: QueueSpec, transition: TransitionEvent) -> AssetCheckEvaluation:
-    closed = transition.to_state == "closed"
+    closed = transition.to_state is State.CLOSED
     return AssetCheckEvaluation(
         asset_key=spec.queue_asset_key,
         check_name=BREAKER_CLOSED,
@@ -168,10 +132,11 @@ def make_breaker_sensor(
             sample, unsettled = settle(status.measured_at_ms, finished, failures, unsettled)
             samples.append(sample)
         samples = [s for s in samples if s.at_ms > status.measured_at_ms - 2 * window_ms]
-        row = store.breaker_state(queue.topic, queue.group)
-        state = row.state if row is not None else "closed"
+        stored = StoredBreaker(store, queue, window_ms=window_ms, source="breaker sensor")
+        row = stored.read()
+        state = row.state if row is not None else State.CLOSED
         transitions = _events(store, queue)
-        move = breaker_move(
+        moved = judge_samples(
             state,
             opened_at_ms=row.opened_at_ms if row is not None else 0,
             cooldown_ms=row.cooldown_ms if row is not None else breaker_config.cooldown_ms,
@@ -180,8 +145,9 @@ def make_breaker_sensor(
             config=breaker_config,
             closed_at_ms=last_closed_ms(transitions),
         )
-        if move is not None and apply_move(store, queue, move, breaker_config):
-            context.log.warning(f"breaker of {queue}: {state} -> {move.to_state}: {move.reason}")
+        expected_version = row.version if row is not None else None
+        if moved is not None and stored.write(moved, expected_version=expected_version):
+            context.log.warning(f"breaker of {queue}: {state} -> {moved.to_state}: {moved.reason}")
             transitions = _events(store, queue)
         alert_state = AlertState(**cursor.get("alerts", {}))
         last_seen = int(cursor.get("last_transition_id", alert_state.last_transition_id))
@@ -206,7 +172,7 @@ def make_breaker_sensor(
             None
             if events
             else (
-                f"breaker of {queue} {(row.state if row else 'closed')}: {failures} failures in "
+                f"breaker of {queue} {state}: {failures} failures in "
                 f"{calls} messages over the last {2 * window_ms // 1000} s"
             )
         )

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from kmq_dagster.audit.breaker_state import StoredBreaker
 from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.audit.store import AuditStore
-from kmq_dagster.core.breaker import BreakerConfig, CircuitBreaker, State
+from kmq_dagster.core.breaker import BreakerConfig, CircuitBreaker, Sample, State, judge_samples
 from kmq_dagster.core.queue import Queue
 
 CONFIG = BreakerConfig(min_calls=4, consecutive_failures=4, cooldown_ms=1_000, probes=1)
@@ -77,3 +78,36 @@ def test_at_the_default_sync_interval_one_worker_opening_stops_every_worker_with
     assert not b.allows(11_400)
     assert not c.allows(11_400)
     assert b.state is State.OPEN and c.state is State.OPEN
+
+
+def test_the_breaker_sensor_and_the_workers_write_one_row_with_one_writer(tmp_path: Path) -> None:
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    (worker,) = workers(store, 1)
+    sensor = StoredBreaker(store, Queue("orders", "billing"), window_ms=CONFIG.window_ms,
+                           source="breaker sensor")  # fmt: skip
+    # given: the sensor opens the breaker on a tick's samples
+    opened = judge_samples(
+        State.CLOSED, opened_at_ms=0, cooldown_ms=CONFIG.cooldown_ms,
+        samples=[Sample(500, 10, 10)], now_ms=500, config=CONFIG,
+    )  # fmt: skip
+    assert opened is not None and sensor.write(opened, expected_version=None)
+    # then: the worker follows it, and probes once the cooldown is over
+    assert not worker.allows(600) and worker.state is State.OPEN
+    read = sensor.read()
+    assert worker.allows(1_500) and worker.breaker.state is State.HALF_OPEN
+    # when: the sensor decides the same probing on the version it read before the worker wrote
+    assert read is not None and read.state is State.OPEN
+    probing = judge_samples(
+        read.state, opened_at_ms=read.opened_at_ms, cooldown_ms=read.cooldown_ms, samples=[],
+        now_ms=1_600, config=CONFIG,
+    )  # fmt: skip
+    assert probing is not None and probing.to_state is State.HALF_OPEN
+    # then: its write loses, and each transition is stored and alerted once, whoever decided it
+    assert not sensor.write(probing, expected_version=read.version)
+    transitions = [(t.to_state, t.reason) for t in store.transitions("orders", "billing")]
+    assert transitions == [
+        ("open", "error rate 100% over 10 messages in 30s (copies to the retry topics) "
+                 "(breaker sensor)"),
+        ("half_open", "cooldown over: probing"),
+    ]  # fmt: skip
+    assert [a.severity for a in store.alerts("orders")] == ["critical", "warning"]

@@ -38,6 +38,9 @@ class FlakyStore:
         self._check()
         self.transitions.append(fields)
 
+    def record_alert(self, **fields: Any) -> None:
+        self._check()
+
 
 def test_a_store_outage_neither_stops_the_worker_nor_loses_a_transition() -> None:
     store = FlakyStore()

@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-from kmq_dagster.core.breaker import BreakerConfig
-from kmq_dagster.core.breaker_watch import (
-    AlertState,
-    Move,
-    Sample,
-    TransitionEvent,
-    Unsettled,
-    breaker_move,
-    last_closed_ms,
-    next_alert,
-    settle,
-)
+from kmq_dagster.core.breaker import BreakerConfig, Sample, State, Transition, judge_samples
+from kmq_dagster.core.breaker_alerts import AlertState, TransitionEvent, last_closed_ms, next_alert
+from kmq_dagster.core.breaker_samples import Unsettled, settle
 
 CONFIG = BreakerConfig(window_ms=30_000, min_calls=20, error_rate=0.5, cooldown_ms=10_000, probes=3)
 NOW = 1_000_000
@@ -27,9 +18,9 @@ def move(
     cooldown_ms: int = 10_000,
     now_ms: int = NOW,
     closed_at_ms: int = 0,
-) -> Move | None:
-    return breaker_move(
-        state, opened_at_ms=opened_at_ms, cooldown_ms=cooldown_ms, samples=samples,
+) -> Transition | None:
+    return judge_samples(
+        State(state), opened_at_ms=opened_at_ms, cooldown_ms=cooldown_ms, samples=samples,
         now_ms=now_ms, config=CONFIG, closed_at_ms=closed_at_ms,
     )  # fmt: skip
 
@@ -37,7 +28,7 @@ def move(
 def test_a_flood_inside_the_window_opens_it() -> None:
     opened = move("closed", [Sample(NOW - 5_000, 10, 9), Sample(NOW, 20, 12)])
     assert opened is not None
-    assert (opened.to_state, opened.opened_at_ms, opened.calls) == ("open", NOW, 30)
+    assert (opened.to_state, opened.opened_at_ms, opened.window_calls) == ("open", NOW, 30)
     assert opened.reason == "error rate 70% over 30 messages in 30s (copies to the retry topics)"
 
 
@@ -56,7 +47,7 @@ def test_a_breaker_that_just_closed_judges_only_what_happened_since() -> None:
     # A real flood after the close still opens it at once.
     flood = Sample(NOW, 30, 25)
     opened = move("closed", [probe, flood], closed_at_ms=closed_at)
-    assert opened is not None and opened.calls == 30
+    assert opened is not None and opened.window_calls == 30
     assert last_closed_ms(events("open", "half_open", "closed", "open")) == 2_000
     assert last_closed_ms(events("open")) == 0
 
@@ -104,7 +95,10 @@ def test_probing_judges_enough_messages_by_the_error_rate() -> None:
 
 def events(*states: str) -> list[TransitionEvent]:
     pairs = zip(("closed", *states), states, strict=False)
-    return [TransitionEvent(i + 1, a, b, i * 1_000, "why") for i, (a, b) in enumerate(pairs)]
+    return [
+        TransitionEvent(i + 1, State(a), State(b), i * 1_000, "why")
+        for i, (a, b) in enumerate(pairs)
+    ]
 
 
 def test_one_alert_per_transition_and_a_resolve_at_once() -> None:
