@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -27,7 +26,8 @@ from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.kafka.topic_reader import count_records
 from kmq_dagster.settings import KmqSettings
-from kmq_dagster.spark.job import SparkQueueJob
+from kmq_dagster.spark.job import BatchReport, SparkQueueJob
+from kmq_dagster.spark.processing import run_processing
 from kmq_dagster.spark.session import local_session
 
 #: The demo queue: orders priced by the "pricing" group; poison orders are dead-lettered at
@@ -143,6 +143,15 @@ def produce_orders(settings: KmqSettings, orders: int, first_id: int = 0) -> Non
         raise DeliveryError("the broker did not take every order")
 
 
+@dataclass
+class _Tally:
+    """What the demo's batches have done so far."""
+
+    batches: int = 0
+    processed: int = 0
+    rows: int = 0
+
+
 def _drain(
     job: SparkQueueJob,
     spark: SparkSession,
@@ -154,23 +163,30 @@ def _drain(
     timeout_s: float,
 ) -> tuple[int, int]:
     """Run batches until every order is processed or dead-lettered; (distinct, rows)."""
-    deadline = time.monotonic() + timeout_s
-    processed = rows = batches = 0
     queue = job.queue
-    while time.monotonic() < deadline:
-        batch = job.run_batch()
-        batches += 1
+    done = threading.Event()
+    tally = _Tally()
+
+    def show(batch: BatchReport) -> None:
+        tally.batches += 1
         if batch.read:
             frame = spark.read.parquet(output)
-            rows = frame.count()
-            processed = frame.select("topic", "partition", "offset").distinct().count()
+            tally.rows = frame.count()
+            tally.processed = frame.select("topic", "partition", "offset").distinct().count()
         dead = count_records(settings, queue.dlq_topic, queue.partitions or 1)
         progress.update(
-            f"batch {batches}: read {batch.read:,}, ok {batch.succeeded:,}, failed "
-            f"{batch.failed:,} | processed {processed:,} + dead-lettered {dead:,} of {orders:,}"
+            f"batch {tally.batches}: read {batch.read:,}, ok {batch.succeeded:,}, failed "
+            f"{batch.failed:,} | processed {tally.processed:,} + dead-lettered {dead:,} "
+            f"of {orders:,}"
         )
-        if processed + dead >= orders:
-            return processed, rows
-        if batch.read == 0:
-            time.sleep(0.5)  # retries not due yet
+        if tally.processed + dead >= orders:
+            done.set()
+
+    # Retries come due after the queue looks idle: the run goes on until every order is done.
+    run_processing(
+        job, None, stop=done, until_idle=False, max_seconds=timeout_s, on_batch=show,
+        count_output=False,
+    )  # fmt: skip
+    if done.is_set():
+        return tally.processed, tally.rows
     raise KmqTimeoutError(f"the demo did not finish within {timeout_s:.0f} s")
