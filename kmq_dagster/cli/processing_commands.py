@@ -10,8 +10,6 @@ import click
 
 from kmq_dagster.cli.app import cli, configure_logging, connection_options, settings_of, verbose
 from kmq_dagster.cli.options import (
-    DefinitionOptions,
-    definition_options,
     metrics_port_option,
     queue_options,
     serve_metrics_of,
@@ -42,7 +40,6 @@ if TYPE_CHECKING:
     "timeout allows].",
 )
 @click.option("--forever", is_flag=True, help="Keep running batches (default: stop when idle).")
-@definition_options
 @click.option("--non-retryable", metavar="NAMES", default="", help="Types that go to the DLQ.")
 @metrics_port_option
 @connection_options
@@ -56,12 +53,12 @@ def spark_command(
     master: str,
     max_per_partition: int | None,
     forever: bool,
-    definition: DefinitionOptions,
     non_retryable: str,
     metrics_port: int | None,
 ) -> None:
     """Process TOPIC for GROUP on Spark; each message is acknowledged after its result is
     written to OUTPUT."""
+    from kmq_dagster.kafka.queues import open_queue
     from kmq_dagster.kafka.worker import load_handler
     from kmq_dagster.metrics import spark_snapshot
     from kmq_dagster.spark.job import RunTotals, SparkQueueJob
@@ -69,8 +66,7 @@ def spark_command(
 
     settings = settings_of(ctx)
     function: Callable[..., object] = load_handler(function_spec)
-    queue = definition.open(settings, topic, group)
-    policy = queue.retry_policy.with_non_retryable(non_retryable.split(","))
+    opened = open_queue(settings, topic, group).with_non_retryable(non_retryable.split(","))
     stop = stop_on_signals()
     session = local_session(
         "kmq spark",
@@ -86,11 +82,9 @@ def spark_command(
 
     job = SparkQueueJob(
         session,
-        settings,
-        queue,
+        opened,
         function=function,
         output_path=output,
-        policy=policy,
         max_messages_per_partition=max_per_partition,
     )
     metrics = serve_metrics_of(metrics_port, "spark", topic, group, lambda: spark_snapshot(live))

@@ -20,7 +20,7 @@ from kmq_dagster.core.status import QueueStatus
 from kmq_dagster.errors import ProvisionError
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.queue_status import measure_queue
-from kmq_dagster.kafka.queues import ensure_provisioned
+from kmq_dagster.kafka.queues import OpenedQueue, open_declared_queue
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import COORDINATES, BatchReport, SparkQueueJob
 
@@ -80,18 +80,17 @@ class ProcessingReport:
         return self.read / self.duration_s if self.duration_s > 0 else 0.0
 
 
-def ensure_queue(settings: KmqSettings, queue: Queue) -> Queue:
-    """``queue`` as provisioned; provisioned now if it never was (first use).
+def ensure_queue(settings: KmqSettings, queue: Queue) -> OpenedQueue:
+    """``queue`` opened as provisioned; provisioned now if it never was (first use).
 
     Raises:
         QueueConflictError: the queue is provisioned with other settings.
     """
     try:
-        return ensure_provisioned(settings, queue)
+        return open_declared_queue(settings, queue)
     except ProvisionError:
         log.info("queue %s is not provisioned yet: provisioning it", queue)
-        provision_queue(settings, queue)
-        return ensure_provisioned(settings, queue)
+        return provision_queue(settings, queue).opened
 
 
 def run_processing(
@@ -109,7 +108,7 @@ def run_processing(
     partition."""
     queue = job.queue
     report = ProcessingReport(job.output_path)
-    before = measure_queue(settings, queue, store=store, in_flight=False)
+    before = measure_queue(job.opened, store=store, in_flight=False)
     started = time.monotonic()
     while True:
         after: QueueStatus | None = None  # measured in the last iteration, if the batch was empty
@@ -141,7 +140,7 @@ def run_processing(
         if on_batch is not None:
             on_batch(batch)
         if batch.read == 0:
-            after = measure_queue(settings, queue, store=store, in_flight=False)
+            after = measure_queue(job.opened, store=store, in_flight=False)
             if not _has_work(after):
                 break  # the queue is idle
             # Work waits on partitions this run does not own (yet): a rebalance in progress,
@@ -152,7 +151,7 @@ def run_processing(
             break
     report.duration_s = time.monotonic() - started
     if after is None:
-        after = measure_queue(settings, queue, store=store, in_flight=False)
+        after = measure_queue(job.opened, store=store, in_flight=False)
     _add_topic_changes(report, before, after)
     _count_output(report, job)
     return report
