@@ -105,8 +105,8 @@ class KmqConsumer:
         producer: Producer | None = None,
     ) -> None:
         self.opened = opened
-        settings, self.queue = opened.settings, opened.queue
-        queue = self.queue
+        self.queue = queue = opened.queue
+        settings = opened.settings
         self.retry_topics = list(queue.retry_topics.values())
         self.markers_topic = queue.markers_topic
         self.visibility_timeout_ms = queue.visibility_timeout_ms

@@ -60,8 +60,8 @@ class DlqIngester:
         *,
         consumer_group: str | None = None,
     ) -> None:
-        settings, self.queue = opened.settings, opened.queue
-        queue = self.queue
+        self.queue = queue = opened.queue
+        settings = opened.settings
         self.topic = queue.topic
         self.group = queue.group
         self.dlq_topic = queue.dlq_topic

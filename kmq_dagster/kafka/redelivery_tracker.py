@@ -111,8 +111,8 @@ class RedeliveryTracker:
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.opened = opened
-        settings, self.queue = opened.settings, opened.queue
-        queue = self.queue
+        self.queue = queue = opened.queue
+        settings = opened.settings
         self.topic = queue.topic
         self.group = queue.group
         self.max_redeliveries = queue.max_redeliveries

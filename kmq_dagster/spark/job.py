@@ -164,8 +164,8 @@ class SparkQueueJob:
                 "max messages per partition must be at least 1",
                 setting="max_messages_per_partition",
             )
-        settings, self.queue = opened.settings, opened.queue
-        queue = self.queue
+        self.queue = queue = opened.queue
+        settings = opened.settings
         self.opened = opened
         self.spark = spark
         self.transform = transform
