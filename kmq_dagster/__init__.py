@@ -9,8 +9,11 @@ operated from Dagster. Everything a Python user needs is importable from here::
     settings = KmqSettings.from_env()
     provision_queue(settings, Queue("orders", "billing", partitions=8,
                                     retry_policy=RetryPolicy.fixed([10_000, 60_000])))
-    queue = open_queue(settings, "orders", "billing")
-    Worker(settings, queue, handle).run(stop_event)
+    opened = open_queue(settings, "orders", "billing")  # the stored definition, checked once
+    Worker(opened, handle).run(stop_event)
+
+Every component (consumer, tracker, worker, Spark job, replay, DLQ ingester) takes the
+:class:`OpenedQueue` that ``open_queue`` (or ``provision_queue(...).opened``) returns.
 
 Names are imported on first use, so ``import kmq_dagster`` is cheap and pulls in neither
 confluent-kafka, SQLAlchemy, PySpark nor Dagster.
@@ -61,6 +64,7 @@ _LAZY = {
     "provision_queue": "kmq_dagster.kafka.provision",
     "provision_topic": "kmq_dagster.kafka.provision",
     "open_queue": "kmq_dagster.kafka.queues",
+    "OpenedQueue": "kmq_dagster.kafka.opened_queue",
     "AuditStore": "kmq_dagster.audit.store",
     "DeadLetterFilter": "kmq_dagster.audit.store",
     "SharedBreaker": "kmq_dagster.audit.shared_breaker",
@@ -91,6 +95,7 @@ __all__ = [
     "KmqSettings",
     "KmqTimeoutError",
     "MarkerDecodeError",
+    "OpenedQueue",
     "PermissionDeniedError",
     "ProvisionError",
     "Queue",
@@ -140,6 +145,7 @@ if TYPE_CHECKING:
     from kmq_dagster.kafka.delay_forwarder import DelayForwarder
     from kmq_dagster.kafka.dlq_ingester import DlqIngester
     from kmq_dagster.kafka.message import KmqMessage
+    from kmq_dagster.kafka.opened_queue import OpenedQueue
     from kmq_dagster.kafka.producer import KmqProducer
     from kmq_dagster.kafka.provision import provision_queue, provision_topic
     from kmq_dagster.kafka.queues import open_queue

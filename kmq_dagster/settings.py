@@ -23,8 +23,9 @@ from kmq_dagster.core.queue import (
     DEFAULT_MAX_REDELIVERIES,
     DEFAULT_RETRY_DELAYS_MS,
     DEFAULT_VISIBILITY_TIMEOUT_MS,
+    Queue,
 )
-from kmq_dagster.core.retry import parse_delay_list
+from kmq_dagster.core.retry import RetryPolicy, parse_delay_list
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.secrets import mask_config, register_config_secrets
 
@@ -59,7 +60,11 @@ __all__ = ["KmqSettings", "parse_client_options", "parse_delay_list"]
 
 @dataclass(frozen=True)
 class KmqSettings:
-    """Connection and queue settings shared by every kmq command and resource."""
+    """Connection and queue settings shared by every kmq command and resource.
+
+    ``visibility_timeout_ms``, ``max_redeliveries`` and ``retry_delays_ms`` are the defaults
+    of a queue being provisioned (:meth:`define_queue`); an opened queue has its stored ones.
+    """
 
     bootstrap_servers: str = DEFAULT_BOOTSTRAP_SERVERS
     client_id: str = "kmq"
@@ -141,6 +146,59 @@ class KmqSettings:
         }
         settings = cls(**values)
         return settings.with_overrides(**overrides)
+
+    def retry_policy(
+        self,
+        *,
+        delays: str | None = None,
+        backoff: str | None = None,
+        max_attempts: int | None = None,
+        jitter: float | None = None,
+    ) -> RetryPolicy:
+        """The retry policy textual options describe (see :meth:`RetryPolicy.from_options`);
+        none given: one retry per delay of ``KMQ_RETRY_DELAYS`` (``retry_delays_ms``).
+
+        Raises:
+            ConfigError: contradictory or malformed options.
+        """
+        return RetryPolicy.from_options(
+            delays=delays,
+            backoff=backoff,
+            max_attempts=max_attempts,
+            jitter=jitter,
+            default_delays_ms=self.retry_delays_ms,
+        )
+
+    def define_queue(
+        self,
+        topic: str,
+        group: str,
+        *,
+        partitions: int | None = None,
+        retry_policy: RetryPolicy | None = None,
+        visibility_timeout_ms: int | None = None,
+        max_redeliveries: int | None = None,
+    ) -> Queue:
+        """A queue to provision, these settings' ``KMQ_*`` defaults for what is not given
+        (``None``): ``KMQ_RETRY_DELAYS``, ``KMQ_VISIBILITY_TIMEOUT``, ``KMQ_MAX_REDELIVERIES``.
+
+        Raises:
+            ConfigError: an illegal name or an out-of-range value.
+        """
+        return Queue(
+            topic,
+            group,
+            partitions=partitions,
+            retry_policy=retry_policy or self.retry_policy(),
+            visibility_timeout_ms=(
+                self.visibility_timeout_ms
+                if visibility_timeout_ms is None
+                else visibility_timeout_ms
+            ),
+            max_redeliveries=(
+                self.max_redeliveries if max_redeliveries is None else max_redeliveries
+            ),
+        )
 
     def with_overrides(self, **overrides: Any) -> KmqSettings:
         """A copy with the non-``None`` overrides applied (``client_config`` entries merge)."""

@@ -16,6 +16,7 @@ from kmq_dagster.core.replay import REPLAY_COUNT
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.topic_reader import assigned_reader, records_and_ends
 from kmq_dagster.kafka.worker import Worker
@@ -32,9 +33,9 @@ def new_queue(
     retry_delays_ms: tuple[int, ...] = (10_000, 60_000, 600_000),
     delay_queue: bool = False,
     **definition: int,
-) -> Queue:
+) -> OpenedQueue:
     """Provision a queue (retry delays, visibility timeout, max redeliveries as given) and
-    return it. On the mock cluster every topic has its fixed partition count."""
+    return it opened. On the mock cluster every topic has its fixed partition count."""
     if mock_selected():
         partitions = MOCK_PARTITIONS
     queue = Queue(
@@ -44,8 +45,7 @@ def new_queue(
         retry_policy=RetryPolicy.fixed(retry_delays_ms),
         **definition,
     )
-    provision_queue(settings, queue, delay_queue=delay_queue)
-    return queue
+    return provision_queue(settings, queue, delay_queue=delay_queue).opened
 
 
 def produce(
@@ -156,13 +156,10 @@ def poll_until(consumer: KmqConsumer, count: int, timeout_s: float = 30) -> list
 
 @contextmanager
 def running_worker(
-    settings: KmqSettings,
-    queue: Queue,
-    handler: Callable[[KmqMessage], object],
-    policy: RetryPolicy | None = None,
+    opened: OpenedQueue, handler: Callable[[KmqMessage], object]
 ) -> Iterator[Worker]:
-    """Run a :class:`Worker` of ``queue`` with ``handler`` on a thread for the block."""
-    worker = Worker(settings, queue, handler, retry_policy=policy)
+    """Run a :class:`Worker` of ``opened`` with ``handler`` on a thread for the block."""
+    worker = Worker(opened, handler)
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,))
     thread.start()
@@ -176,12 +173,13 @@ def running_worker(
 
 def produce_dead_letters(
     settings: KmqSettings,
-    queue: Queue,
+    queue: Queue | OpenedQueue,
     items: list[tuple[str, str]],
     *,
     replayed: int = 0,
 ) -> None:
     """Put (key, error type) dead letters in ``queue``'s DLQ as the retry router writes them."""
+    queue = queue.queue if isinstance(queue, OpenedQueue) else queue
     producer = Producer(settings.producer_config())
     partitions = queue.partitions or 1
     for index, (key, error_type) in enumerate(items):

@@ -23,6 +23,7 @@ from kmq_dagster.core.markers import StartMarker
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry_headers import origin_of
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.provision import provision_queue, provision_topic
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
@@ -70,7 +71,7 @@ def _new_queue(
     *,
     visibility_timeout_ms: int = 30_000,
     max_redeliveries: int = 3,
-) -> Queue:
+) -> OpenedQueue:
     queue = Queue(
         f"bench-{uuid.uuid4().hex[:8]}",
         GROUP,
@@ -78,8 +79,7 @@ def _new_queue(
         visibility_timeout_ms=visibility_timeout_ms,
         max_redeliveries=max_redeliveries,
     )
-    provision_queue(settings, queue, delay_queue=False)
-    return queue
+    return provision_queue(settings, queue, delay_queue=False).opened
 
 
 def plain_throughput(
@@ -132,10 +132,10 @@ def ack_throughput(
     queue = _new_queue(settings, partitions)
     fill_topic(settings, queue.topic, messages, partitions)
     stop = threading.Event()
-    tracker = RedeliveryTracker(settings, queue)
+    tracker = RedeliveryTracker(queue)
     tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
     tracker_thread.start()
-    consumer = KmqConsumer(settings, queue)
+    consumer = KmqConsumer(queue)
     poll: Callable[[float], Sequence[KmqMessage | Message]] = (
         consumer.poll if views else consumer.poll_records
     )
@@ -164,7 +164,7 @@ def ack_latency_ms(
     """Produce-to-ack latency at an offered load: produce call to ``ack()`` of that message."""
     queue = _new_queue(settings, partitions)
     topic = queue.topic
-    consumer = KmqConsumer(settings, queue)
+    consumer = KmqConsumer(queue)
     # Join the group before the clock starts: a join is not part of per-message latency.
     while not consumer.assignment_ready():
         consumer.poll(timeout_s=0.2)
@@ -214,10 +214,10 @@ def redelivery_lateness_ms(
     )
     fill_topic(settings, queue.topic, messages, partitions)
     stop = threading.Event()
-    tracker = RedeliveryTracker(settings, queue)
+    tracker = RedeliveryTracker(queue)
     tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
     tracker_thread.start()
-    consumer = KmqConsumer(settings, queue)
+    consumer = KmqConsumer(queue)
     deadline_at: dict[tuple[int, int], float] = {}
     lateness: list[float] = []
     try:

@@ -25,6 +25,7 @@ from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import produce
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.queues import open_queue
 from kmq_dagster.settings import KmqSettings
 
 GROUP = "bench"
@@ -77,7 +78,9 @@ def ingest_rate(settings: KmqSettings, queue: Queue, url: str, rows: int) -> flo
     """Ingest the whole DLQ of ``queue`` into the store at ``url``; rows per second."""
     store = AuditStore(url)
     ingester = DlqIngester(
-        settings, store, queue, consumer_group=f"bench-ingest-{uuid.uuid4().hex[:8]}"
+        open_queue(settings, queue.topic, queue.group),
+        store,
+        consumer_group=f"bench-ingest-{uuid.uuid4().hex[:8]}",
     )
     try:
         stats = ingester.ingest_available(timeout_s=600)

@@ -40,6 +40,7 @@ from kmq_dagster.defs.resources import (
 from kmq_dagster.errors import KmqTimeoutError
 from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.queues import open_queue
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import SparkQueueJob
 from kmq_dagster.spark.processing import run_processing
@@ -128,9 +129,9 @@ def tick_times(
         f"bench-ticks-{uuid.uuid4().hex[:8]}", "ticks", partitions=TICK_PARTITIONS,
         retry_policy=RetryPolicy.fixed(RETRY_DELAYS_MS),
     )  # fmt: skip
-    provision_queue(settings, queue, delay_queue=False)
+    opened = provision_queue(settings, queue, delay_queue=False).opened
     fill_topic(settings, queue.topic, 20_000, TICK_PARTITIONS)
-    consumer = KmqConsumer(settings, queue)
+    consumer = KmqConsumer(opened)
     deadline = time.monotonic() + 60
     fetched = 0
     while fetched < 2_000 and time.monotonic() < deadline:
@@ -162,7 +163,8 @@ def no_op_job(
 ) -> SparkQueueJob:
     """A no-op job on the session Dagster's runs share (getOrCreate)."""
     spark = start_session(local_spark_config("kmq bench dagster"))
-    return SparkQueueJob(spark, settings, queue, function=no_op, output_path=output_path, **options)
+    opened = open_queue(settings, queue.topic, queue.group)
+    return SparkQueueJob(spark, opened, function=no_op, output_path=output_path, **options)
 
 
 def warm_up(settings: KmqSettings, queue: Queue, scratch: str) -> None:

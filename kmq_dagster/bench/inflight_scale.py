@@ -23,6 +23,7 @@ from kmq_dagster.core.headers import (
     normalize_headers,
 )
 from kmq_dagster.kafka.consumer import KmqConsumer
+from kmq_dagster.kafka.queues import open_queue
 from kmq_dagster.kafka.topic_reader import assigned_reader, read_to_end
 from kmq_dagster.metrics import scrape
 
@@ -56,7 +57,9 @@ def million_in_flight(
         port = free_port()
         tracker = scenario.tracker("--metrics-port", str(port))
         began = time.monotonic()
-        consumer = KmqConsumer(settings, queue, batch_size=FETCH_BATCH)
+        consumer = KmqConsumer(
+            open_queue(settings, queue.topic, queue.group), batch_size=FETCH_BATCH
+        )
         taken = 0
         try:
             while taken < messages:

@@ -129,8 +129,8 @@ def run_retry_benchmark(
             retry_policy=RetryPolicy.fixed(RETRY_DELAYS_MS),
         )
         topic = queue.topic
-        provision_queue(settings, queue)
-        worker = Worker(settings, queue, _handler(lateness, warmed))
+        opened = provision_queue(settings, queue).opened
+        worker = Worker(opened, _handler(lateness, warmed))
         forwarder = DelayForwarder(settings, topic)
         stop = threading.Event()
         threads = [

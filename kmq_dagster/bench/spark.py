@@ -42,6 +42,7 @@ from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.errors import KmqError, KmqTimeoutError
 from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.queues import open_queue
 from kmq_dagster.kafka.worker import Worker, WorkerStats
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import SparkQueueJob
@@ -196,7 +197,7 @@ def _queue(topic: str, group: str) -> Queue:
 
 
 def worker_throughput(settings: KmqSettings, topic: str, messages: int) -> float:
-    worker = Worker(settings, _queue(topic, "worker"), no_op)
+    worker = Worker(open_queue(settings, topic, "worker"), no_op)
     stop = threading.Event()
     started = [0.0]
 
@@ -215,7 +216,7 @@ def spark_throughput(
 ) -> float:
     with tempfile.TemporaryDirectory(prefix="kmq-bench-spark-") as scratch:
         job = SparkQueueJob(
-            session, settings, _queue(topic, "spark"), function=no_op,
+            session, open_queue(settings, topic, "spark"), function=no_op,
             output_path=str(Path(scratch) / "out.parquet"),
         )  # fmt: skip
         try:

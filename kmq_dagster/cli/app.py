@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from kmq_dagster.cli.options import QUEUE_DEFINITION_HINT, QUEUE_DEFINITION_OPTIONS
 from kmq_dagster.errors import ConfigError, KmqError
 from kmq_dagster.secrets import mask_text
 from kmq_dagster.settings import KmqSettings, parse_client_options
@@ -205,7 +206,11 @@ def error_line(exc: BaseException) -> str:
 
 def _usage_error(exc: click.UsageError) -> int:
     hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
-    click.echo(f"kmq: error: {mask_text(exc.format_message())}{hint}", err=True)
+    message = exc.format_message()
+    if isinstance(exc, click.NoSuchOption) and exc.option_name in QUEUE_DEFINITION_OPTIONS:
+        # The option of an older kmq: the queue's stored definition holds it now.
+        message = QUEUE_DEFINITION_HINT.format(option=exc.option_name)
+    click.echo(f"kmq: error: {mask_text(message)}{hint}", err=True)
     return EXIT_USAGE
 
 

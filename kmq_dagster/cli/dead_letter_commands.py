@@ -9,13 +9,11 @@ import click
 
 from kmq_dagster.cli.app import cli, configure_logging, connection_options, settings_of, verbose
 from kmq_dagster.cli.options import (
-    DefinitionOptions,
     Number,
     actor_option,
     audit_url_option,
     dead_letter_selection_options,
     default_actor,
-    definition_options,
     log_every,
     queue_options,
     stop_on_signals,
@@ -77,7 +75,6 @@ def replay_request(
 )
 @actor_option
 @audit_url_option
-@definition_options
 @connection_options
 @click.pass_context
 def replay(
@@ -92,16 +89,17 @@ def replay(
     replay_id: str | None,
     actor: str | None,
     audit_url: str | None,
-    definition: DefinitionOptions,
 ) -> None:
     """Send GROUP's dead letters of TOPIC back; run the same command again to resume."""
     from kmq_dagster.audit.store import AuditStore
+    from kmq_dagster.kafka.queues import open_queue
     from kmq_dagster.kafka.replay import replay_dead_letters
 
     _quiet_logs(ctx, "replay")
     settings = settings_of(ctx)
     request = replay_request(selection, target, dry_run, rate, max_replays, replay_id)
-    queue = definition.open(settings, topic, group)
+    opened = open_queue(settings, topic, group)
+    queue = opened.queue
     progress = LiveLine()
     header = [f"replay {request.id_for(queue)}: {selection.describe()} -> {target}"]
 
@@ -112,8 +110,7 @@ def replay(
 
     try:
         report = replay_dead_letters(
-            settings,
-            queue,
+            opened,
             request,
             progress=show,
             audit=AuditStore(audit_url),
@@ -138,7 +135,6 @@ def _print_report(report: ReplayReport) -> None:
 @queue_options
 @click.option("--once", is_flag=True, help="Ingest what is there now, then exit.")
 @audit_url_option
-@definition_options
 @connection_options
 @click.pass_context
 def ingest(
@@ -147,17 +143,17 @@ def ingest(
     group: str,
     once: bool,
     audit_url: str | None,
-    definition: DefinitionOptions,
 ) -> None:
     """Copy GROUP's dead letters of TOPIC into the audit store (idempotent; resumable)."""
     from kmq_dagster.audit.store import AuditStore
     from kmq_dagster.kafka.dlq_ingester import DlqIngester
+    from kmq_dagster.kafka.queues import open_queue
 
     if once:
         _quiet_logs(ctx, "ingest")
     settings = settings_of(ctx)
     store = AuditStore(audit_url)
-    ingester = DlqIngester(settings, store, definition.open(settings, topic, group))
+    ingester = DlqIngester(open_queue(settings, topic, group), store)
     if once:
         try:
             stats = ingester.ingest_available()

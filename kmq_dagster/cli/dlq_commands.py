@@ -9,12 +9,7 @@ from typing import Any
 import click
 
 from kmq_dagster.cli.app import cli, connection_options, settings_of
-from kmq_dagster.cli.options import (
-    DefinitionOptions,
-    dead_letter_selection_options,
-    definition_options,
-    queue_options,
-)
+from kmq_dagster.cli.options import dead_letter_selection_options, queue_options
 from kmq_dagster.core.replay import ReplaySelection
 
 
@@ -28,7 +23,6 @@ def dlq() -> None:
 @dead_letter_selection_options(offsets=True)
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line, for scripts.")
-@definition_options
 @connection_options
 @click.pass_context
 def dlq_list(
@@ -38,15 +32,12 @@ def dlq_list(
     selection: ReplaySelection,
     limit: int,
     as_json: bool,
-    definition: DefinitionOptions,
 ) -> None:
     """The first dead letters of GROUP's DLQ that the filters select, partition by partition."""
     from kmq_dagster.kafka.dead_letter_reader import list_dead_letters
+    from kmq_dagster.kafka.queues import open_queue
 
-    settings = settings_of(ctx)
-    page = list_dead_letters(
-        settings, definition.open(settings, topic, group), selection, limit=limit
-    )
+    page = list_dead_letters(open_queue(settings_of(ctx), topic, group), selection, limit=limit)
     for letter in page.letters:
         summary = _summary(letter.partition, letter.offset, letter.key, letter.row)
         click.echo(json.dumps(summary) if as_json else _line(summary))
@@ -59,7 +50,6 @@ def dlq_list(
 @queue_options
 @click.argument("where", metavar="PARTITION:OFFSET")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object, for scripts.")
-@definition_options
 @connection_options
 @click.pass_context
 def dlq_show(
@@ -68,19 +58,17 @@ def dlq_show(
     group: str,
     where: str,
     as_json: bool,
-    definition: DefinitionOptions,
 ) -> None:
     """One dead letter in full: its error, headers, traceback and value."""
     from kmq_dagster.core.rendering import render_bytes
     from kmq_dagster.kafka.dead_letter_reader import show_dead_letter
+    from kmq_dagster.kafka.queues import open_queue
 
     partition, _, offset = where.partition(":")
     if not (partition.isdigit() and offset.isdigit()):
         raise click.BadParameter(f"expected PARTITION:OFFSET, got {where!r}", param_hint="WHERE")
-    settings = settings_of(ctx)
-    letter = show_dead_letter(
-        settings, definition.open(settings, topic, group), int(partition), int(offset)
-    )
+    opened = open_queue(settings_of(ctx), topic, group)
+    letter = show_dead_letter(opened, int(partition), int(offset))
     kind, value = render_bytes(letter.value)
     summary = _summary(letter.partition, letter.offset, letter.key, letter.row)
     headers = [[name, render_bytes(raw, 200)[1]] for name, raw in letter.headers]

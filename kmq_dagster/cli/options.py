@@ -13,10 +13,16 @@ from typing import Any, TypeVar
 
 import click
 
-from kmq_dagster.core.durations import parse_duration_ms
-from kmq_dagster.core.queue import MAX_VISIBILITY_TIMEOUT_MS, Queue
+from kmq_dagster.core.durations import format_duration_ms, parse_duration_ms
+from kmq_dagster.core.queue import (
+    DEFAULT_MAX_REDELIVERIES,
+    DEFAULT_RETRY_DELAYS_MS,
+    DEFAULT_VISIBILITY_TIMEOUT_MS,
+    MAX_VISIBILITY_TIMEOUT_MS,
+    Queue,
+)
 from kmq_dagster.core.replay import ReplaySelection, TimeBound, parse_offsets, parse_time
-from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.core.retry import DEFAULT_BACKOFF_ATTEMPTS, RetryPolicy
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.settings import KmqSettings
 
@@ -85,8 +91,6 @@ class Moment(click.ParamType[TimeBound, Any]):
 
 
 def _ms(duration_ms: int) -> str:
-    from kmq_dagster.core.durations import format_duration_ms
-
     return format_duration_ms(duration_ms)
 
 
@@ -176,10 +180,26 @@ def dead_letter_selection_options(*, offsets: bool) -> Callable[[F], F]:
     return decorate
 
 
+#: The options of a queue's definition: ``kmq provision`` stores it, every other command reads
+#: the stored one and refuses these (see ``QUEUE_DEFINITION_HINT``).
+QUEUE_DEFINITION_OPTIONS = (
+    "--retry-delays",
+    "--retry-backoff",
+    "--max-attempts",
+    "--retry-jitter",
+    "--visibility-timeout",
+    "--max-redeliveries",
+)
+#: Why another command than ``provision`` refuses a queue-definition option.
+QUEUE_DEFINITION_HINT = (
+    "{option} is part of the queue's definition, which `kmq provision` stores and every other "
+    "command reads; change it with `kmq provision --topic T --group G --redefine {option} ...`"
+)
+
+
 @dataclass(frozen=True)
 class DefinitionOptions:
-    """The queue-definition options: what ``provision`` stores and other commands may repeat
-    (then they must agree with what is stored)."""
+    """The queue-definition options of ``kmq provision``, ``None`` where not given."""
 
     delays: str | None
     backoff: str | None
@@ -192,39 +212,21 @@ class DefinitionOptions:
         """The retry policy the options give, or ``None`` if none of them was given."""
         if (self.delays, self.backoff, self.max_attempts, self.jitter) == (None,) * 4:
             return None
-        return RetryPolicy.from_options(
+        return settings.retry_policy(
             delays=self.delays,
             backoff=self.backoff,
             max_attempts=self.max_attempts,
             jitter=self.jitter,
-            default_delays_ms=settings.retry_delays_ms,
         )
 
     def new_queue(
         self, settings: KmqSettings, topic: str, group: str, partitions: int | None
     ) -> Queue:
         """The queue these options define, ``KMQ_*`` defaults for what is not given."""
-        return Queue(
+        return settings.define_queue(
             topic,
             group,
             partitions=partitions,
-            retry_policy=self.retry_policy(settings) or RetryPolicy.fixed(settings.retry_delays_ms),
-            visibility_timeout_ms=self.visibility_timeout_ms or settings.visibility_timeout_ms,
-            max_redeliveries=(
-                settings.max_redeliveries
-                if self.max_redeliveries is None
-                else self.max_redeliveries
-            ),
-        )
-
-    def open(self, settings: KmqSettings, topic: str, group: str) -> Queue:
-        """The provisioned queue, checked against the options given."""
-        from kmq_dagster.kafka.queues import open_queue
-
-        return open_queue(
-            settings,
-            topic,
-            group,
             retry_policy=self.retry_policy(settings),
             visibility_timeout_ms=self.visibility_timeout_ms,
             max_redeliveries=self.max_redeliveries,
@@ -232,7 +234,8 @@ class DefinitionOptions:
 
 
 def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add the queue-definition options; the command receives ``definition``."""
+    """Add the queue-definition options (``kmq provision``'s alone); the command receives
+    ``definition``."""
 
     def with_definition(
         *args: Any,
@@ -261,7 +264,7 @@ def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 "--retry-delays",
                 metavar="LIST",
                 help="Delay before each retry, one retry topic per distinct delay, e.g. "
-                "10s,1m,10m [env KMQ_RETRY_DELAYS; default 10s,1m,10m].",
+                f"10s,1m,10m [env KMQ_RETRY_DELAYS; default {_delays(DEFAULT_RETRY_DELAYS_MS)}].",
             ),
             click.option(
                 "--retry-backoff",
@@ -271,7 +274,7 @@ def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
             click.option(
                 "--max-attempts",
                 type=click.IntRange(1, 1000),
-                help="Attempts in all with --retry-backoff [default 5].",
+                help=f"Attempts in all with --retry-backoff [default {DEFAULT_BACKOFF_ATTEMPTS}].",
             ),
             click.option(
                 "--retry-jitter",
@@ -283,15 +286,20 @@ def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 type=Duration(),
                 metavar="DURATION",
                 help="Redeliver a message not acknowledged within this time, 1ms to 7d "
-                "[env KMQ_VISIBILITY_TIMEOUT; default 30s].",
+                f"[env KMQ_VISIBILITY_TIMEOUT; default {_ms(DEFAULT_VISIBILITY_TIMEOUT_MS)}].",
             ),
             click.option(
                 "--max-redeliveries",
                 type=click.IntRange(0, 1000),
-                help="Redeliveries before the DLQ [env KMQ_MAX_REDELIVERIES; default 3].",
+                help="Redeliveries before the DLQ [env KMQ_MAX_REDELIVERIES; default "
+                f"{DEFAULT_MAX_REDELIVERIES}].",
             ),
         ]
     )(with_definition)
+
+
+def _delays(delays_ms: tuple[int, ...]) -> str:
+    return ",".join(_ms(delay_ms) for delay_ms in delays_ms)
 
 
 def stop_on_signals() -> threading.Event:

@@ -10,9 +10,7 @@ import click
 
 from kmq_dagster.cli.app import cli, configure_logging, connection_options, settings_of, verbose
 from kmq_dagster.cli.options import (
-    DefinitionOptions,
     audit_url_option,
-    definition_options,
     metrics_port_option,
     queue_options,
     serve_metrics_of,
@@ -43,7 +41,6 @@ if TYPE_CHECKING:
     "timeout allows].",
 )
 @click.option("--forever", is_flag=True, help="Keep running batches (default: stop when idle).")
-@definition_options
 @click.option("--non-retryable", metavar="NAMES", default="", help="Types that go to the DLQ.")
 @audit_url_option
 @metrics_port_option
@@ -58,7 +55,6 @@ def spark_command(
     master: str,
     max_per_partition: int | None,
     forever: bool,
-    definition: DefinitionOptions,
     non_retryable: str,
     audit_url: str | None,
     metrics_port: int | None,
@@ -67,6 +63,7 @@ def spark_command(
     written to OUTPUT. No batch starts while the group's circuit breaker (in the audit store)
     is open: the command waits for it."""
     from kmq_dagster.audit.store import AuditStore
+    from kmq_dagster.kafka.queues import open_queue
     from kmq_dagster.kafka.worker import load_handler
     from kmq_dagster.metrics import spark_snapshot
     from kmq_dagster.spark.job import SparkQueueJob
@@ -75,8 +72,7 @@ def spark_command(
 
     settings = settings_of(ctx)
     function: Callable[..., object] = load_handler(function_spec)
-    queue = definition.open(settings, topic, group)
-    policy = queue.retry_policy.with_non_retryable(non_retryable.split(","))
+    opened = open_queue(settings, topic, group).with_non_retryable(non_retryable.split(","))
     stop = stop_on_signals()
     session = local_session(
         "kmq spark",
@@ -92,11 +88,9 @@ def spark_command(
 
     job = SparkQueueJob(
         session,
-        settings,
-        queue,
+        opened,
         function=function,
         output_path=output,
-        policy=policy,
         max_messages_per_partition=max_per_partition,
     )
     metrics = serve_metrics_of(metrics_port, "spark", topic, group, lambda: spark_snapshot(live))

@@ -191,7 +191,6 @@ def _split_header(text: str) -> tuple[str, str]:
     type=click.IntRange(1, MAX_BATCH_SIZE),
     help="Messages per fetch [env KMQ_BATCH_SIZE; default 500].",
 )
-@definition_options
 @breaker_options
 @audit_url_option
 @click.option(
@@ -209,24 +208,22 @@ def worker(
     group: str,
     handler: str,
     batch_size: int | None,
-    definition: DefinitionOptions,
     breaker: BreakerOptions,
     audit_url: str | None,
     non_retryable: str,
     metrics_port: int | None,
 ) -> int:
     """Consume TOPIC in GROUP: returning acknowledges a message, raising retries it later."""
+    from kmq_dagster.kafka.queues import open_queue
     from kmq_dagster.kafka.worker import HandlerExit, Worker, WorkerStats, load_handler
 
     settings = settings_of(ctx)
     function = load_handler(handler)
-    queue = definition.open(settings, topic, group)
-    policy = queue.retry_policy.with_non_retryable(non_retryable.split(","))
+    opened = open_queue(settings, topic, group).with_non_retryable(non_retryable.split(","))
+    queue = opened.queue
     service = Worker(
-        settings,
-        queue,
+        opened,
         function,
-        retry_policy=policy,
         breaker=breaker.build(queue, audit_url),
         batch_size=batch_size,
     )
@@ -258,24 +255,18 @@ def worker(
 
 @cli.command()
 @queue_options
-@definition_options
 @metrics_port_option
 @connection_options
 @click.pass_context
-def tracker(
-    ctx: click.Context,
-    topic: str,
-    group: str,
-    definition: DefinitionOptions,
-    metrics_port: int | None,
-) -> None:
+def tracker(ctx: click.Context, topic: str, group: str, metrics_port: int | None) -> None:
     """Redeliver GROUP's messages of TOPIC that were not acknowledged in time."""
     from kmq_dagster.kafka.clients import wall_clock_ms
+    from kmq_dagster.kafka.queues import open_queue
     from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
     from kmq_dagster.metrics import tracker_snapshot
 
     settings = settings_of(ctx)
-    service = RedeliveryTracker(settings, definition.open(settings, topic, group))
+    service = RedeliveryTracker(open_queue(settings, topic, group))
     metrics = serve_metrics_of(
         metrics_port, "tracker", topic, group, lambda: tracker_snapshot(service, wall_clock_ms())
     )

@@ -28,20 +28,15 @@ def status(
     """Lag, in flight, oldest unacknowledged age, retries, DLQ and breaker of every queue."""
     from kmq_dagster.audit.store import AuditStore
     from kmq_dagster.kafka.queue_status import measure_queue
-    from kmq_dagster.kafka.registry import load_registry
+    from kmq_dagster.kafka.queues import open_queues
 
-    settings = settings_of(ctx)
-    queues = [
-        queue
-        for (queue_topic, queue_group), queue in sorted(load_registry(settings).queues.items())
-        if topic in (None, queue_topic) and group in (None, queue_group)
-    ]
+    queues = open_queues(settings_of(ctx), topic=topic, group=group)
     if not queues:
         raise click.ClickException(
             "no provisioned queue matches; `kmq provision --topic T --group G` defines one"
         )
     store = AuditStore(audit_url)
-    statuses = [measure_queue(settings, queue, store=store) for queue in queues]
+    statuses = [measure_queue(opened, store=store) for opened in queues]
     if as_json:
         for measured in statuses:
             click.echo(json.dumps(as_dict(measured)))

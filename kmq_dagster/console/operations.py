@@ -19,10 +19,9 @@ from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.console import jobs
 from kmq_dagster.console.auth import OPERATOR, Principal, require_role
 from kmq_dagster.core.headers import Headers
-from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.replay import DEFAULT_MAX_REPLAYS, TO_RETRY, ReplaySelection
 from kmq_dagster.errors import ConfigError
-from kmq_dagster.kafka.queues import open_queue
+from kmq_dagster.kafka.queues import OpenedQueue, open_queue
 from kmq_dagster.kafka.replay import (
     ReplayReport,
     ReplayRequest,
@@ -94,9 +93,9 @@ def preview_replay(
         ConfigError: the filter selects nothing or several groups; no retry topic.
     """
     require_role(principal, OPERATOR, "replaying dead letters")
-    selection, queue, request = _request(settings, store, plan, dry_run=True)
-    report = replay_dead_letters(settings, queue, request, audit=store, actor=principal.name)
-    return ReplayPreview(selection, target_topic(queue, request), report)
+    selection, opened, request = _request(settings, store, plan, dry_run=True)
+    report = replay_dead_letters(opened, request, audit=store, actor=principal.name)
+    return ReplayPreview(selection, target_topic(opened.queue, request), report)
 
 
 def start_replay(
@@ -109,15 +108,16 @@ def start_replay(
         ConfigError: the filter selects nothing or several groups; no retry topic.
     """
     require_role(principal, OPERATOR, "replaying dead letters")
-    selection, queue, request = _request(settings, store, plan, dry_run=False)
+    selection, opened, request = _request(settings, store, plan, dry_run=False)
     job = jobs.ReplayJob(
-        principal.name, selection.queue_topic, selection.group_id, target_topic(queue, request),
+        principal.name, selection.queue_topic, selection.group_id,
+        target_topic(opened.queue, request),
         expected=selection.count,
     )  # fmt: skip
 
     def work(job: jobs.ReplayJob) -> str:
         report = replay_dead_letters(
-            settings, queue, request, audit=store, actor=principal.name, cancel=job.cancel,
+            opened, request, audit=store, actor=principal.name, cancel=job.cancel,
             progress=lambda r: job.update(r.scanned, r.replayed),
         )  # fmt: skip
         job.update(report.scanned, report.replayed)
@@ -161,7 +161,7 @@ def discard(
 
 def _request(
     settings: KmqSettings, store: AuditStore, plan: ReplayPlan, *, dry_run: bool
-) -> tuple[DlqSelection, Queue, ReplayRequest]:
+) -> tuple[DlqSelection, OpenedQueue, ReplayRequest]:
     """The dead letters the filter selects, their queue as provisioned, and the request."""
     selection = dlq_selection(store, plan.where)
     queue = open_queue(settings, selection.queue_topic, selection.group_id)

@@ -92,12 +92,12 @@ def processing_asset(spec: QueueSpec) -> AssetsDefinition:
         pyspark: PySparkResource,
     ) -> MaterializeResult:  # type: ignore[type-arg]
         settings = kmq.get_settings()
-        queue = ensure_queue(settings, spec.queue)
+        opened = ensure_queue(settings, spec.queue)
+        queue = opened.queue
         store = audit.get_store()
         job = SparkQueueJob(
             pyspark.spark_session,
-            settings,
-            queue,
+            opened,
             output_path=spec.output_path or "",
             function=spec.function,
             transform=spec.transform,

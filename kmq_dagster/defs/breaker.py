@@ -121,7 +121,7 @@ def make_breaker_sensor(
     ) -> SensorResult:
         store = audit.get_store()
         try:
-            status = measure_queue(kmq.get_settings(), queue, store=store)
+            status = measure_queue(kmq.open_queue(queue), store=store)
         except KmqError as exc:
             return SensorResult(skip_reason=f"cannot measure {queue}: {exc}")
         cursor: dict[str, Any] = json.loads(context.cursor) if context.cursor else {}

@@ -90,7 +90,7 @@ def queue_checks(spec: QueueSpec) -> AssetChecksDefinition:
         context: AssetCheckExecutionContext, kmq: KmqResource, audit: AuditStoreResource
     ) -> Iterator[AssetCheckResult]:
         store = audit.get_store()
-        status = measure_queue(kmq.get_settings(), spec.queue, store=store)
+        status = measure_queue(kmq.open_queue(spec.queue), store=store)
         for outcome in queue_check_outcomes(spec, status, store):
             context.log.info(f"{outcome.name}: {outcome.description}")
             yield check_result(outcome, key)

@@ -25,7 +25,6 @@ from kmq_dagster.defs.queue_spec import QueueSpec
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
-from kmq_dagster.kafka.queues import ensure_provisioned
 from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
 
 ACTOR_TAG = "kmq/actor"
@@ -79,8 +78,7 @@ def replay_job(spec: QueueSpec) -> JobDefinition:
             max_replays=config.max_replays,
         )
         report = replay_dead_letters(
-            kmq.get_settings(),
-            spec.queue,
+            kmq.open_queue(spec.queue),
             request,
             audit=audit.get_store(),
             actor=actor_of(context),
@@ -140,8 +138,8 @@ def ingest_job(spec: QueueSpec) -> JobDefinition:
         kmq: KmqResource,
         audit: AuditStoreResource,
     ) -> int:
-        settings, store = kmq.get_settings(), audit.get_store()
-        ingester = DlqIngester(settings, store, ensure_provisioned(settings, spec.queue))
+        store = audit.get_store()
+        ingester = DlqIngester(kmq.open_queue(spec.queue), store)
         try:
             stats = ingester.ingest_available(config.timeout_s)
         finally:

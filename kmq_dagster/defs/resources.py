@@ -13,8 +13,10 @@ from dagster_pyspark import PySparkResource
 from pydantic import Field, PrivateAttr
 
 from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.kafka.clients import new_consumer, new_producer
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S
+from kmq_dagster.kafka.queues import OpenedQueue, open_declared_queue
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.session import session_config, start_session
 
@@ -54,6 +56,16 @@ class KmqResource(ConfigurableResource):  # type: ignore[type-arg]
     def settings(self) -> KmqSettings:
         """Same as :meth:`get_settings`."""
         return self.get_settings()
+
+    def open_queue(self, declared: Queue) -> OpenedQueue:
+        """``declared`` (a :class:`QueueSpec`'s queue) opened on this resource's cluster, for
+        the components to take; its stored definition must be the declared one.
+
+        Raises:
+            ProvisionError: the queue is not provisioned (its provision job does that).
+            QueueConflictError: it is provisioned with other values than declared.
+        """
+        return open_declared_queue(self.get_settings(), declared)
 
     def get_producer(self, **extra: Any) -> Producer:
         """An idempotent producer; flushed and dropped at teardown."""

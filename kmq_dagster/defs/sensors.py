@@ -118,7 +118,7 @@ def make_backlog_sensor(
         context: SensorEvaluationContext, kmq: KmqResource, audit: AuditStoreResource
     ) -> SensorResult:
         try:
-            status = measure_queue(kmq.get_settings(), spec.queue, store=audit.get_store())
+            status = measure_queue(kmq.open_queue(spec.queue), store=audit.get_store())
         except ProvisionError as exc:
             return SensorResult(skip_reason=f"{exc}; launch {spec.job_name('provision')}")
         in_flight = runs_in_flight(context.instance, job.name)
@@ -152,12 +152,11 @@ def make_observation_sensor(
     def observation_sensor(
         context: SensorEvaluationContext, kmq: KmqResource, audit: AuditStoreResource
     ) -> SensorResult:
-        settings, store = kmq.get_settings(), audit.get_store()
+        store = audit.get_store()
         try:
-            ingested = ingest_dead_letters(
-                settings, store, spec.queue, max_records=spec.ingest_per_tick
-            )
-            status = measure_queue(settings, spec.queue, store=store)
+            opened = kmq.open_queue(spec.queue)
+            ingested = ingest_dead_letters(opened, store, max_records=spec.ingest_per_tick)
+            status = measure_queue(opened, store=store)
         except ProvisionError as exc:
             return SensorResult(skip_reason=f"{exc}; launch {spec.job_name('provision')}")
         except KmqError as exc:

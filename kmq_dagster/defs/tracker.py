@@ -80,7 +80,7 @@ def tracker_job(spec: QueueSpec) -> JobDefinition:
             return
         settings = kmq.get_settings()
         queue = ensure_queue(settings, spec.queue)
-        tracker = RedeliveryTracker(settings, queue)
+        tracker = RedeliveryTracker(queue)
         last = {"heartbeat": 0.0, "stats": time.monotonic()}
         # Where the tracker runs, for an operator looking for its process.
         instance.add_run_tags(run_id, {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()})
@@ -112,7 +112,7 @@ def tracker_job(spec: QueueSpec) -> JobDefinition:
 
 def _observation(spec: QueueSpec, tracker: RedeliveryTracker, kmq: KmqResource) -> AssetObservation:
     stats = tracker.stats
-    status = measure_queue(kmq.get_settings(), spec.queue)
+    status = measure_queue(tracker.opened)
     metadata: dict[str, MetadataValue] = {
         "in_flight": MetadataValue.int(status.inflight),
         "redelivered": MetadataValue.int(stats.redelivered),

@@ -94,16 +94,16 @@ def run_demo(
     with EmbeddedBroker(port=0) as broker:
         settings = KmqSettings(bootstrap_servers=broker.bootstrap_servers, session_timeout_ms=6_000)
         progress.note(f"embedded broker on {broker.bootstrap_servers}")
-        provision_queue(settings, queue)
+        opened = provision_queue(settings, queue).opened
         produce_orders(settings, orders)
         progress.note(f"produced {orders:,} orders to {queue.topic} (~5% poison, ~5% failing once)")
-        tracker = RedeliveryTracker(settings, queue)
+        tracker = RedeliveryTracker(opened)
         stop = threading.Event()
         tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
         tracker_thread.start()
         progress.update("starting Spark (local[2]) ...")
         spark = local_session("kmq demo", quiet=quiet, jvm_log=jvm_log)
-        job = SparkQueueJob(spark, settings, queue, function=price_order, output_path=output)
+        job = SparkQueueJob(spark, opened, function=price_order, output_path=output)
         try:
             processed, rows = _drain(
                 job, spark, settings, orders=orders, output=output, progress=progress,

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from kmq_dagster.core.commits import CommitQueue
 from kmq_dagster.core.handouts import HandoutLedger, OffsetRun
 from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
-from kmq_dagster.core.queue import MAX_VISIBILITY_TIMEOUT_MS, Queue
+from kmq_dagster.core.queue import MAX_VISIBILITY_TIMEOUT_MS
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import ClientErrors, new_consumer, new_producer, wall_clock_ms
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, produce
@@ -37,9 +37,8 @@ from kmq_dagster.kafka.message import (
     record_offset,
     record_source,
 )
-from kmq_dagster.kafka.queues import ensure_provisioned
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.runs import fetched_runs, record_runs, run_bounds
-from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +85,7 @@ class KmqConsumer:
     """Consume ``queue`` (its topic, redeliveries and retries) with per-message acknowledgement.
 
     Examples:
-        >>> consumer = KmqConsumer(settings, open_queue(settings, "orders", "billing"))
+        >>> consumer = KmqConsumer(open_queue(settings, "orders", "billing"))
         ...                                                         # doctest: +SKIP
         >>> for message in consumer.poll():                         # doctest: +SKIP
         ...     handle(message)
@@ -99,14 +98,15 @@ class KmqConsumer:
 
     def __init__(
         self,
-        settings: KmqSettings,
-        queue: Queue,
+        opened: OpenedQueue,
         *,
         batch_size: int | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         producer: Producer | None = None,
     ) -> None:
-        self.queue = queue = ensure_provisioned(settings, queue)
+        self.opened = opened
+        self.queue = queue = opened.queue
+        settings = opened.settings
         self.retry_topics = list(queue.retry_topics.values())
         self.markers_topic = queue.markers_topic
         self.visibility_timeout_ms = queue.visibility_timeout_ms

@@ -18,7 +18,7 @@ from kmq_dagster.core.replay import ReplaySelection, read_replay_count
 from kmq_dagster.core.retry_headers import TRACEBACK
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import wall_clock_ms
-from kmq_dagster.kafka.queues import ensure_provisioned
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.record_reader import RecordReader
 from kmq_dagster.kafka.topic_reader import assigned_reader, read_to_end
 from kmq_dagster.settings import KmqSettings
@@ -59,22 +59,21 @@ class DeadLetterPage:
 
 
 def list_dead_letters(
-    settings: KmqSettings,
-    queue: Queue,
+    opened: OpenedQueue,
     selection: ReplaySelection | None = None,
     *,
     limit: int = 50,
 ) -> DeadLetterPage:
-    """The first ``limit`` dead letters of ``queue`` that ``selection`` matches, in DLQ order
+    """The first ``limit`` dead letters of the opened queue that ``selection`` matches, in DLQ order
     (partition by partition, oldest first within each).
 
     Raises:
         ConfigError: ``limit`` is not positive.
-        ProvisionError, KafkaUnavailableError: the queue or the cluster is not there.
+        KafkaUnavailableError: the cluster is not there.
     """
     if limit < 1:
         raise ConfigError(f"the limit must be at least 1, got {limit}", setting="limit")
-    queue = ensure_provisioned(settings, queue)
+    settings, queue = opened.settings, opened.queue
     matching = (selection or ReplaySelection()).resolved(wall_clock_ms())
     letters: list[DeadLetterView] = []
     scanned = 0
@@ -90,16 +89,14 @@ def list_dead_letters(
     return DeadLetterPage(letters, scanned, more=False)
 
 
-def show_dead_letter(
-    settings: KmqSettings, queue: Queue, partition: int, offset: int
-) -> DeadLetterView:
-    """The dead letter at ``partition``/``offset`` of ``queue``'s DLQ.
+def show_dead_letter(opened: OpenedQueue, partition: int, offset: int) -> DeadLetterView:
+    """The dead letter at ``partition``/``offset`` of the opened queue's DLQ.
 
     Raises:
         ConfigError: no such partition, or no record at that offset.
     """
-    queue = ensure_provisioned(settings, queue)
-    partitions = queue.partitions or 1
+    settings, queue = opened.settings, opened.queue
+    partitions = opened.partitions
     if not 0 <= partition < partitions:
         raise ConfigError(
             f"{queue.dlq_topic} has {partitions} partitions; no partition {partition}",

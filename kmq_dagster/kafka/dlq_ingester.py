@@ -22,9 +22,8 @@ from kmq_dagster.core.headers import normalize_headers
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.errors import KmqTimeoutError
 from kmq_dagster.kafka.clients import ClientErrors, new_consumer, positions_after
-from kmq_dagster.kafka.queues import ensure_provisioned
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.topic_reader import read_to_end, records_and_ends
-from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
 
@@ -52,24 +51,24 @@ class IngestStats:
 
 
 class DlqIngester:
-    """Copy ``queue``'s DLQ into ``store``."""
+    """Copy the opened queue's DLQ into ``store``."""
 
     def __init__(
         self,
-        settings: KmqSettings,
+        opened: OpenedQueue,
         store: AuditStore,
-        queue: Queue,
         *,
         consumer_group: str | None = None,
     ) -> None:
-        self.queue = queue = ensure_provisioned(settings, queue)
+        self.queue = queue = opened.queue
+        settings = opened.settings
         self.topic = queue.topic
         self.group = queue.group
         self.dlq_topic = queue.dlq_topic
         self.store = store
         self.stats = IngestStats()
         self.client_errors = ClientErrors()
-        self._partitions = list(range(queue.partitions or 1))
+        self._partitions = list(range(opened.partitions))
         self._consumer = new_consumer(
             settings,
             consumer_group or ingester_group(queue),
@@ -173,9 +172,8 @@ def dead_letter_rows(queue: Queue, records: list[Message]) -> list[dict[str, Any
 
 
 def ingest_dead_letters(
-    settings: KmqSettings,
+    opened: OpenedQueue,
     store: AuditStore,
-    queue: Queue,
     *,
     max_records: int = 5_000,
     timeout_s: float = 10.0,
@@ -190,9 +188,9 @@ def ingest_dead_letters(
     Raises:
         KmqTimeoutError: the DLQ did not answer within ``timeout_s``.
     """
-    queue = ensure_provisioned(settings, queue)
+    settings, queue = opened.settings, opened.queue
     stats = IngestStats()
-    partitions = range(queue.partitions or 1)
+    partitions = range(opened.partitions)
     consumer = new_consumer(settings, ingester_group(queue), **{"enable.partition.eof": True})
     try:
         sources = [TopicPartition(queue.dlq_topic, p) for p in partitions]

@@ -25,6 +25,7 @@ from kmq_dagster.core.queue import (
 )
 from kmq_dagster.errors import ConfigError, ProvisionError, QueueConflictError
 from kmq_dagster.kafka.clients import admin_client, cluster_metadata
+from kmq_dagster.kafka.opened_queue import OpenedQueue, vouch_for
 from kmq_dagster.kafka.registry import (
     REGISTRY_TOPIC_CONFIG,
     load_registry,
@@ -52,6 +53,13 @@ class ProvisionReport:
         return bool(self.created) or self.defined
 
 
+@dataclass
+class QueueProvisionReport(ProvisionReport):
+    """What provisioning a queue did, and the queue, opened: its topics are there now."""
+
+    opened: OpenedQueue = field(kw_only=True)
+
+
 def provision_queue(
     settings: KmqSettings,
     queue: Queue,
@@ -60,13 +68,16 @@ def provision_queue(
     min_insync_replicas: int | None = None,
     delay_queue: bool = True,
     redefine: bool = False,
-) -> ProvisionReport:
+) -> QueueProvisionReport:
     """Create ``queue``'s topics (existing ones are kept) and store its definition.
 
     ``queue.partitions`` is the count for new topics; ``None`` adopts the existing queue
     topic's. New topics get :func:`~kmq_dagster.core.queue.topic_configs` (dead letters kept for
     ever, retries kept past their delay) and ``min.insync.replicas`` when given; existing topics
     keep theirs.
+
+    Returns:
+        What was done, and the queue opened (``report.opened``), ready for the components.
 
     Raises:
         QueueConflictError: the queue's topics would be shared with another queue, or it is
@@ -96,7 +107,9 @@ def provision_queue(
     if stored is None or stored.definition() != defined.definition():
         save_definition(settings, defined)
         report.defined = True
-    return report
+    # Checked: its topics were created (or found) with one partition count, and its definition
+    # is the stored one.
+    return QueueProvisionReport(**vars(report), opened=vouch_for(settings, defined))
 
 
 def provision_topic(

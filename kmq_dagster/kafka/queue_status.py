@@ -13,7 +13,7 @@ Work per call is one fetch per queue partition plus the markers since the tracke
 commit, so it suits a sensor tick (measured in ``kmq bench dagster``).
 
 Examples:
-    >>> status = measure_queue(settings, open_queue(settings, "orders", "billing"))
+    >>> status = measure_queue(open_queue(settings, "orders", "billing"))
     ...                                                               # doctest: +SKIP
     >>> status.lag, status.inflight, status.retry_depths              # doctest: +SKIP
     (1200, 35, {'orders.billing.retry.10s': 4})
@@ -40,13 +40,12 @@ from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.headers import normalize_headers
 from kmq_dagster.core.inflight import PartitionInflight
 from kmq_dagster.core.markers import StartMarker, decode_marker
-from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry_headers import read_due_ms
 from kmq_dagster.core.status import PartitionLag, QueueStatus, RetryHead
 from kmq_dagster.errors import KafkaUnavailableError, KmqTimeoutError, MarkerDecodeError
 from kmq_dagster.kafka.clients import ClientErrors, admin_client, new_consumer, wall_clock_ms
 from kmq_dagster.kafka.dlq_ingester import ingester_group
-from kmq_dagster.kafka.queues import ensure_provisioned
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.redelivery_tracker import tracker_group
 from kmq_dagster.settings import KmqSettings
 
@@ -60,8 +59,7 @@ Source = tuple[str, int]
 
 
 def measure_queue(
-    settings: KmqSettings,
-    queue: Queue,
+    opened: OpenedQueue,
     *,
     store: AuditStore | None = None,
     timeout_s: float = 10.0,
@@ -82,10 +80,9 @@ def measure_queue(
     Raises:
         KmqTimeoutError: a queue or DLQ partition gave no fetch answer within ``timeout_s``.
         KafkaUnavailableError: the group coordinator did not answer.
-        ProvisionError: the queue is not provisioned.
     """
-    queue = ensure_provisioned(settings, queue)
-    partitions = range(queue.partitions or 1)
+    settings, queue = opened.settings, opened.queue
+    partitions = range(opened.partitions)
     consumed = [(topic, p) for topic in queue.consumed_topics for p in partitions]
     markers = [(queue.markers_topic, p) for p in partitions] if in_flight else []
     dlq = [(queue.dlq_topic, p) for p in partitions]

@@ -1,27 +1,25 @@
-"""Opening a provisioned queue: its stored definition, checked once per process.
+"""Opening a provisioned queue: its stored definition and its topics, checked once.
+
+Opening returns an :class:`~kmq_dagster.kafka.opened_queue.OpenedQueue`, the one object every
+component takes; none of them checks the queue again.
 
 Examples:
-    >>> queue = open_queue(settings, "orders", "billing")          # doctest: +SKIP
-    >>> queue.retry_policy.delays_ms                                # doctest: +SKIP
+    >>> opened = open_queue(settings, "orders", "billing")          # doctest: +SKIP
+    >>> opened.queue.retry_policy.delays_ms                         # doctest: +SKIP
     (10000, 60000, 600000)
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import threading
-
 from kmq_dagster.core.queue import Queue, conflicts, describe_conflicts
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.errors import QueueConflictError
+from kmq_dagster.kafka.opened_queue import OpenedQueue, vouch_for
 from kmq_dagster.kafka.provision import require_topics
-from kmq_dagster.kafka.registry import load_registry
+from kmq_dagster.kafka.registry import Registered, load_registry
 from kmq_dagster.settings import KmqSettings
 
-#: Queues this process has checked against the registry and the cluster, by connection.
-_checked: dict[tuple[str, str, str], Queue] = {}
-_checked_lock = threading.Lock()
+__all__ = ["OpenedQueue", "open_declared_queue", "open_queue", "open_queues"]
 
 
 def open_queue(
@@ -32,7 +30,8 @@ def open_queue(
     retry_policy: RetryPolicy | None = None,
     visibility_timeout_ms: int | None = None,
     max_redeliveries: int | None = None,
-) -> Queue:
+    partitions: int | None = None,
+) -> OpenedQueue:
     """The queue ``topic``/``group`` as it was provisioned, its topics checked.
 
     Values given here (``None``: not given) must agree with the stored definition; the retry
@@ -45,26 +44,7 @@ def open_queue(
         KafkaUnavailableError: the cluster did not answer.
     """
     registered = load_registry(settings)
-    stored = registered.queues.get((topic, group))
-    if stored is None:
-        clashes = conflicts(Queue(topic, group), registered.queues.values(), registered.topics)
-        if clashes:
-            raise QueueConflictError(
-                f"{topic} / {group} is not a queue of its own: its topic names are taken "
-                f"({describe_conflicts(clashes)})"
-            )
-        # Never provisioned: report which of its topics are missing, and the fix.
-        require_topics(
-            settings,
-            topic,
-            [Queue(topic, group).markers_topic],
-            fix=f"kmq provision --topic {topic} --group {group}",
-        )
-        raise QueueConflictError(
-            f"queue {topic} / {group} has no stored definition (provisioned by an older kmq?); "
-            f"run `kmq provision --topic {topic} --group {group}` with its retry options to "
-            "record it"
-        )
+    stored = _stored(settings, registered, topic, group)
     differences = stored.contradictions(
         retry_policy=retry_policy,
         visibility_timeout_ms=visibility_timeout_ms,
@@ -75,54 +55,83 @@ def open_queue(
             f"queue {stored} is provisioned with other settings: {'; '.join(differences)}; "
             "leave them out to use the stored ones, or provision it again to redefine it"
         )
-    queue = stored
-    if retry_policy is not None and retry_policy.non_retryable:
-        queue = stored.replace(
-            retry_policy=stored.retry_policy.with_non_retryable(retry_policy.non_retryable)
+    opened = _checked(settings, stored)
+    if partitions is not None and partitions != opened.partitions:
+        raise QueueConflictError(
+            f"queue {stored} has {opened.partitions} partitions, not {partitions}"
         )
-    partitions = require_topics(
-        settings,
-        topic,
-        [*queue.group_topics],
-        fix=f"kmq provision --topic {topic} --group {group}",
-    )
-    queue = queue.replace(partitions=partitions)
-    with _checked_lock:
-        _checked[_key(settings, queue)] = queue
-    return queue
+    if retry_policy is not None and retry_policy.non_retryable:
+        return opened.with_non_retryable(retry_policy.non_retryable)
+    return opened
 
 
-def ensure_provisioned(settings: KmqSettings, queue: Queue) -> Queue:
-    """``queue`` as stored and checked (once per process): components call this with the
-    queue they are given, so a queue built by hand must agree with what was provisioned.
+def open_declared_queue(settings: KmqSettings, declared: Queue) -> OpenedQueue:
+    """``declared`` opened: its stored definition must be the one declared (a queue declared
+    in code, e.g. for Dagster, is provisioned with exactly its values).
 
     Raises:
         As :func:`open_queue`.
     """
-    with _checked_lock:
-        known = _checked.get(_key(settings, queue))
-    if known is not None:
-        return known
-    opened = open_queue(
+    return open_queue(
         settings,
-        queue.topic,
-        queue.group,
-        retry_policy=queue.retry_policy,
-        visibility_timeout_ms=queue.visibility_timeout_ms,
-        max_redeliveries=queue.max_redeliveries,
+        declared.topic,
+        declared.group,
+        retry_policy=declared.retry_policy,
+        visibility_timeout_ms=declared.visibility_timeout_ms,
+        max_redeliveries=declared.max_redeliveries,
+        partitions=declared.partitions,
     )
-    if queue.partitions is not None and queue.partitions != opened.partitions:
+
+
+def open_queues(
+    settings: KmqSettings, *, topic: str | None = None, group: str | None = None
+) -> list[OpenedQueue]:
+    """Every provisioned queue (of ``topic``, of ``group`` when given), sorted by topic and
+    group; one read of the registry for all of them.
+
+    Raises:
+        ProvisionError: some of a queue's topics are missing.
+        KafkaUnavailableError: the cluster did not answer.
+    """
+    registered = load_registry(settings)
+    return [
+        _checked(settings, stored)
+        for (queue_topic, queue_group), stored in sorted(registered.queues.items())
+        if topic in (None, queue_topic) and group in (None, queue_group)
+    ]
+
+
+def _stored(settings: KmqSettings, registered: Registered, topic: str, group: str) -> Queue:
+    """The stored definition of ``topic``/``group``; a clear error when there is none."""
+    stored = registered.queues.get((topic, group))
+    if stored is not None:
+        return stored
+    clashes = conflicts(Queue(topic, group), registered.queues.values(), registered.topics)
+    if clashes:
         raise QueueConflictError(
-            f"queue {queue} has {opened.partitions} partitions, not {queue.partitions}"
+            f"{topic} / {group} is not a queue of its own: its topic names are taken "
+            f"({describe_conflicts(clashes)})"
         )
-    with _checked_lock:
-        _checked[_key(settings, queue)] = opened
-    return opened
+    # Never provisioned: report which of its topics are missing, and the fix.
+    require_topics(
+        settings,
+        topic,
+        [Queue(topic, group).markers_topic],
+        fix=f"kmq provision --topic {topic} --group {group}",
+    )
+    raise QueueConflictError(
+        f"queue {topic} / {group} has no stored definition (provisioned by an older kmq?); "
+        f"run `kmq provision --topic {topic} --group {group}` with its retry options to "
+        "record it"
+    )
 
 
-def _key(settings: KmqSettings, queue: Queue) -> tuple[str, str, str]:
-    """Identity of a checked queue: where it lives and everything that defines it."""
-    policy = dataclasses.asdict(queue.retry_policy)
-    policy["non_retryable"] = sorted(policy["non_retryable"])
-    definition = {**queue.definition(), "partitions": None, "policy": policy}
-    return (settings.bootstrap_servers, settings.registry_topic, json.dumps(definition))
+def _checked(settings: KmqSettings, stored: Queue) -> OpenedQueue:
+    """``stored`` with its topics checked and its partition count read from the cluster."""
+    partitions = require_topics(
+        settings,
+        stored.topic,
+        [*stored.group_topics],
+        fix=f"kmq provision --topic {stored.topic} --group {stored.group}",
+    )
+    return vouch_for(settings, stored.replace(partitions=partitions))

@@ -45,9 +45,8 @@ from kmq_dagster.kafka.delivery import (
     DeliveryTally,
     produce,
 )
-from kmq_dagster.kafka.queues import ensure_provisioned
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.record_reader import FETCH_MAX_BYTES, RecordReader
-from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
 
@@ -100,19 +99,20 @@ class RedeliveryTracker:
     timeout; several may run side by side (they share the markers partitions).
 
     Examples:
-        >>> tracker = RedeliveryTracker(settings, open_queue(settings, "orders", "billing"))
+        >>> tracker = RedeliveryTracker(open_queue(settings, "orders", "billing"))
         ...                                                   # doctest: +SKIP
         >>> tracker.run(stop_event)                           # doctest: +SKIP
     """
 
     def __init__(
         self,
-        settings: KmqSettings,
-        queue: Queue,
+        opened: OpenedQueue,
         *,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        self.queue = queue = ensure_provisioned(settings, queue)
+        self.opened = opened
+        self.queue = queue = opened.queue
+        settings = opened.settings
         self.topic = queue.topic
         self.group = queue.group
         self.max_redeliveries = queue.max_redeliveries

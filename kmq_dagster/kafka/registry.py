@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 #: Settings of the registry topic: definitions are never deleted by retention.
 REGISTRY_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 _SEPARATOR = "\x00"
+#: How long one read of the registry waits for more records before it looks for its end.
+REGISTRY_POLL_S = 0.02
 
 
 @dataclass
@@ -52,7 +54,10 @@ def load_registry(settings: KmqSettings) -> Registered:
         return registered
     consumer = assigned_reader(settings, settings.registry_topic, {0: 0})
     try:
-        for records in read_to_end(consumer, [0], timeout_s=settings.request_timeout_ms / 1000):
+        # A short poll: the registry is small, and consume() waits out its whole poll for a
+        # full batch, while every queue opening (a Dagster sensor tick's too) reads it.
+        timeout_s = settings.request_timeout_ms / 1000
+        for records in read_to_end(consumer, [0], timeout_s=timeout_s, poll_s=REGISTRY_POLL_S):
             for record in records:
                 _apply(registered, record.key(), record.value(), record.offset() or 0)
     finally:

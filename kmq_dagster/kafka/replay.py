@@ -43,7 +43,7 @@ from kmq_dagster.core.replay import (
 from kmq_dagster.errors import ConfigError, DeliveryError
 from kmq_dagster.kafka.clients import new_consumer, new_producer, positions_after, wall_clock_ms
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, Deliveries
-from kmq_dagster.kafka.queues import ensure_provisioned
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.topic_reader import read_to_end
 from kmq_dagster.settings import KmqSettings
 
@@ -131,8 +131,7 @@ Progress = Callable[[ReplayReport], None]
 
 
 def replay_dead_letters(
-    settings: KmqSettings,
-    queue: Queue,
+    opened: OpenedQueue,
     request: ReplayRequest,
     *,
     progress: Progress | None = None,
@@ -151,13 +150,12 @@ def replay_dead_letters(
 
     Raises:
         ConfigError: a bad request (unknown partition in the selection).
-        ProvisionError: the queue's topics are missing.
         DeliveryError: the broker refused copies; progress stops before them, rerun to resume.
     """
-    queue = ensure_provisioned(settings, queue)
+    settings, queue = opened.settings, opened.queue
     source = queue.dlq_topic
     target = target_topic(queue, request)
-    partitions = queue.partitions or 1
+    partitions = opened.partitions
     unknown = sorted(p for p in request.selection.offsets if not 0 <= p < partitions)
     if unknown:
         raise ConfigError(

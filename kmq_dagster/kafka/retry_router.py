@@ -18,8 +18,7 @@ from typing import TypeVar
 from confluent_kafka import Producer
 
 from kmq_dagster.core.headers import REDELIVERY_COUNT, replace_headers
-from kmq_dagster.core.queue import Queue
-from kmq_dagster.core.retry import DeadLetter, RetryPolicy
+from kmq_dagster.core.retry import DeadLetter
 from kmq_dagster.core.retry_headers import (
     ATTEMPT,
     CORRUPT_RETRY_METADATA,
@@ -31,11 +30,10 @@ from kmq_dagster.core.retry_headers import (
     read_due_ms,
     read_first_failure_ms,
 )
-from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import COPY_ANSWER_TIMEOUT_S, DELIVERY_TIMEOUT_S, Deliveries
 from kmq_dagster.kafka.message import QueueMessage, origin_or_own
-from kmq_dagster.settings import KmqSettings
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 
 log = logging.getLogger(__name__)
 
@@ -56,44 +54,31 @@ class RouterStats:
 
 
 class RetryRouter:
-    """Retry and dead-letter routing of ``queue``'s failed messages.
+    """Retry and dead-letter routing of the opened queue's failed messages, by its retry
+    policy (whose ``non_retryable`` error types go straight to the DLQ).
 
     Args:
-        policy: the queue's retry policy unless given; it may differ only in which error types
-            are fatal (its retry topics must be the queue's).
         producer: the producer to write copies with (a fake in unit tests); by default one of
-            its own, made from ``settings``.
-
-    Raises:
-        ConfigError: ``policy`` needs retry topics the queue does not have.
+            its own, made from the queue's settings.
     """
 
     def __init__(
         self,
-        settings: KmqSettings,
-        queue: Queue,
+        opened: OpenedQueue,
         *,
-        policy: RetryPolicy | None = None,
         clock_ms: Callable[[], int],
         rng: random.Random | None = None,
         producer: Producer | None = None,
     ) -> None:
-        self.queue = queue
+        self.queue = queue = opened.queue
         self.group = queue.group
-        self.policy = policy or queue.retry_policy
+        self.policy = queue.retry_policy
         self.retry_topics = queue.retry_topics
-        unknown = set(self.policy.topic_delays_ms()) - set(self.retry_topics)
-        if unknown:
-            raise ConfigError(
-                f"the retry policy needs delays the queue {queue} has no retry topics for: "
-                f"{sorted(unknown)} ms",
-                setting="retry_policy",
-            )
         self.dlq_topic = queue.dlq_topic
         self.stats = RouterStats()
         self._clock_ms = clock_ms
         self._rng = rng or random.Random()
-        self._producer = producer if producer is not None else new_producer(settings)
+        self._producer = producer if producer is not None else new_producer(opened.settings)
 
     def metadata_problem(self, message: QueueMessage) -> str | None:
         """Why a retried message's ``kmq-*`` headers cannot be trusted, or ``None``.

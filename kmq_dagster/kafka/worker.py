@@ -1,8 +1,8 @@
 """The worker: a handler per message, an ack when it returns (what ``kmq worker`` runs).
 
 Examples:
-    >>> queue = open_queue(settings, "orders", "billing")               # doctest: +SKIP
-    >>> Worker(settings, queue, charge).run(stop_event)                  # doctest: +SKIP
+    >>> opened = open_queue(settings, "orders", "billing")              # doctest: +SKIP
+    >>> Worker(opened, charge).run(stop_event)                           # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ from dataclasses import dataclass
 
 from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.core.breaker import State
-from kmq_dagster.core.queue import Queue
-from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.retry_router import RetryRouter, failure_of
-from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +82,7 @@ def load_handler(spec: str) -> Handler:
 
 
 class Worker:
-    """Handle ``queue``'s messages with ``handler`` until stopped.
+    """Handle the opened queue's messages with ``handler`` until stopped.
 
     Returning acknowledges a message. Raising sends it to its retry topic or the DLQ (errors
     the retry policy calls fatal go straight to the DLQ); it is acknowledged once the copy is
@@ -100,25 +98,24 @@ class Worker:
     not use up its retries.
 
     Args:
-        retry_policy: the queue's unless given; may differ only in ``non_retryable``.
+        opened: the queue; fatal error types are its retry policy's ``non_retryable``
+            (:meth:`OpenedQueue.with_non_retryable` adds some).
         breaker: the group's shared circuit breaker (:meth:`SharedBreaker.for_queue`).
         batch_size: messages per fetch; default ``settings.batch_size``.
     """
 
     def __init__(
         self,
-        settings: KmqSettings,
-        queue: Queue,
+        opened: OpenedQueue,
         handler: Handler,
         *,
-        retry_policy: RetryPolicy | None = None,
         breaker: SharedBreaker | None = None,
         batch_size: int | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        self.consumer = KmqConsumer(settings, queue, batch_size=batch_size, clock_ms=clock_ms)
-        self.queue = self.consumer.queue
-        self.router = RetryRouter(settings, self.queue, policy=retry_policy, clock_ms=clock_ms)
+        self.consumer = KmqConsumer(opened, batch_size=batch_size, clock_ms=clock_ms)
+        self.queue = opened.queue
+        self.router = RetryRouter(opened, clock_ms=clock_ms)
         self.handler = handler
         self.breaker = breaker
         self.clock_ms = clock_ms

@@ -39,13 +39,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from kmq_dagster.core.queue import Queue
-from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.errors import ConfigError, KmqTimeoutError
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.group_lease import GroupLease
-from kmq_dagster.kafka.queues import ensure_provisioned
-from kmq_dagster.settings import KmqSettings
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.spark.markers import MarkerWriter, end_markers
 from kmq_dagster.spark.reader import Slice
 from kmq_dagster.spark.sink import ParquetSink
@@ -118,18 +115,16 @@ class BatchReport:
 
 
 class SparkQueueJob:
-    """Process ``queue`` on Spark, writing results to ``output_path``.
+    """Process the opened queue on Spark, writing results to ``output_path``.
 
     Args:
         function: called per message on the executors; its return value is the result.
         transform: instead of ``function``, a DataFrame transform of the whole batch.
-        policy: the queue's retry policy unless given; it may differ only in which error
-            types are fatal.
         max_messages_per_partition: a cap per partition and batch; by default a batch takes
             what a third of the queue's visibility timeout allows.
 
     Examples:
-        >>> job = SparkQueueJob(spark, settings, open_queue(settings, "orders", "billing"),
+        >>> job = SparkQueueJob(spark, open_queue(settings, "orders", "billing"),
         ...                     function=price, output_path="/data/priced")  # doctest: +SKIP
         >>> run_processing(job, store)   # batches until idle   # doctest: +SKIP
         >>> job.close()            # doctest: +SKIP
@@ -138,13 +133,11 @@ class SparkQueueJob:
     def __init__(
         self,
         spark: SparkSession,
-        settings: KmqSettings,
-        queue: Queue,
+        opened: OpenedQueue,
         *,
         output_path: str,
         function: Function | None = None,
         transform: Transform | None = None,
-        policy: RetryPolicy | None = None,
         max_messages_per_partition: int | None = None,
     ) -> None:
         if (function is None) == (transform is None):
@@ -154,7 +147,9 @@ class SparkQueueJob:
                 "max messages per partition must be at least 1",
                 setting="max_messages_per_partition",
             )
-        self.queue = queue = ensure_provisioned(settings, queue)
+        self.queue = queue = opened.queue
+        settings = opened.settings
+        self.opened = opened
         self.spark = spark
         self.transform = transform
         self.topic = queue.topic
@@ -165,7 +160,7 @@ class SparkQueueJob:
         #: ``None``: as many as a third of the visibility timeout allows.
         self.max_messages_per_partition = max_messages_per_partition
         self.retry_topics = list(queue.retry_topics.values())
-        self.config = TaskConfig(settings, queue, policy or queue.retry_policy)
+        self.config = TaskConfig(opened)
         self.lease = GroupLease(settings, queue.consumed_topics, queue.group)
         # Made now: its producer gets its id while the lease joins, not in the first batch.
         self._acks = MarkerWriter(settings, queue.markers_topic)

@@ -137,8 +137,7 @@ def run_processing(
     """
     loop = _Loop(job, store, stop or threading.Event(), on_open_breaker, on_breaker_wait)
     report = ProcessingReport(job.output_path, counting=count_output)
-    settings, queue = job.config.settings, job.queue
-    before = measure_queue(settings, queue, store=store, in_flight=False)
+    before = measure_queue(job.opened, store=store, in_flight=False)
     after: QueueStatus | None = None
     started = time.monotonic()
     batch_cap = job.max_messages_per_partition
@@ -167,7 +166,7 @@ def run_processing(
             loop.probed(probing)
             if batch.read == 0:
                 if until_idle:
-                    after = measure_queue(settings, queue, store=store, in_flight=False)
+                    after = measure_queue(job.opened, store=store, in_flight=False)
                     if not _has_work(after):
                         break  # the queue is idle
                 # Work waits on partitions this run does not own (yet): a rebalance in
@@ -177,7 +176,7 @@ def run_processing(
         job.max_messages_per_partition = batch_cap
     report.duration_s = time.monotonic() - started
     if after is None:
-        after = measure_queue(settings, queue, store=store, in_flight=False)
+        after = measure_queue(job.opened, store=store, in_flight=False)
     _add_topic_changes(report, before, after)
     if count_output:
         _count_output(report, job)

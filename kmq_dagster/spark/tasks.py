@@ -28,6 +28,7 @@ from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.ranges import offset_runs
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.kafka.clients import wall_clock_ms
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.markers import MarkerWriter, end_markers, extend_runs
 from kmq_dagster.spark.message import SparkMessage, record_columns, spark_messages
@@ -45,11 +46,22 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class TaskConfig:
-    """What every task of a job needs: where Kafka is, the queue, the retry policy in use."""
+    """What every task of a job needs: the opened queue (where Kafka is, the queue, the retry
+    policy in use)."""
 
-    settings: KmqSettings
-    queue: Queue
-    policy: RetryPolicy
+    opened: OpenedQueue
+
+    @property
+    def settings(self) -> KmqSettings:
+        return self.opened.settings
+
+    @property
+    def queue(self) -> Queue:
+        return self.opened.queue
+
+    @property
+    def policy(self) -> RetryPolicy:
+        return self.opened.queue.retry_policy
 
     @property
     def visibility_timeout_ms(self) -> int:
@@ -245,9 +257,7 @@ def _router(config: TaskConfig) -> Any:
         default=str,
     )
     if key not in _ROUTERS:
-        _ROUTERS[key] = RetryRouter(
-            config.settings, config.queue, policy=config.policy, clock_ms=wall_clock_ms
-        )
+        _ROUTERS[key] = RetryRouter(config.opened, clock_ms=wall_clock_ms)
     return _ROUTERS[key]
 
 

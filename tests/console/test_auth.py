@@ -73,7 +73,7 @@ def test_a_viewer_can_neither_replay_nor_discard_nor_cancel_and_nothing_changes(
     queue = new_queue(settings, topic_name, "g", retry_delays_ms=(1000,))
     produce_dead_letters(settings, queue, [("a", "TimeoutError")])
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
-    ingester = DlqIngester(settings, store, queue)
+    ingester = DlqIngester(queue, store)
     ingester.ingest_available()
     ingester.close()
     viewer = Principal("victor", VIEWER)

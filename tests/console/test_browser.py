@@ -135,7 +135,7 @@ def console(
 def fill_store(settings: KmqSettings, topic: str, url: str) -> None:
     """Ingest the DLQ; add two hours of snapshots, a breaker that tripped, an alert."""
     store = AuditStore(url)
-    ingester = DlqIngester(settings, store, open_queue(settings, topic, GROUP))
+    ingester = DlqIngester(open_queue(settings, topic, GROUP), store)
     ingester.ingest_available()
     ingester.close()
     now = datetime.now(UTC)
@@ -200,7 +200,7 @@ def test_an_operator_filters_inspects_and_replays_ten_dead_letters_in_the_browse
     assert page.locator("img[src=x], b:text('tag')").count() == 0
 
     processed: list[KmqMessage] = []
-    with running_worker(settings, open_queue(settings, topic_name, GROUP), processed.append):
+    with running_worker(open_queue(settings, topic_name, GROUP), processed.append):
         apply_filter(page, "Error type", "TimeoutError")
         expect(page.get_by_text("Page 1: 10 of 10 matching")).to_be_visible()
         shoot(page, "dead-letters")

@@ -118,7 +118,7 @@ def test_the_console_replays_onto_the_kafka_given_with_b_not_the_default_one(
     queue = new_queue(settings, topic_name, group, partitions=2, retry_delays_ms=(1_000,))
     produce_dead_letters(settings, queue, [(f"k{i}", "TimeoutError") for i in range(3)])
     store = AuditStore(private_audit_store)
-    ingester = DlqIngester(settings, store, queue)
+    ingester = DlqIngester(queue, store)
     ingester.ingest_available()
     ingester.close()
     nowhere = f"127.0.0.1:{free_port()}"

@@ -19,9 +19,9 @@ from kmq_dagster.audit.history import history
 from kmq_dagster.audit.history_events import DEAD_LETTERED, DISCARD, REPLAY
 from kmq_dagster.audit.models import DeadLetter
 from kmq_dagster.audit.store import HEAD_REVISION, AuditStore, schema_revision
-from kmq_dagster.core.queue import Queue
 from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.settings import KmqSettings
 from tests.console.conftest import stored_row
@@ -86,12 +86,12 @@ def test_upgrading_from_0002_gives_stored_dead_letters_patterns_and_header_rows(
 
 
 @pytest.fixture
-def queue(settings: KmqSettings, topic_name: str) -> Queue:
+def queue(settings: KmqSettings, topic_name: str) -> OpenedQueue:
     return new_queue(settings, topic_name, "g", partitions=2, retry_delays_ms=(1000,))
 
 
-def ingest(settings: KmqSettings, store: AuditStore, queue: Queue) -> None:
-    ingester = DlqIngester(settings, store, queue)
+def ingest(settings: KmqSettings, store: AuditStore, queue: OpenedQueue) -> None:
+    ingester = DlqIngester(queue, store)
     try:
         ingester.ingest_available()
     finally:
@@ -100,30 +100,30 @@ def ingest(settings: KmqSettings, store: AuditStore, queue: Queue) -> None:
 
 @pytest.mark.kafka
 def test_a_replay_records_where_each_copy_went_and_a_copy_that_fails_again_links_back(
-    settings: KmqSettings, queue: Queue, tmp_path: Path
+    settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
 ) -> None:
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     produce_dead_letters(settings, queue, [("a", "TimeoutError"), ("b", "KeyError")])
     ingest(settings, store, queue)
     request = ReplayRequest()
 
-    replay_dead_letters(settings, queue, request, audit=store, actor="olivia")
+    replay_dead_letters(queue, request, audit=store, actor="olivia")
 
-    copies = read_topic(settings, queue.first_retry_topic, 2, at_least=2)
+    copies = read_topic(settings, queue.queue.first_retry_topic, 2, at_least=2)
     where = {r.key(): (r.topic(), r.partition(), r.offset()) for r in copies}
     (first_a,) = page(store, DeadLetterFilter(key=b"a")).rows
     steps = history(store, first_a)
     assert [(e.kind, e.actor) for e in steps] == [(DEAD_LETTERED, None), (REPLAY, "olivia")]
     assert (steps[1].copy_topic, steps[1].copy_partition, steps[1].copy_offset) == where[b"a"]
-    assert steps[1].came_back_as is None and steps[1].detail == request.id_for(queue)
+    assert steps[1].came_back_as is None and steps[1].detail == request.id_for(queue.queue)
 
     def fail(message: KmqMessage) -> None:
         if message.key == b"a":
             raise KeyError("still missing")
 
-    with running_worker(settings, queue, fail):
+    with running_worker(queue, fail):
         assert wait_for(
-            lambda: len(read_topic(settings, queue.dlq_topic, 2, timeout_s=1)) == 3,
+            lambda: len(read_topic(settings, queue.queue.dlq_topic, 2, timeout_s=1)) == 3,
             timeout_s=60,
         )
     ingest(settings, store, queue)
@@ -138,7 +138,7 @@ def test_a_replay_records_where_each_copy_went_and_a_copy_that_fails_again_links
 
 @pytest.mark.kafka
 def test_a_cancelled_replay_stops_early_is_audited_as_cancelled_and_resumes(
-    settings: KmqSettings, queue: Queue, tmp_path: Path
+    settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
 ) -> None:
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     produce_dead_letters(settings, queue, [(f"k{i}", "TimeoutError") for i in range(40)])
@@ -149,7 +149,6 @@ def test_a_cancelled_replay_stops_early_is_audited_as_cancelled_and_resumes(
         cancel.set()
 
     first = replay_dead_letters(
-        settings,
         queue,
         request,
         audit=store,
@@ -157,11 +156,11 @@ def test_a_cancelled_replay_stops_early_is_audited_as_cancelled_and_resumes(
         cancel=cancel,
         progress=cancel_after_some,
     )
-    rest = replay_dead_letters(settings, queue, request, audit=store, actor="olivia")
+    rest = replay_dead_letters(queue, request, audit=store, actor="olivia")
 
     assert first.cancelled and 0 < first.replayed < 40
     assert first.replayed + rest.replayed == 40
     assert store.actions()[0].outcome.startswith("cancelled: replayed")
-    copies = read_topic(settings, queue.first_retry_topic, 2, at_least=40)
+    copies = read_topic(settings, queue.queue.first_retry_topic, 2, at_least=40)
     assert sorted(r.key() or b"" for r in copies) == sorted(f"k{i}".encode() for i in range(40))
     store.close()

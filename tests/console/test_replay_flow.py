@@ -41,7 +41,7 @@ def queue(
     defined = new_queue(settings, topic_name, GROUP, partitions=2, retry_delays_ms=(1_000, 60_000))
     produce_dead_letters(settings, defined, [(f"k{i}", "TimeoutError") for i in range(15)])
     store = AuditStore(private_audit_store)
-    ingester = DlqIngester(settings, store, defined)
+    ingester = DlqIngester(defined, store)
     ingester.ingest_available()
     ingester.close()
     store.close()
@@ -81,7 +81,7 @@ def test_an_operator_replays_ten_selected_dead_letters_after_a_dry_run_and_they_
     assert copy_fates(settings, GROUP, steps) == {1: f"waiting for {GROUP} (committed there: None)"}
 
     processed: list[KmqMessage] = []
-    with running_worker(settings, open_queue(settings, queue, GROUP), processed.append):
+    with running_worker(open_queue(settings, queue, GROUP), processed.append):
         assert wait_for(lambda: len(processed) == 10, timeout_s=60)
         picked_up = f"picked up by {GROUP}; not dead-lettered again"
         assert wait_for(lambda: copy_fates(settings, GROUP, steps) == {1: picked_up})

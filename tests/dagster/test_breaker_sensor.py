@@ -34,7 +34,7 @@ class DownstreamError(RuntimeError):
 
 @contextmanager
 def worker(kmq: KmqResource, queue: Queue, handler: Callable[[KmqMessage], None]) -> Iterator[Any]:
-    running = Worker(kmq.get_settings(), queue, handler)
+    running = Worker(kmq.open_queue(queue), handler)
     stop = threading.Event()
     stats: list[Any] = []
     thread = threading.Thread(target=lambda: stats.append(running.run(stop, stats.append)))

@@ -71,7 +71,7 @@ def test_the_declared_provision_job_stores_the_declared_queue(
 
     assert result.success
     stored = open_queue(settings, topic_name, "dg")
-    assert stored.visibility_timeout_ms == 5_000
+    assert stored.queue.visibility_timeout_ms == 5_000
     assert stored.partitions == 2
 
 

@@ -69,8 +69,8 @@ def test_the_provision_job_redefines_the_retry_policy_when_told(
     run(q, "provision", {"retry_delays": "2s,20s", "redefine": True}, actor="carol")
 
     stored = open_queue(settings, topic_name, q.spec.queue.group)
-    assert stored.retry_policy.delays_ms == (2_000, 20_000)
+    assert stored.queue.retry_policy.delays_ms == (2_000, 20_000)
     last = audit.get_store().actions(topic_name)[-1]
     assert (last.kind, last.actor, last.selection) == (
-        "provision", "carol", stored.retry_policy.describe(),
+        "provision", "carol", stored.queue.retry_policy.describe(),
     )  # fmt: skip

@@ -54,7 +54,7 @@ def test_a_backlog_tick_launches_a_run_whose_output_passes_its_check(
     results = [launch(q, request)]
     # The flaky orders' retries come due 1 s after they failed. A run ends when it finds
     # nothing to read; if it ended before they were due, the next backlog tick asks for a run.
-    if sum(measure_queue(kmq.get_settings(), q.spec.queue).retry_depths.values()):
+    if sum(measure_queue(kmq.open_queue(q.spec.queue)).retry_depths.values()):
         assert wait_for(lambda: q.tick("backlog").run_requests, timeout_s=30, interval_s=0.5)
         results.append(launch(q, q.tick("backlog").run_requests[0]))
 
@@ -118,7 +118,9 @@ def test_two_runs_of_one_queue_never_own_the_same_partitions_at_once(
         # once the other run has acknowledged its first batch (it starts a Spark session of
         # its own first; on a loaded machine that alone can outlast the backlog)
         assert wait_for(
-            lambda: other.poll() is not None or measure_queue(settings, q.spec.queue).consumed > 0,
+            lambda: (
+                other.poll() is not None or measure_queue(kmq.open_queue(q.spec.queue)).consumed > 0
+            ),
             timeout_s=240,
         ), "the other run never processed a batch"
         here = materialization(launch(q, max_messages_per_partition=150))

@@ -130,7 +130,7 @@ def test_a_message_unacknowledged_past_every_delivery_fails_the_age_check(
         topic_name, tmp_path, instance, kmq, audit, visibility_timeout_ms=1_000, max_redeliveries=0
     )
     produce_orders(kmq, topic_name, range(4))
-    consumer = KmqConsumer(kmq.get_settings(), q.spec.queue)
+    consumer = KmqConsumer(kmq.open_queue(q.spec.queue))
     fetched: list[object] = []
 
     def fetched_all() -> bool:

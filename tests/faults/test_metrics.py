@@ -106,7 +106,7 @@ def test_worker_tracker_and_delayer_serve_their_counts(
     for i in range(5):
         producer.send(topic_name, f"m-abandoned-{i}".encode())
     producer.flush()
-    abandoned = KmqConsumer(settings, queue)
+    abandoned = KmqConsumer(queue)
     assert wait_for(lambda: len(abandoned.poll(timeout_s=0.5)) > 0, 30)
     abandoned.close()
     # and then 20 good messages, 4 poison ones and 3 delayed by a second
@@ -162,7 +162,7 @@ def test_a_tracker_reports_how_long_its_oldest_message_waits(
     producer.send(topic_name, b"never acknowledged")
     producer.flush()
     tracker = processes.start("tracker", "--topic", topic_name, "--group", "aging")
-    taker = KmqConsumer(settings, queue)
+    taker = KmqConsumer(queue)
     assert wait_for(lambda: len(taker.poll(timeout_s=0.5)) > 0, 30)
     taker.flush()
     # the tracker sees it in flight, and its age grows

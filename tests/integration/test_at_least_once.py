@@ -136,7 +136,7 @@ def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
         tracker.wait()
         fleet.tracker()
 
-        dlq = queue.dlq_topic
+        dlq = queue.queue.dlq_topic
 
         def all_accounted() -> bool:
             dead = {m.value() for m in read_topic(settings, dlq, PARTITIONS, timeout_s=5)}
@@ -147,9 +147,9 @@ def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
         fleet.stop_all()
 
     processed = processed_counts(tmp_path)
-    dead_letters = read_topic(settings, queue.dlq_topic, PARTITIONS, timeout_s=5)
+    dead_letters = read_topic(settings, queue.queue.dlq_topic, PARTITIONS, timeout_s=5)
     dead = {m.value() for m in dead_letters}
-    redelivered = read_topic(settings, queue.redelivery_topic, PARTITIONS, timeout_s=5)
+    redelivered = read_topic(settings, queue.queue.redelivery_topic, PARTITIONS, timeout_s=5)
     missing = set(ids) - set(processed) - dead
     duplicates = sum(count - 1 for count in processed.values() if count > 1)
     print(

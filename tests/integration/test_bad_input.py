@@ -43,10 +43,10 @@ CASES = [
      "--breaker-cooldown: '0s' is outside"),
     (["worker", "-g", GROUP, "--handler", "json:loads", "--breaker-error-rate", "nan"],
      "--breaker-error-rate: 'nan' is not in (0, 1]"),
-    (["worker", "-g", GROUP, "--handler", "json:loads", "--retry-jitter", "nan"],
+    (["provision", "-g", "other", "--retry-jitter", "nan"],
      "--retry-jitter: 'nan' is not in [0, 1)"),
-    (["worker", "-g", GROUP, "--handler", "json:loads", "--visibility-timeout",
-      "99999999999999999999d"], "--visibility-timeout:"),
+    (["provision", "-g", "other", "--visibility-timeout", "99999999999999999999d"],
+     "--visibility-timeout:"),
     (["provision", "-g", "other", "--retry-backoff", "1s,nan,10m"], "--retry-backoff:"),
     (["provision", "-g", "other", "--retry-backoff", "1s,1e308,10m", "--max-attempts", "0"],
      "--max-attempts:"),
@@ -56,7 +56,7 @@ CASES = [
      "--since: '0001-01-01T00:00:00+01:00' is outside the years 1970 to 9999"),
     (["provision", "-X", "bogus.setting=1"],
      "-X: the Kafka client refused its settings: No such configuration property"),
-    (["worker", "-g", GROUP, "--handler", "json:loads", "--visibility-timeout", "10m"],
+    (["provision", "-g", GROUP, "--visibility-timeout", "10m"],
      "queue "),  # contradicts the stored 30s: an error, not a silent override
 ]  # fmt: skip
 

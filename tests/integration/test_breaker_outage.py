@@ -68,12 +68,14 @@ def test_an_outage_opens_the_breaker_and_then_nothing_reaches_the_retry_topics(
             raise DownstreamError("payments API answers 503")
         processed.append(message.value or b"")
 
-    breaker = SharedBreaker(CircuitBreaker(CONFIG), queue, store=store, on_transition=alerts.append)
-    service = Worker(settings, queue, handler, breaker=breaker)
+    breaker = SharedBreaker(
+        CircuitBreaker(CONFIG), queue.queue, store=store, on_transition=alerts.append
+    )
+    service = Worker(queue, handler, breaker=breaker)
     router = service.router
     stop = threading.Event()
     worker = threading.Thread(target=service.run, args=(stop,))
-    with running_service(RedeliveryTracker(settings, queue)) as tracker:
+    with running_service(RedeliveryTracker(queue)) as tracker:
         worker.start()
         try:
             outage_ends_ms[0] = wall_clock_ms() + OUTAGE_S * 1000
@@ -92,7 +94,7 @@ def test_an_outage_opens_the_breaker_and_then_nothing_reaches_the_retry_topics(
     duplicates = sorted(v for v, n in collections.Counter(processed).items() if n > 1)
     assert duplicates == [], f"processed more than once: {duplicates[:10]}"
     assert tracker.stats.redelivered == 0, "a held message lost its visibility"
-    assert read_topic(settings, queue.redelivery_topic, PARTITIONS, timeout_s=3) == []
+    assert read_topic(settings, queue.queue.redelivery_topic, PARTITIONS, timeout_s=3) == []
 
     transitions = store.transitions(topic_name, GROUP)
     opened = transitions[0]
@@ -103,7 +105,7 @@ def test_an_outage_opens_the_breaker_and_then_nothing_reaches_the_retry_topics(
     half_opens = [t for t in transitions if t.to_state == "half_open"]
     copies = [
         record
-        for name in [*router.retry_topics.values(), queue.dlq_topic]
+        for name in [*router.retry_topics.values(), queue.queue.dlq_topic]
         for record in read_topic(settings, name, PARTITIONS, timeout_s=5)
     ]
     failed_after_open = [ms for ms in failures_ms if ms > opened_ms]
@@ -118,6 +120,6 @@ def test_an_outage_opens_the_breaker_and_then_nothing_reaches_the_retry_topics(
     assert len(copies) == len(failures_ms) - len(failed_after_open) - 1
     assert len(copies) < CONFIG.consecutive_failures
     assert max(r.timestamp()[1] for r in copies) <= opened_ms + 1_000  # routed as it opened
-    assert read_topic(settings, queue.dlq_topic, PARTITIONS, timeout_s=3) == []
+    assert read_topic(settings, queue.queue.dlq_topic, PARTITIONS, timeout_s=3) == []
     assert (alerts[0].from_state, alerts[0].to_state) == (State.CLOSED, State.OPEN)
     assert retry_topic(topic_name, GROUP, 2_000) in router.retry_topics.values()

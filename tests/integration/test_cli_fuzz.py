@@ -60,14 +60,12 @@ COMMANDS: dict[str, tuple[list[str], dict[str, st.SearchStrategy[str]]]] = {
     "send": (["--value", "m"], {"--topic": names, "--key": anything, "--header": anything,
                                 "--delay": durations}),
     "worker": (["-t", TOPIC, "-g", GROUP], {
-        "--handler": handlers, "--batch-size": numbers, "--visibility-timeout": durations,
-        "--retry-delays": anything, "--breaker-window": durations,
+        "--handler": handlers, "--batch-size": numbers, "--breaker-window": durations,
         "--breaker-error-rate": numbers, "--breaker-min-calls": numbers,
         "--breaker-cooldown": durations, "--breaker-probes": numbers, "--non-retryable": anything,
         "--audit-url": st.sampled_from(["garbage://x", "sqlite:///", "sqlite:////no/dir/a.db"]),
     }),
-    "tracker": (["-t", TOPIC], {"--group": names, "--max-redeliveries": numbers,
-                                "--retry-jitter": numbers}),
+    "tracker": (["-t", TOPIC], {"--group": names}),
     "delayer": ([], {"--topic": names}),
     "replay": (["-t", TOPIC, "-g", GROUP, "--dry-run"], {
         "--offsets": anything, "--key": anything, "--error-type": anything, "--since": times,

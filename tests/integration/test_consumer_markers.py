@@ -87,7 +87,7 @@ def test_start_extend_and_nack_deadlines_are_the_consumers_clock_plus_the_timeou
     queue = new_queue(settings, topic_name, GROUP, visibility_timeout_ms=VISIBILITY_MS)
     produce(settings, queue.topic, [b"a", b"b", b"c"])
     clock = FakeClock(FIXED_NOW_MS)
-    consumer = KmqConsumer(settings, queue, clock_ms=clock)
+    consumer = KmqConsumer(queue, clock_ms=clock)
     try:
         # when three messages are fetched at FIXED_NOW_MS (the clock stands still meanwhile)
         fetched = poll_until(consumer, 3)
@@ -101,7 +101,7 @@ def test_start_extend_and_nack_deadlines_are_the_consumers_clock_plus_the_timeou
         consumer.close()
 
     # then every deadline is the consumer's clock plus the timeout, to the millisecond
-    starts = start_markers(settings, queue, at_least=3)
+    starts = start_markers(settings, queue.queue, at_least=3)
     fetch_markers, extended, nacked = starts[:-2], starts[-2], starts[-1]
     assert [m.offset for m in fetched] == [0, 1, 2]
     assert sum(m.count for m in fetch_markers) == 3
@@ -117,22 +117,22 @@ def test_a_lost_start_marker_keeps_the_offsets_uncommitted_and_the_batch_is_fetc
     queue = new_queue(settings, topic_name, GROUP)
     produce(settings, queue.topic, [f"m{i}".encode() for i in range(5)])
     losing = LosingProducer(Producer(settings.producer_config()), lose=1)
-    consumer = KmqConsumer(settings, queue, producer=losing)  # type: ignore[arg-type]
+    consumer = KmqConsumer(queue, producer=losing)  # type: ignore[arg-type]
     try:
         first = consumer.poll(timeout_s=30)
         assert [m.offset for m in first] == [0, 1, 2, 3, 4]
 
         # when the marker is still unanswered: nothing is committed
         consumer.flush()
-        unanswered_commit = committed_offset(settings, queue)
+        unanswered_commit = committed_offset(settings, queue.queue)
         # when the broker reports it lost: still nothing is committed, and the batch comes back
         losing.report_losses()
         consumer.flush()
-        lost_commit = committed_offset(settings, queue)
+        lost_commit = committed_offset(settings, queue.queue)
         again = poll_until(consumer, 5)
         # once the second start marker is durable, the offsets are committed
         consumer.flush()
-        durable_commit = committed_offset(settings, queue)
+        durable_commit = committed_offset(settings, queue.queue)
     finally:
         consumer.close()
 
@@ -142,5 +142,5 @@ def test_a_lost_start_marker_keeps_the_offsets_uncommitted_and_the_batch_is_fetc
     assert [(m.offset, m.value) for m in again] == [(m.offset, m.value) for m in first]
     assert all(m.topic == queue.topic and m.redelivery_count == 0 for m in again)
     assert durable_commit == 5
-    (written,) = start_markers(settings, queue, at_least=1)
+    (written,) = start_markers(settings, queue.queue, at_least=1)
     assert (written.first_offset, written.count) == (0, 5)

@@ -26,7 +26,7 @@ def test_list_filters_like_a_replay_and_show_renders_one_in_full(
                ("d", "TimeoutError")]  # fmt: skip
     produce_dead_letters(settings, queue, letters)
     binary = Producer(settings.producer_config())
-    binary.produce(queue.dlq_topic, key=b"bin", value=b"\x00\xff<script>", partition=1)
+    binary.produce(queue.queue.dlq_topic, key=b"bin", value=b"\x00\xff<script>", partition=1)
     assert binary.flush(30) == 0
     base = ["dlq", "list", "-t", topic_name, "-g", "g"]
 

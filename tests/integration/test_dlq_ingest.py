@@ -10,8 +10,8 @@ from confluent_kafka import Producer
 
 from kmq_dagster.audit.store import AuditStore, DeadLetterFilter
 from kmq_dagster.core.headers import ERROR_TYPE
-from kmq_dagster.core.queue import Queue
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import new_queue, produce_dead_letters
 
@@ -21,21 +21,21 @@ GROUP = "billing"
 
 
 @pytest.fixture
-def queue(settings: KmqSettings, topic_name: str) -> Queue:
+def queue(settings: KmqSettings, topic_name: str) -> OpenedQueue:
     return new_queue(settings, topic_name, GROUP, partitions=2)
 
 
 def test_every_dead_letter_is_stored_once_across_reruns(
-    settings: KmqSettings, queue: Queue, tmp_path: Path
+    settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
 ) -> None:
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     produce_dead_letters(settings, queue, [(f"k{i}", "TimeoutError") for i in range(30)])
 
-    first = DlqIngester(settings, store, queue)
+    first = DlqIngester(queue, store)
     stats = first.ingest_available()
     first.close()
     produce_dead_letters(settings, queue, [("late", "KeyError")])
-    second = DlqIngester(settings, store, queue)
+    second = DlqIngester(queue, store)
     later = second.ingest_available()
     second.close()
 
@@ -48,7 +48,7 @@ def test_every_dead_letter_is_stored_once_across_reruns(
 
 
 def test_a_crash_after_the_store_commit_duplicates_nothing(
-    settings: KmqSettings, queue: Queue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    settings: KmqSettings, queue: OpenedQueue, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     produce_dead_letters(settings, queue, [(f"k{i}", "TimeoutError") for i in range(40)])
@@ -57,13 +57,13 @@ def test_a_crash_after_the_store_commit_duplicates_nothing(
         raise RuntimeError("killed between the store's commit and Kafka's")
 
     monkeypatch.setattr(DlqIngester, "_commit", crash)
-    doomed = DlqIngester(settings, store, queue)
+    doomed = DlqIngester(queue, store)
     with pytest.raises(RuntimeError, match="killed"):
         doomed.ingest_available()
     doomed.close()
     stored_before_crash = store.count_dead_letters()
     monkeypatch.undo()
-    restarted = DlqIngester(settings, store, queue)
+    restarted = DlqIngester(queue, store)
     stats = restarted.ingest_available()
     restarted.close()
 
@@ -73,17 +73,17 @@ def test_a_crash_after_the_store_commit_duplicates_nothing(
 
 
 def test_garbage_in_the_dlq_gets_a_row_and_ingestion_goes_on(
-    settings: KmqSettings, queue: Queue, tmp_path: Path
+    settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
 ) -> None:
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     producer = Producer(settings.producer_config())
-    target = queue.dlq_topic
+    target = queue.queue.dlq_topic
     producer.produce(target, value=None, key=None, partition=0)
     producer.produce(target, value=b"\xff" * 100_000, partition=0, headers=[(ERROR_TYPE, b"\xfe")])
     producer.produce(target, value=b"ok", partition=1, headers=[("kmq-attempt", b"NaN")])
     assert producer.flush(30) == 0
 
-    ingester = DlqIngester(settings, store, queue)
+    ingester = DlqIngester(queue, store)
     stats = ingester.ingest_available()
     ingester.close()
 

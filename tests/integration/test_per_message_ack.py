@@ -44,7 +44,7 @@ GROUP = "workers"
 
 @pytest.fixture
 def queue(settings: KmqSettings, topic_name: str) -> Queue:
-    return new_queue(settings, topic_name, GROUP, partitions=PARTITIONS)
+    return new_queue(settings, topic_name, GROUP, partitions=PARTITIONS).queue
 
 
 @pytest.fixture
@@ -58,8 +58,8 @@ def consumer_factory(settings: KmqSettings, queue: Queue) -> Iterator[Callable[.
         defined = queue.replace(
             visibility_timeout_ms=visibility_timeout_ms, max_redeliveries=max_redeliveries
         )
-        provision_queue(settings, defined, delay_queue=False, redefine=True)
-        consumer = KmqConsumer(settings, defined, **options)
+        opened = provision_queue(settings, defined, delay_queue=False, redefine=True).opened
+        consumer = KmqConsumer(opened, **options)
         made.append(consumer)
         return consumer
 
@@ -74,7 +74,7 @@ def test_acks_from_many_threads_in_any_order_are_never_redelivered(
     # given 300 messages fetched in batches of 50 with a 1.5 s visibility timeout
     produce(settings, queue.topic, [f"m{i}".encode() for i in range(300)], partitions=PARTITIONS)
     consumer = consumer_factory(visibility_timeout_ms=1_500, batch_size=50)
-    tracker = RedeliveryTracker(settings, consumer.queue)
+    tracker = RedeliveryTracker(consumer.opened)
     with running_service(tracker):
         messages = poll_until(consumer, 300)
         # when they are acknowledged in random order from four threads
@@ -104,7 +104,7 @@ def test_records_acked_whole_in_part_twice_or_never_only_the_never_acked_come_ba
     # given 400 messages handed out as confluent-kafka records in batches of 40
     produce(settings, queue.topic, [f"r{i}".encode() for i in range(400)], partitions=PARTITIONS)
     consumer = consumer_factory(visibility_timeout_ms=1_500, batch_size=40)
-    tracker = RedeliveryTracker(settings, consumer.queue)
+    tracker = RedeliveryTracker(consumer.opened)
     skipped: set[bytes] = set()
     with running_service(tracker):
         batches: list[list[Message]] = []
@@ -155,7 +155,7 @@ def test_acking_something_that_is_not_a_message_is_reported_and_harms_nothing(
 ) -> None:
     produce(settings, queue.topic, [b"a", b"b"])
     consumer = consumer_factory(visibility_timeout_ms=1_500)
-    tracker = RedeliveryTracker(settings, consumer.queue)
+    tracker = RedeliveryTracker(consumer.opened)
     with running_service(tracker):
         messages = poll_until(consumer, 2)
         # when garbage is acknowledged between two real messages
@@ -190,7 +190,7 @@ def test_unacknowledged_message_is_redelivered_after_its_timeout_not_before(
         headers=[("trace", b"\xff\x00"), ("tenant", b"acme")],
     )
     consumer = consumer_factory(visibility_timeout_ms=2_000)
-    tracker = RedeliveryTracker(settings, consumer.queue)
+    tracker = RedeliveryTracker(consumer.opened)
     with running_service(tracker):
         first = poll_until(consumer, 10)
         fetched_at = time.monotonic()
@@ -223,7 +223,7 @@ def test_after_max_redeliveries_a_message_goes_to_the_dlq_with_its_reason(
 ) -> None:
     produce(settings, queue.topic, [b"poison"])
     consumer = consumer_factory(visibility_timeout_ms=1_000, max_redeliveries=1)
-    tracker = RedeliveryTracker(settings, consumer.queue)
+    tracker = RedeliveryTracker(consumer.opened)
     with running_service(tracker):
         # delivered, never acknowledged; redelivered once, never acknowledged
         deliveries = poll_until(consumer, 2, timeout_s=30)
@@ -242,7 +242,7 @@ def test_nack_redelivers_at_once_instead_of_after_the_timeout(
 ) -> None:
     produce(settings, queue.topic, [b"retry-me"])
     consumer = consumer_factory(visibility_timeout_ms=120_000)
-    with running_service(RedeliveryTracker(settings, consumer.queue)):
+    with running_service(RedeliveryTracker(consumer.opened)):
         [message] = poll_until(consumer, 1)
         consumer.nack(message)
         started = time.monotonic()
@@ -259,7 +259,7 @@ def test_extend_keeps_a_long_running_message_from_being_redelivered_until_its_ne
     produce(settings, queue.topic, [b"slow", b"control"])
     clock = FakeClock(wall_clock_ms())  # consumer and tracker: time moves when the test says
     consumer = consumer_factory(visibility_timeout_ms=1_500, clock_ms=clock)
-    tracker = RedeliveryTracker(settings, consumer.queue, clock_ms=clock)
+    tracker = RedeliveryTracker(consumer.opened, clock_ms=clock)
     with running_service(tracker):
         slow, control = poll_until(consumer, 2)
         consumer.extend(slow, seconds=8)
@@ -303,7 +303,7 @@ def test_tracker_survives_garbage_markers_and_still_redelivers(
     assert producer.flush(30) == 0
     produce(settings, queue.topic, [b"real"])
     consumer = consumer_factory(visibility_timeout_ms=1_000)
-    tracker = RedeliveryTracker(settings, consumer.queue)
+    tracker = RedeliveryTracker(consumer.opened)
 
     # when a real message is left unacknowledged behind the garbage
     with running_service(tracker):
@@ -333,7 +333,7 @@ def test_null_keys_and_values_1mib_values_and_binary_headers_survive_redelivery(
     consumer = consumer_factory(visibility_timeout_ms=1_000)
 
     # delivered; the null and the 1 MiB message are left for the tracker to redeliver
-    with running_service(RedeliveryTracker(settings, consumer.queue)):
+    with running_service(RedeliveryTracker(consumer.opened)):
         messages = poll_until(consumer, 3)
         consumer.ack(messages[2])
         copies = poll_until(consumer, 2)
@@ -357,7 +357,7 @@ def test_garbage_redelivery_count_goes_to_the_dlq_with_its_reason(
     producer.produce(queue.topic, value=b"odd", partition=0, headers=[(REDELIVERY_COUNT, b"\xff")])
     assert producer.flush(30) == 0
     consumer = consumer_factory(visibility_timeout_ms=1_000)
-    tracker = RedeliveryTracker(settings, consumer.queue)
+    tracker = RedeliveryTracker(consumer.opened)
     with running_service(tracker):
         assert len(poll_until(consumer, 1)) == 1  # and never acknowledged
         dead = read_topic(settings, queue.dlq_topic, PARTITIONS, at_least=1)
@@ -377,7 +377,7 @@ def test_acks_of_revoked_partitions_still_count(
     # given consumer A holding messages of both partitions, all in flight at the tracker
     produce(settings, queue.topic, [f"m{i}".encode() for i in range(20)], partitions=PARTITIONS)
     first = consumer_factory(visibility_timeout_ms=60_000)
-    tracker = RedeliveryTracker(settings, first.queue)
+    tracker = RedeliveryTracker(first.opened)
     with running_service(tracker):
         held = poll_until(first, 20)
         assert wait_for(lambda: tracker.inflight_count() == 20)
@@ -407,8 +407,8 @@ def test_trackers_share_partitions_and_one_takes_over_when_another_stops(
     produce(settings, queue.topic, [b"a", b"b"], partitions=PARTITIONS)  # one per partition
     consumer = consumer_factory(visibility_timeout_ms=4_000)
     first, second = (
-        RedeliveryTracker(settings, consumer.queue),
-        RedeliveryTracker(settings, consumer.queue),
+        RedeliveryTracker(consumer.opened),
+        RedeliveryTracker(consumer.opened),
     )
     with running_service(first):
         with running_service(second):

@@ -22,9 +22,13 @@ from kmq_dagster.errors import (
     ProvisionError,
     QueueConflictError,
 )
+from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.provision import provision_queue, provision_topic
 from kmq_dagster.kafka.queues import open_queue
+from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
+from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
+from tests.kafka_helpers import poll_until, produce, running_service, wait_for
 from tests.processes import run_kmq
 
 pytestmark = pytest.mark.kafka
@@ -172,7 +176,8 @@ def test_the_definition_is_stored_and_contradictions_are_errors(
 
     # when it is opened by name, the stored definition comes back
     opened = open_queue(settings, topic_name, "g")
-    assert opened == defined
+    assert opened.queue == defined
+    assert (opened.settings, opened.partitions) == (settings, 2)
 
     # and a value that contradicts it is an error, not a silent override
     with pytest.raises(QueueConflictError, match=r"visibility timeout 9s \(given: 10s\)"):
@@ -181,14 +186,14 @@ def test_the_definition_is_stored_and_contradictions_are_errors(
         provision_queue(settings, defined.replace(retry_policy=RetryPolicy.fixed((2_000,))))
     # while agreeing values and the caller's own fatal error types are fine
     fatal = policy.with_non_retryable(["ValueError"])
-    assert open_queue(settings, topic_name, "g", retry_policy=fatal).retry_policy == fatal
+    assert open_queue(settings, topic_name, "g", retry_policy=fatal).queue.retry_policy == fatal
 
     # and redefining is explicit: new retry topics are created, the definition replaced
     report = provision_queue(
         settings, defined.replace(retry_policy=RetryPolicy.fixed((3_000,))), redefine=True
     )
     assert report.created == [f"{topic_name}.g.retry.3s"]
-    assert open_queue(settings, topic_name, "g").retry_policy.delays_ms == (3_000,)
+    assert open_queue(settings, topic_name, "g").queue.retry_policy.delays_ms == (3_000,)
 
 
 def test_a_queue_that_was_never_provisioned_says_how_to_provision_it(
@@ -241,3 +246,33 @@ def test_dead_letters_are_kept_for_ever_and_retries_past_their_delay(
     assert config(queue.retry_topics[1_000])["retention.ms"] == str(7 * 86_400_000)
     assert config(queue.retry_topics[10 * 86_400_000])["retention.ms"] == str(20 * 86_400_000)
     assert config(queue.markers_topic)["min.insync.replicas"] == "1"
+
+
+def test_components_given_an_opened_queue_never_read_the_registry_again(
+    settings: KmqSettings, topic_name: str
+) -> None:
+    # given a queue opened from a registry topic of its own, which is then deleted
+    private = settings.with_overrides(registry_topic=f"_kmq_queues.{topic_name}")
+    queue = Queue(topic_name, "g", partitions=1)
+    opened = provision_queue(private, queue, delay_queue=False).opened
+    assert open_queue(private, topic_name, "g") == opened
+    admin = AdminClient(private.admin_config())
+    admin.delete_topics([private.registry_topic])[private.registry_topic].result(timeout=30)
+    assert wait_for(lambda: private.registry_topic not in _partition_counts(private))
+    with pytest.raises(QueueConflictError, match="has no stored definition"):
+        open_queue(private, topic_name, "g")  # opening again would fail now
+
+    # when a consumer, a tracker and a worker are built from the handle, they work: none of
+    # them checks the queue against the registry again
+    produce(private, topic_name, [b"m"])
+    consumer = KmqConsumer(opened)
+    try:
+        (message,) = poll_until(consumer, 1)
+        consumer.ack(message)
+    finally:
+        consumer.close()
+    with running_service(RedeliveryTracker(opened)) as tracker:
+        assert wait_for(lambda: tracker.owned_partitions() == [0])
+    worker = Worker(opened.with_non_retryable(["ValueError"]), lambda message: None)
+    assert worker.router.policy.non_retryable == frozenset({"ValueError"})
+    worker.consumer.close()

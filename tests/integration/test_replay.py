@@ -17,12 +17,12 @@ from kmq_dagster.core.headers import (
     DLQ_REASON,
     normalize_headers,
 )
-from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.replay import REPLAY_COUNT, ReplaySelection
 from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.replay import CHUNK, ReplayRequest, replay_dead_letters
 from kmq_dagster.kafka.topic_reader import assigned_reader
 from kmq_dagster.settings import KmqSettings
@@ -44,14 +44,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def queue(settings: KmqSettings, topic_name: str) -> Queue:
+def queue(settings: KmqSettings, topic_name: str) -> OpenedQueue:
     return new_queue(
         settings, topic_name, GROUP, partitions=PARTITIONS, retry_delays_ms=(DELAY_MS,)
     )
 
 
 def dead_letter(
-    settings: KmqSettings, queue: Queue, items: list[tuple[str, str]], *, replayed: int = 0
+    settings: KmqSettings, queue: OpenedQueue, items: list[tuple[str, str]], *, replayed: int = 0
 ) -> None:
     produce_dead_letters(settings, queue, items, replayed=replayed)
 
@@ -65,36 +65,36 @@ def headers_of(record: Message) -> dict[str, bytes | None]:
 
 
 def test_a_dry_run_lists_the_selection_and_moves_nothing(
-    settings: KmqSettings, queue: Queue
+    settings: KmqSettings, queue: OpenedQueue
 ) -> None:
     dead_letter(settings, queue, [(f"t{i}", "TimeoutError") for i in range(5)])
     dead_letter(settings, queue, [(f"v{i}", "ValueError") for i in range(4)])
     only_timeouts = ReplaySelection(error_type="TimeoutError")
 
-    dry = replay_dead_letters(settings, queue, request(selection=only_timeouts, dry_run=True))
+    dry = replay_dead_letters(queue, request(selection=only_timeouts, dry_run=True))
 
     assert (dry.scanned, dry.selected, dry.replayed) == (9, 5, 0)
     assert len(dry.listed) == 5 and all("TimeoutError" in line for line in dry.listed)
-    assert read_topic(settings, queue.first_retry_topic, PARTITIONS, timeout_s=3) == []
+    assert read_topic(settings, queue.queue.first_retry_topic, PARTITIONS, timeout_s=3) == []
     # a dry run records no progress: the real run still finds all five
-    real = replay_dead_letters(settings, queue, request(selection=only_timeouts))
+    real = replay_dead_letters(queue, request(selection=only_timeouts))
     assert (real.selected, real.replayed) == (5, 5)
     assert real.by_error_type == {"TimeoutError": 5}
 
 
 def test_replayed_dead_letters_are_processed_again_by_their_group(
-    settings: KmqSettings, queue: Queue
+    settings: KmqSettings, queue: OpenedQueue
 ) -> None:
     dead_letter(settings, queue, [("a", "TimeoutError"), ("b", "TimeoutError")])
     seen: list[KmqMessage] = []
 
-    report = replay_dead_letters(settings, queue, request(selection=ReplaySelection(key=b"b")))
+    report = replay_dead_letters(queue, request(selection=ReplaySelection(key=b"b")))
 
     assert report.replayed == 1
-    with running_worker(settings, queue, seen.append):
+    with running_worker(queue, seen.append):
         assert wait_for(lambda: len(seen) == 1, timeout_s=60)
     # nothing else can arrive: the replay wrote one copy, and the queue topic is empty
-    assert len(read_topic(settings, queue.first_retry_topic, PARTITIONS, at_least=1)) == 1
+    assert len(read_topic(settings, queue.queue.first_retry_topic, PARTITIONS, at_least=1)) == 1
     assert read_topic(settings, queue.topic, PARTITIONS, timeout_s=3) == []
     (message,) = seen
     assert (message.key, message.value) == (b"b", b"value-b")
@@ -104,16 +104,16 @@ def test_replayed_dead_letters_are_processed_again_by_their_group(
     assert headers[ATTEMPT] == b"2"
     assert int(headers[DUE_MS] or b"0") <= time.time() * 1000
     assert DLQ_REASON not in headers
-    assert message.topic == queue.first_retry_topic
+    assert message.topic == queue.queue.first_retry_topic
 
 
 def test_replay_to_the_original_topic_starts_afresh_on_the_original_partition(
-    settings: KmqSettings, queue: Queue
+    settings: KmqSettings, queue: OpenedQueue
 ) -> None:
     dead_letter(settings, queue, [("a", "TimeoutError"), ("b", "TimeoutError"), ("c", "KeyError")])
 
-    first = replay_dead_letters(settings, queue, request(target="original"))
-    again = replay_dead_letters(settings, queue, request(target="original"))
+    first = replay_dead_letters(queue, request(target="original"))
+    again = replay_dead_letters(queue, request(target="original"))
 
     assert first.replayed == 3
     assert (again.scanned, again.replayed) == (0, 0)  # finished replays resume at the end
@@ -127,38 +127,38 @@ def test_replay_to_the_original_topic_starts_afresh_on_the_original_partition(
 
 
 def test_dead_letters_at_the_replay_limit_are_skipped_and_counted(
-    settings: KmqSettings, queue: Queue
+    settings: KmqSettings, queue: OpenedQueue
 ) -> None:
     dead_letter(settings, queue, [("tired", "TimeoutError")], replayed=3)
     dead_letter(settings, queue, [("fresh", "TimeoutError")], replayed=2)
 
-    report = replay_dead_letters(settings, queue, request(max_replays=3))
+    report = replay_dead_letters(queue, request(max_replays=3))
 
     assert (report.selected, report.over_limit, report.replayed) == (2, 1, 1)
-    (copy,) = read_topic(settings, queue.first_retry_topic, PARTITIONS, at_least=1)
+    (copy,) = read_topic(settings, queue.queue.first_retry_topic, PARTITIONS, at_least=1)
     assert copy.key() == b"fresh"
     assert headers_of(copy)[REPLAY_COUNT] == b"3"
 
 
-def test_offsets_and_time_range_select_exactly(settings: KmqSettings, queue: Queue) -> None:
+def test_offsets_and_time_range_select_exactly(settings: KmqSettings, queue: OpenedQueue) -> None:
     dead_letter(settings, queue, [(f"k{i}", "TimeoutError") for i in range(8)])  # 4 per partition
     selection = ReplaySelection(offsets={0: ((1, 2),), 1: ((3, 3),)})
 
-    report = replay_dead_letters(settings, queue, request(selection=selection))
+    report = replay_dead_letters(queue, request(selection=selection))
 
-    copies = read_topic(settings, queue.first_retry_topic, PARTITIONS, at_least=3)
+    copies = read_topic(settings, queue.queue.first_retry_topic, PARTITIONS, at_least=3)
     # partition 0 holds k0, k2, k4, k6; partition 1 holds k1, k3, k5, k7
     assert sorted(r.key() or b"" for r in copies) == [b"k2", b"k4", b"k7"]
     assert report.replayed == 3
     future = ReplaySelection(since=int(time.time() * 1000) + 60_000)
-    assert replay_dead_letters(settings, queue, request(selection=future)).selected == 0
+    assert replay_dead_letters(queue, request(selection=future)).selected == 0
 
 
-def test_the_rate_limit_spreads_copies_out(settings: KmqSettings, queue: Queue) -> None:
+def test_the_rate_limit_spreads_copies_out(settings: KmqSettings, queue: OpenedQueue) -> None:
     dead_letter(settings, queue, [(f"k{i}", "TimeoutError") for i in range(60)])
 
     started = time.monotonic()
-    report = replay_dead_letters(settings, queue, request(rate_per_s=40))
+    report = replay_dead_letters(queue, request(rate_per_s=40))
     elapsed_s = time.monotonic() - started
 
     assert report.replayed == 60
@@ -167,13 +167,13 @@ def test_the_rate_limit_spreads_copies_out(settings: KmqSettings, queue: Queue) 
 
 @pytest.mark.slow
 def test_a_replay_killed_mid_way_resumes_where_it_was_done_and_duplicates_at_most_a_chunk(
-    settings: KmqSettings, queue: Queue, tmp_path: Path
+    settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
 ) -> None:
     # given 1,600 dead letters (8 s at 200/s): number i sits at DLQ partition i % 2, offset i // 2
     count = 1_600
     per_partition = count // PARTITIONS
     dead_letter(settings, queue, [(str(i), "TimeoutError") for i in range(count)])
-    target = queue.first_retry_topic
+    target = queue.queue.first_retry_topic
     env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
     argv = kmq_argv("replay", "--topic", queue.topic, "--group", GROUP, "--rate", "200")
     log = (tmp_path / "replay-1.log").open("wb")
@@ -237,7 +237,9 @@ def copies_by_partition(
     return by_partition
 
 
-def test_bad_replay_arguments_are_one_line_errors(settings: KmqSettings, queue: Queue) -> None:
+def test_bad_replay_arguments_are_one_line_errors(
+    settings: KmqSettings, queue: OpenedQueue
+) -> None:
     env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
     base = ("replay", "--topic", queue.topic, "--group", GROUP)
     cases = {
@@ -249,9 +251,15 @@ def test_bad_replay_arguments_are_one_line_errors(settings: KmqSettings, queue: 
             1,
             "kmq: error: --since/--until: the start of the time range must come before its end",
         ),
-        ("--offsets", "7:1"): (1, f"kmq: error: --offsets: {queue.dlq_topic} has 2 partitions"),
+        ("--offsets", "7:1"): (
+            1,
+            f"kmq: error: --offsets: {queue.queue.dlq_topic} has 2 partitions",
+        ),
         ("--since", "soonish"): (1, "kmq: error: --since: not a time: 'soonish'"),
-        ("--retry-delays", "10s"): (1, f"kmq: error: queue {queue} is provisioned with other"),
+        ("--retry-delays", "10s"): (
+            2,
+            "kmq: error: --retry-delays is part of the queue's definition, which `kmq provision`",
+        ),
     }
     for extra, (code, message) in cases.items():
         result = run_kmq(*base, *extra, env=env)
@@ -259,23 +267,23 @@ def test_bad_replay_arguments_are_one_line_errors(settings: KmqSettings, queue: 
         assert result.stderr.count("\n") == 1, result.stderr
         assert result.stderr.startswith(message), result.stderr
     with pytest.raises(ConfigError, match="rate"):
-        replay_dead_letters(settings, queue, ReplayRequest(rate_per_s=float("nan")))
+        replay_dead_letters(queue, ReplayRequest(rate_per_s=float("nan")))
 
 
 def test_a_replay_marks_its_dead_letters_in_the_audit_store_and_writes_its_action(
-    settings: KmqSettings, queue: Queue, private_audit_store: str
+    settings: KmqSettings, queue: OpenedQueue, private_audit_store: str
 ) -> None:
     dead_letter(
         settings, queue, [(f"t{i}", "TimeoutError") for i in range(3)] + [("v", "KeyError")]
     )
     store = AuditStore(private_audit_store)
-    DlqIngester(settings, store, queue).ingest_available()
+    DlqIngester(queue, store).ingest_available()
     only_timeouts = ReplaySelection(error_type="TimeoutError")
 
     replay_dead_letters(
-        settings, queue, request(selection=only_timeouts, dry_run=True), audit=store, actor="ana"
+        queue, request(selection=only_timeouts, dry_run=True), audit=store, actor="ana"
     )
-    replay_dead_letters(settings, queue, request(selection=only_timeouts), audit=store, actor="ana")
+    replay_dead_letters(queue, request(selection=only_timeouts), audit=store, actor="ana")
 
     statuses = collections.Counter((d.error_type, d.status) for d in store.dead_letters())
     assert statuses == {("TimeoutError", "replayed"): 3, ("KeyError", "new"): 1}
@@ -284,14 +292,14 @@ def test_a_replay_marks_its_dead_letters_in_the_audit_store_and_writes_its_actio
     assert (real.dry_run, real.count, real.target) == (
         False,
         3,
-        queue.first_retry_topic,
+        queue.queue.first_retry_topic,
     )
     assert real.outcome.startswith("replayed 3 of 4 dead letters")
     assert "error type TimeoutError" in real.selection
 
 
 def test_cli_replay_is_audited_under_its_actor(
-    settings: KmqSettings, queue: Queue, private_audit_store: str
+    settings: KmqSettings, queue: OpenedQueue, private_audit_store: str
 ) -> None:
     dead_letter(settings, queue, [("a", "TimeoutError")])
     env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
@@ -306,16 +314,16 @@ def test_cli_replay_is_audited_under_its_actor(
 
 
 def test_discarded_dead_letters_are_skipped_by_replays_and_discards_are_audited(
-    settings: KmqSettings, queue: Queue, private_audit_store: str
+    settings: KmqSettings, queue: OpenedQueue, private_audit_store: str
 ) -> None:
     dead_letter(settings, queue, [("a", "TimeoutError"), ("b", "TimeoutError"), ("c", "KeyError")])
     store = AuditStore(private_audit_store)
-    DlqIngester(settings, store, queue).ingest_available()
+    DlqIngester(queue, store).ingest_available()
     base = ("discard", "--topic", queue.topic, "--group", GROUP, "--error-type", "KeyError")
 
     dry = run_kmq(*base, "--dry-run", "--actor", "ana")
     real = run_kmq(*base, "--actor", "ana")
-    report = replay_dead_letters(settings, queue, request(), audit=store, actor="ana")
+    report = replay_dead_letters(queue, request(), audit=store, actor="ana")
 
     assert (dry.stdout.strip(), real.stdout.strip()) == (
         "would discard 1 dead letters",

@@ -11,9 +11,9 @@ import pytest
 from confluent_kafka import Producer
 
 from kmq_dagster.core.headers import DLQ_REASON, ERROR_TYPE, header_value, normalize_headers
-from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS
 from kmq_dagster.kafka.consumer import KmqMessage, wall_clock_ms
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
@@ -65,17 +65,17 @@ def recording(fail_when: Callable[[KmqMessage], BaseException | None]) -> tuple[
 
 
 @pytest.fixture
-def queue(settings: KmqSettings, topic_name: str) -> Queue:
+def queue(settings: KmqSettings, topic_name: str) -> OpenedQueue:
     return new_queue(settings, topic_name, "g", retry_delays_ms=(DELAY_MS,),
                      visibility_timeout_ms=1_000)  # fmt: skip
 
 
 def test_a_failed_message_comes_back_from_its_retry_topic_when_due_and_not_before(
-    settings: KmqSettings, queue: Queue
+    settings: KmqSettings, queue: OpenedQueue
 ) -> None:
     produce(settings, queue.topic, [b"flaky"], headers=[("trace", b"\xff")])
     calls, handler = recording(lambda m: FlakyError("once") if len(calls.seen) == 1 else None)
-    with running_worker(settings, queue, handler):
+    with running_worker(queue, handler):
         assert wait_for(lambda: len(calls.seen) == 2, timeout_s=60)
     (_, failed_at, first_attempt, _), (_, retried_at, attempt, due) = calls.seen
     assert first_attempt is None
@@ -83,14 +83,14 @@ def test_a_failed_message_comes_back_from_its_retry_topic_when_due_and_not_befor
     assert due is not None
     assert retried_at >= int(due)  # never early
     assert retried_at - failed_at >= DELAY_MS
-    copies = read_topic(settings, queue.retry_topics[DELAY_MS], 1, at_least=1)
+    copies = read_topic(settings, queue.queue.retry_topics[DELAY_MS], 1, at_least=1)
     headers = normalize_headers(copies[0].headers())
     assert header_value(headers, "trace") == b"\xff"
     assert header_value(headers, ERROR_TYPE) == b"FlakyError"
 
 
 def test_exhausted_and_non_retryable_failures_go_to_the_dlq_with_their_reason(
-    settings: KmqSettings, queue: Queue
+    settings: KmqSettings, queue: OpenedQueue
 ) -> None:
     produce(settings, queue.topic, [b"always-fails", b"bad-input"])
 
@@ -98,9 +98,8 @@ def test_exhausted_and_non_retryable_failures_go_to_the_dlq_with_their_reason(
         return ValueError("bad") if message.value == b"bad-input" else FlakyError("down")
 
     calls, handler = recording(fail)
-    policy = queue.retry_policy.with_non_retryable(["ValueError"])
-    with running_worker(settings, queue, handler, policy):
-        dead = read_topic(settings, queue.dlq_topic, 1, at_least=2, timeout_s=60)
+    with running_worker(queue.with_non_retryable(["ValueError"]), handler):
+        dead = read_topic(settings, queue.queue.dlq_topic, 1, at_least=2, timeout_s=60)
     reasons = {m.value(): header_value(normalize_headers(m.headers()), DLQ_REASON) for m in dead}
     assert reasons == {
         b"bad-input": b"non-retryable error ValueError",
@@ -111,16 +110,16 @@ def test_exhausted_and_non_retryable_failures_go_to_the_dlq_with_their_reason(
 
 
 def test_corrupt_retry_metadata_goes_to_the_dlq_without_calling_the_handler(
-    settings: KmqSettings, queue: Queue
+    settings: KmqSettings, queue: OpenedQueue
 ) -> None:
     producer = Producer(settings.producer_config())
-    target = queue.retry_topics[DELAY_MS]
+    target = queue.queue.retry_topics[DELAY_MS]
     producer.produce(target, value=b"no-headers", partition=0)
     producer.produce(target, value=b"garbage", partition=0, headers=[(ATTEMPT, b"\xff")])
     assert producer.flush(30) == 0
     calls, handler = recording(lambda m: None)
-    with running_worker(settings, queue, handler):
-        dead = read_topic(settings, queue.dlq_topic, 1, at_least=2, timeout_s=60)
+    with running_worker(queue, handler):
+        dead = read_topic(settings, queue.queue.dlq_topic, 1, at_least=2, timeout_s=60)
     assert sorted(m.value() or b"" for m in dead) == [b"garbage", b"no-headers"]
     for record in dead:
         reason = header_value(normalize_headers(record.headers()), DLQ_REASON) or b""
@@ -134,7 +133,7 @@ def test_a_waiting_retry_does_not_block_new_messages(
     queue = new_queue(settings, topic_name, "g", retry_delays_ms=(10_000,))
     produce(settings, queue.topic, [b"first"])
     calls, handler = recording(lambda m: FlakyError("x") if m.value == b"first" else None)
-    with running_worker(settings, queue, handler) as worker:
+    with running_worker(queue, handler) as worker:
         assert wait_for(lambda: worker.router.stats.retried == 1)
         produce(settings, queue.topic, [b"second"])
         started = time.monotonic()
@@ -152,30 +151,30 @@ def test_groups_are_isolated_only_the_failing_group_retries(
     calls_b, handler_b = recording(
         lambda m: FlakyError("b only") if len(calls_b.seen) <= 2 else None
     )
-    with running_worker(settings, a, handler_a), running_worker(settings, b, handler_b):
+    with running_worker(a, handler_a), running_worker(b, handler_b):
         assert wait_for(lambda: len(calls_b.seen) == 4 and len(calls_a.seen) == 2, timeout_s=60)
     assert sorted(calls_a.values()) == [b"m1", b"m2"]  # A saw each message once, no copies
     assert sorted(calls_b.values()) == [b"m1", b"m1", b"m2", b"m2"]
     # and no more can come: A has no copies at all, B exactly its two retries
-    assert read_topic(settings, a.retry_topics[DELAY_MS], 1) == []
-    assert read_topic(settings, a.redelivery_topic, 1) == []
-    assert len(read_topic(settings, b.retry_topics[DELAY_MS], 1, at_least=2)) == 2
-    assert read_topic(settings, b.redelivery_topic, 1) == []
+    assert read_topic(settings, a.queue.retry_topics[DELAY_MS], 1) == []
+    assert read_topic(settings, a.queue.redelivery_topic, 1) == []
+    assert len(read_topic(settings, b.queue.retry_topics[DELAY_MS], 1, at_least=2)) == 2
+    assert read_topic(settings, b.queue.redelivery_topic, 1) == []
 
 
 def test_keyboard_interrupt_in_a_handler_stops_the_worker_without_losing_the_message(
-    settings: KmqSettings, queue: Queue
+    settings: KmqSettings, queue: OpenedQueue
 ) -> None:
     produce(settings, queue.topic, [b"interrupted"])
     calls, handler = recording(lambda m: KeyboardInterrupt())
-    stats = Worker(settings, queue, handler).run(threading.Event())  # returns: stopped
+    stats = Worker(queue, handler).run(threading.Event())  # returns: stopped
     assert calls.values() == [b"interrupted"]
     assert stats.handled == 0
     # not acknowledged and not routed: the next worker gets it back
     calls_again, handler_again = recording(lambda m: None)
     with (
-        running_service(RedeliveryTracker(settings, queue)),
-        running_worker(settings, queue, handler_again),
+        running_service(RedeliveryTracker(queue)),
+        running_worker(queue, handler_again),
     ):
         assert wait_for(lambda: calls_again.values() == [b"interrupted"], timeout_s=60)
-    assert read_topic(settings, queue.dlq_topic, 1) == []
+    assert read_topic(settings, queue.queue.dlq_topic, 1) == []

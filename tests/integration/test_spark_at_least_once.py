@@ -86,7 +86,7 @@ def test_a_driver_killed_mid_batch_loses_nothing(
     assert before < MESSAGES, "the kill must land mid-way"
 
     # past the visibility timeout, the tracker redelivers what the killed batch had started
-    with running_service(RedeliveryTracker(settings, queue)) as tracker:
+    with running_service(RedeliveryTracker(queue)) as tracker:
         assert wait_for(lambda: tracker.stats.redelivered > 0, timeout_s=budget.left_s())
     second = subprocess.run(
         argv,
@@ -143,7 +143,7 @@ def test_a_driver_killed_after_its_output_write_acknowledged_nothing_and_all_com
     assert 0 < written <= 400, f"the killed batch committed {written} rows"
 
     # then its messages were never acknowledged: the tracker redelivers every one of them
-    with running_service(RedeliveryTracker(settings, queue)) as tracker:
+    with running_service(RedeliveryTracker(queue)) as tracker:
         assert wait_for(lambda: tracker.stats.redelivered >= written, timeout_s=budget.left_s()), (
             f"only {tracker.stats.redelivered} of {written} written messages came back"
         )

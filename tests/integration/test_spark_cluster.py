@@ -158,7 +158,7 @@ def test_kmq_spark_on_a_standalone_cluster_gives_the_same_results_and_guarantees
     dead = read_topic(settings, dlq_topic(topic_name, GROUP), 2, at_least=40)
     assert sorted(int(r.value() or b"-1") for r in dead) == list(range(0, MESSAGES, 10))
     # everything was acknowledged: past the visibility timeout, nothing comes back
-    with running_service(RedeliveryTracker(settings, queue)) as tracker:
+    with running_service(RedeliveryTracker(queue)) as tracker:
         time.sleep(8)
     assert tracker.stats.redelivered == 0
     assert read_topic(settings, redelivery_topic(topic_name, GROUP), 2, timeout_s=3) == []

@@ -10,8 +10,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import col, upper
 
-from kmq_dagster.core.queue import Queue
 from kmq_dagster.errors import ConfigError
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import COORDINATES, SparkQueueJob
@@ -33,7 +33,7 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture
-def queue(settings: KmqSettings, topic_name: str) -> Queue:
+def queue(settings: KmqSettings, topic_name: str) -> OpenedQueue:
     group = f"spark-{topic_name}"  # a group per test: other tests' members would rebalance with it
     return new_queue(settings, topic_name, group, partitions=PARTITIONS, retry_delays_ms=(1_000,),
                      visibility_timeout_ms=2_000)  # fmt: skip
@@ -48,14 +48,13 @@ def shout(message: SparkMessage) -> dict[str, object]:
 
 
 def test_a_batch_writes_successes_with_coordinates_dead_letters_failures_and_acks_all(
-    spark: SparkSession, settings: KmqSettings, queue: Queue, tmp_path: Path
+    spark: SparkSession, settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
 ) -> None:
     topic_name = queue.topic
     produce(settings, topic_name, [str(i).encode() for i in range(400)], partitions=PARTITIONS)
     output = str(tmp_path / "out")
     job = SparkQueueJob(
-        spark, settings, queue, function=shout, output_path=output,
-        policy=queue.retry_policy.with_non_retryable(["ValueError"]),
+        spark, queue.with_non_retryable(["ValueError"]), function=shout, output_path=output,
     )  # fmt: skip
     try:
         report = job.run_batch()
@@ -70,34 +69,32 @@ def test_a_batch_writes_successes_with_coordinates_dead_letters_failures_and_ack
     assert {(r["topic"], r["partition"]) for r in rows} == {(topic_name, 0), (topic_name, 1)}
     assert len({(r["partition"], r["offset"]) for r in rows}) == 360
     assert '"loud": "7!"' in next(r["result"] for r in rows if r["key"] == b"7")
-    dead = read_topic(settings, queue.dlq_topic, PARTITIONS, at_least=40)
+    dead = read_topic(settings, queue.queue.dlq_topic, PARTITIONS, at_least=40)
     assert sorted(int(r.value() or b"-1") for r in dead) == list(range(0, 400, 10))
     # every message was acknowledged: past the 2 s visibility timeout, nothing is redelivered
-    with running_service(RedeliveryTracker(settings, queue)) as tracker:
+    with running_service(RedeliveryTracker(queue)) as tracker:
         assert wait_for(
             lambda: tracker.caught_up_partitions() == [0, 1] and tracker.inflight_count() == 0
         )
         assert tracker.stats.markers > 0  # it read the job's markers: every start has its end
     assert tracker.stats.redelivered == 0
-    assert read_topic(settings, queue.redelivery_topic, PARTITIONS, timeout_s=3) == []
+    assert read_topic(settings, queue.queue.redelivery_topic, PARTITIONS, timeout_s=3) == []
 
 
 def test_two_jobs_of_one_group_never_own_the_same_partition(
-    spark: SparkSession, settings: KmqSettings, queue: Queue, tmp_path: Path
+    spark: SparkSession, settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
 ) -> None:
     topic_name = queue.topic
     produce(settings, topic_name, [str(i).encode() for i in range(1, 300)], partitions=PARTITIONS)
     output = str(tmp_path / "out")
     # failures go to the DLQ, so nothing is read twice
-    policy = queue.retry_policy.with_non_retryable(["ValueError"])
-    first = SparkQueueJob(spark, settings, queue, function=shout, output_path=output, policy=policy)
-    second = SparkQueueJob(
-        spark, settings, queue, function=shout, output_path=output, policy=policy
-    )
+    fatal = queue.with_non_retryable(["ValueError"])
+    first = SparkQueueJob(spark, fatal, function=shout, output_path=output)
+    second = SparkQueueJob(spark, fatal, function=shout, output_path=output)
     try:
         first.lease.join()
         second.lease.join()
-        every = {(t, p) for t in queue.consumed_topics for p in range(2)}
+        every = {(t, p) for t in queue.queue.consumed_topics for p in range(2)}
         assert wait_for(
             lambda: (
                 first.lease.owned() | second.lease.owned() == every
@@ -118,7 +115,7 @@ def test_two_jobs_of_one_group_never_own_the_same_partition(
 
 
 def test_a_dataframe_transform_is_written_and_its_messages_acknowledged(
-    spark: SparkSession, settings: KmqSettings, queue: Queue, tmp_path: Path
+    spark: SparkSession, settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
 ) -> None:
     produce(settings, queue.topic, [f"order-{i}".encode() for i in range(300)],
             partitions=PARTITIONS)  # fmt: skip
@@ -127,7 +124,7 @@ def test_a_dataframe_transform_is_written_and_its_messages_acknowledged(
     def loud(frame: DataFrame) -> DataFrame:
         return frame.select("topic", "partition", "offset", upper(col("value").cast("string")))
 
-    job = SparkQueueJob(spark, settings, queue, transform=loud, output_path=output)
+    job = SparkQueueJob(spark, queue, transform=loud, output_path=output)
     try:
         totals = run_processing(job, None)
     finally:
@@ -136,7 +133,7 @@ def test_a_dataframe_transform_is_written_and_its_messages_acknowledged(
     rows = spark.read.parquet(output).collect()
     assert (totals.batches, totals.read, len(rows)) == (2, 300, 300)  # the second read nothing
     assert {r[3] for r in rows} == {f"ORDER-{i}" for i in range(300)}
-    with running_service(RedeliveryTracker(settings, queue)) as tracker:
+    with running_service(RedeliveryTracker(queue)) as tracker:
         assert wait_for(
             lambda: tracker.caught_up_partitions() == [0, 1] and tracker.inflight_count() == 0
         )
@@ -145,12 +142,12 @@ def test_a_dataframe_transform_is_written_and_its_messages_acknowledged(
 
 
 def test_a_transform_must_keep_the_coordinates_and_a_failed_one_commits_nothing(
-    spark: SparkSession, settings: KmqSettings, queue: Queue, tmp_path: Path
+    spark: SparkSession, settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
 ) -> None:
     produce(settings, queue.topic, [b"x"], partitions=PARTITIONS)
     output = str(tmp_path / "out")
     job = SparkQueueJob(
-        spark, settings, queue, transform=lambda frame: frame.select("value"), output_path=output
+        spark, queue, transform=lambda frame: frame.select("value"), output_path=output
     )
     try:
         with pytest.raises(ConfigError, match="lacks topic, partition, offset"):
@@ -159,7 +156,7 @@ def test_a_transform_must_keep_the_coordinates_and_a_failed_one_commits_nothing(
         job.close()
 
     fixed = SparkQueueJob(
-        spark, settings, queue, transform=lambda f: f.select(*COORDINATES, "value"),
+        spark, queue, transform=lambda f: f.select(*COORDINATES, "value"),
         output_path=output,
     )  # fmt: skip
     try:

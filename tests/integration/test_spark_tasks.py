@@ -28,7 +28,7 @@ GROUP = "tasks"
 @pytest.fixture
 def config(settings: KmqSettings, topic_name: str) -> TaskConfig:
     queue = new_queue(settings, topic_name, GROUP, retry_delays_ms=(1_000,))
-    return TaskConfig(settings, queue, queue.retry_policy)
+    return TaskConfig(queue)
 
 
 def plan(tmp_path: Path, seconds: float = 30) -> BatchPlan:

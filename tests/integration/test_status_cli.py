@@ -26,7 +26,7 @@ def test_status_shows_lag_in_flight_and_dead_letters_of_each_group(
     new_queue(settings, topic_name, "b", partitions=1)
     produce(settings, topic_name, [str(i).encode() for i in range(10)])
     produce_dead_letters(settings, a, [("x", "TimeoutError")])
-    consumer = KmqConsumer(settings, a, batch_size=4)
+    consumer = KmqConsumer(a, batch_size=4)
     try:
         held: list[object] = []
         while len(held) < 4:

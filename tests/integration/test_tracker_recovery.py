@@ -12,9 +12,9 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from kmq_dagster.core.markers import EndMarker, StartMarker, decode_marker, encode_marker
-from kmq_dagster.core.queue import Queue
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.consumer import KmqConsumer
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker, tracker_group
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import (
@@ -37,11 +37,11 @@ VISIBILITY_MS = 30_000
 PADDING_MARKERS = 100_000
 
 
-def committed_markers_positions(settings: KmqSettings, queue: Queue) -> dict[int, int]:
+def committed_markers_positions(settings: KmqSettings, queue: OpenedQueue) -> dict[int, int]:
     """Per markers partition, the offset the trackers of ``queue`` committed."""
-    consumer = Consumer(settings.consumer_config(tracker_group(queue)))
+    consumer = Consumer(settings.consumer_config(tracker_group(queue.queue)))
     try:
-        wanted = [TopicPartition(queue.markers_topic, p) for p in range(PARTITIONS)]
+        wanted = [TopicPartition(queue.queue.markers_topic, p) for p in range(PARTITIONS)]
         return {tp.partition: tp.offset for tp in consumer.committed(wanted, timeout=10)}
     finally:
         consumer.close()
@@ -75,8 +75,8 @@ def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknow
                       visibility_timeout_ms=VISIBILITY_MS)  # fmt: skip
     produce(settings, queue.topic, [f"m{i}".encode() for i in range(100)], partitions=PARTITIONS)
     clock = FakeClock(wall_clock_ms())
-    consumer = KmqConsumer(settings, queue, batch_size=20, clock_ms=clock)
-    first = RedeliveryTracker(settings, queue, clock_ms=clock)
+    consumer = KmqConsumer(queue, batch_size=20, clock_ms=clock)
+    first = RedeliveryTracker(queue, clock_ms=clock)
     try:
         with running_service(first):
             for message in poll_until(consumer, 100):
@@ -95,7 +95,7 @@ def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknow
 
     # when a new tracker starts after every deadline has passed and reads to the end
     clock.advance(10 * VISIBILITY_MS)
-    second = RedeliveryTracker(settings, queue, clock_ms=clock)
+    second = RedeliveryTracker(queue, clock_ms=clock)
     with running_service(second):
         assert wait_for(lambda: second.caught_up_partitions() == [0, 1])
 
@@ -104,7 +104,7 @@ def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknow
     assert first.stats.markers == written > 0
     assert second.stats.markers == 0
     assert second.stats.redelivered == 0
-    assert read_topic(settings, queue.redelivery_topic, PARTITIONS, timeout_s=3) == []
+    assert read_topic(settings, queue.queue.redelivery_topic, PARTITIONS, timeout_s=3) == []
 
 
 def test_restarted_tracker_resumes_at_the_oldest_open_marker_and_redelivers_exactly_those(
@@ -116,8 +116,8 @@ def test_restarted_tracker_resumes_at_the_oldest_open_marker_and_redelivers_exac
     produce(settings, queue.topic, [f"m{i}".encode() for i in range(60)], partitions=PARTITIONS)
     left_open = {b"m21", b"m35", b"m50"}  # offsets 10 and 17 of partition 1, 25 of partition 0
     clock = FakeClock(wall_clock_ms())
-    consumer = KmqConsumer(settings, queue, batch_size=10, clock_ms=clock)
-    first = RedeliveryTracker(settings, queue, clock_ms=clock)
+    consumer = KmqConsumer(queue, batch_size=10, clock_ms=clock)
+    first = RedeliveryTracker(queue, clock_ms=clock)
     try:
         with running_service(first):
             messages = poll_until(consumer, 60)
@@ -136,7 +136,7 @@ def test_restarted_tracker_resumes_at_the_oldest_open_marker_and_redelivers_exac
     finally:
         consumer.close()
     open_refs = {(m.partition, m.offset) for m in messages if m.value in left_open}
-    markers = read_topic(settings, queue.markers_topic, PARTITIONS, at_least=written)
+    markers = read_topic(settings, queue.queue.markers_topic, PARTITIONS, at_least=written)
     oldest_open = oldest_open_marker_offsets(markers, open_refs)
     ends = {p: 1 + max(r.offset() or 0 for r in markers if r.partition() == p) for p in (0, 1)}
 
@@ -146,7 +146,7 @@ def test_restarted_tracker_resumes_at_the_oldest_open_marker_and_redelivers_exac
 
     # when a new tracker starts exactly at the deadline of the open messages
     clock.advance(VISIBILITY_MS)
-    second = RedeliveryTracker(settings, queue, clock_ms=clock)
+    second = RedeliveryTracker(queue, clock_ms=clock)
     with running_service(second):
         assert wait_for(lambda: second.stats.redelivered == 3)
         # from the committed positions to the end, then the end markers of its redeliveries
@@ -156,7 +156,7 @@ def test_restarted_tracker_resumes_at_the_oldest_open_marker_and_redelivers_exac
     # then it read nothing before the committed positions, and exactly the three open
     # messages came back, once each
     assert second.stats.markers == resumed_reads
-    copies = read_topic(settings, queue.redelivery_topic, PARTITIONS, at_least=3)
+    copies = read_topic(settings, queue.queue.redelivery_topic, PARTITIONS, at_least=3)
     assert sorted(r.value() or b"" for r in copies) == sorted(left_open)
     assert second.stats.redelivered == 3
     assert second.stats.dead_lettered == 0
@@ -170,8 +170,8 @@ def test_a_restarted_tracker_redelivers_nothing_on_a_partition_before_it_has_rea
                       visibility_timeout_ms=VISIBILITY_MS)  # fmt: skip
     produce(settings, queue.topic, [b"acked-late", b"never-acked"])
     clock = FakeClock(wall_clock_ms())
-    consumer = KmqConsumer(settings, queue, clock_ms=clock)
-    first = RedeliveryTracker(settings, queue, clock_ms=clock)
+    consumer = KmqConsumer(queue, clock_ms=clock)
+    first = RedeliveryTracker(queue, clock_ms=clock)
     try:
         with running_service(first):
             acked_late, never_acked = poll_until(consumer, 2)
@@ -186,7 +186,7 @@ def test_a_restarted_tracker_redelivers_nothing_on_a_partition_before_it_has_rea
             padding = encode_marker(EndMarker(queue.topic, 0, offset, 1))
             while True:
                 try:
-                    producer.produce(queue.markers_topic, value=padding, partition=0)
+                    producer.produce(queue.queue.markers_topic, value=padding, partition=0)
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -198,14 +198,14 @@ def test_a_restarted_tracker_redelivers_nothing_on_a_partition_before_it_has_rea
 
     # and a new tracker starts long after both deadlines
     clock.advance(10 * VISIBILITY_MS)
-    second = RedeliveryTracker(settings, queue, clock_ms=clock)
+    second = RedeliveryTracker(queue, clock_ms=clock)
     with running_service(second):
         assert wait_for(lambda: second.stats.redelivered == 1)
         assert second.caught_up_partitions() == [0]
 
     # then only the message never acknowledged came back: the tracker waited for the late
     # acknowledgement at the end of the partition before redelivering anything
-    copies = read_topic(settings, queue.redelivery_topic, 1, at_least=1)
+    copies = read_topic(settings, queue.queue.redelivery_topic, 1, at_least=1)
     assert [r.value() for r in copies] == [never_acked.value] == [b"never-acked"]
     assert second.stats.markers >= PADDING_MARKERS + 2
     assert second.stats.redelivered == 1

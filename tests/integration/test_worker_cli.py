@@ -70,7 +70,7 @@ def test_worker_with_exponential_backoff_retries_on_its_backoff_topics(
     produce(settings, topic_name, [b"doomed"])
     log = (tmp_path / "worker.log").open("wb")
     worker = subprocess.Popen(
-        kmq_argv("worker", "-t", topic_name, "-g", "g", "--handler", HANDLER, *backoff),
+        kmq_argv("worker", "-t", topic_name, "-g", "g", "--handler", HANDLER),
         cwd=REPO_ROOT,
         env={
             **os.environ,
@@ -135,7 +135,7 @@ def test_worker_breaker_stops_a_failure_flood_and_raises_an_alert(
     log = (tmp_path / "worker.log").open("wb")
     failing = {"KMQ_TEST_FAILURE_RATE": "1", "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}
     worker = subprocess.Popen(
-        kmq_argv("worker", "-t", topic_name, "-g", "g", "--handler", HANDLER, *delays,
+        kmq_argv("worker", "-t", topic_name, "-g", "g", "--handler", HANDLER,
                  "--breaker", "--breaker-min-calls", "5", "--breaker-cooldown", "5m"),
         cwd=REPO_ROOT,
         env={**os.environ, **env, **failing},

@@ -21,7 +21,7 @@ def main(topic: str, group: str, output: str) -> None:
     settings = KmqSettings.from_env()
     spark = local_session("kmq-killed-after-write")
     job = SparkQueueJob(
-        spark, settings, open_queue(settings, topic, group), function=slow_echo,
+        spark, open_queue(settings, topic, group), function=slow_echo,
         output_path=output, max_messages_per_partition=200,
     )  # fmt: skip
     job.warm_up()  # Python workers started: the batch's time goes to reading and processing

@@ -47,6 +47,25 @@ def test_environment_is_read_and_flags_override_it() -> None:
     assert consumer["fetch.wait.max.ms"] == 200
 
 
+def test_a_queue_being_defined_takes_the_environment_for_what_is_not_given() -> None:
+    # given KMQ_* defaults for a queue's definition
+    env = {"KMQ_VISIBILITY_TIMEOUT": "2m", "KMQ_MAX_REDELIVERIES": "7", "KMQ_RETRY_DELAYS": "5s"}
+    settings = KmqSettings.from_env(env)
+
+    # when queues are defined with nothing, and with everything, given
+    defaulted = settings.define_queue("orders", "billing")
+    given = settings.define_queue(
+        "orders", "billing", partitions=4, retry_policy=settings.retry_policy(backoff="1s,2,8s"),
+        visibility_timeout_ms=1_000, max_redeliveries=0,
+    )  # fmt: skip
+
+    # then the environment fills the gaps, and given values (0 included) win
+    assert (defaulted.visibility_timeout_ms, defaulted.max_redeliveries) == (120_000, 7)
+    assert defaulted.retry_policy.delays_ms == (5_000,)
+    assert (given.partitions, given.visibility_timeout_ms, given.max_redeliveries) == (4, 1_000, 0)
+    assert given.retry_policy.topic_delays_ms() == [1_000, 2_000, 4_000, 8_000]
+
+
 def test_client_passthrough_tunes_defaults_but_cannot_turn_on_auto_commit() -> None:
     env = {"KMQ_KAFKA_FETCH_QUEUE_BACKOFF_MS": "100", "KMQ_KAFKA_ENABLE_AUTO_COMMIT": "true"}
     consumer = KmqSettings.from_env(env).consumer_config("g")

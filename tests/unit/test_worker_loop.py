@@ -16,6 +16,7 @@ from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS
 from kmq_dagster.kafka.message import KmqMessage
+from kmq_dagster.kafka.opened_queue import vouch_for
 from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.kafka.worker import WorkerLoop
 from kmq_dagster.settings import KmqSettings
@@ -40,9 +41,10 @@ def loop_for(
 ) -> tuple[WorkerLoop, FakeConsumer, FakeProducer]:
     clock = clock or FakeClock()
     producer = producer or FakeProducer()
+    # A handle as opening would give it (no broker here to open it on).
+    opened = vouch_for(KmqSettings(), QUEUE.replace(retry_policy=policy or QUEUE.retry_policy))
     router = RetryRouter(
-        KmqSettings(), QUEUE, policy=policy, clock_ms=clock, rng=random.Random(1),
-        producer=producer,  # type: ignore[arg-type]
+        opened, clock_ms=clock, rng=random.Random(1), producer=producer,  # type: ignore[arg-type]
     )  # fmt: skip
     consumer = FakeConsumer(batches, visibility_timeout_ms=9_000)
     loop = WorkerLoop(
