@@ -7,9 +7,9 @@ from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kmq_dagster.core.handouts import OffsetRun
+from kmq_dagster.core.ranges import OffsetRun, run_bounds
 from kmq_dagster.kafka.message import KmqMessage, record_of, views_of
-from kmq_dagster.kafka.runs import fetched_runs, record_runs, run_bounds
+from kmq_dagster.kafka.runs import fetched_runs, record_runs
 
 
 def record(topic: str, partition: int, offset: int) -> Message:
