@@ -1,11 +1,15 @@
 """A consumer whose messages are acknowledged one by one (the kmq protocol, consumer side).
 
-Steps 1-4 of docs/design.md, "The protocol", per fetched batch: 1. fetch it; 2. write a start
-marker per offset run and hand the messages out at once; 3. commit its offsets once every start
-marker is durable (invariant 2); 4. ``ack`` writes end markers, coalesced into runs, from any
-thread and in any order. The code repeats the step numbers. Steps 2 and 3 overlap with the next
-fetch, so markers cost no round trip per batch; a message never acknowledged is redelivered by
-the tracker (steps 5-8) once its deadline passes.
+Steps 1-4 of docs/design.md, "The protocol" (the code repeats the numbers), per batch:
+  1. fetch a batch from the queue topic and the group's redelivery and retry topics;
+  2. write one start marker per contiguous run of offsets (deadline = now + visibility timeout)
+     and hand the messages out at once;
+  3. commit the batch's offsets only once the broker has acknowledged every one of its start
+     markers (invariant 2: start before commit); if a marker fails, fetch the batch again;
+  4. ``ack`` writes end markers, coalesced into runs, from any thread and in any order.
+A message that is never acknowledged is redelivered by the tracker (steps 5-8) once its
+deadline passes. Steps 2 and 3 overlap with the next fetch, so markers cost no round trip per
+batch.
 """
 
 from __future__ import annotations

@@ -1,11 +1,16 @@
 """The redelivery tracker: reads a group's markers and redelivers what was not acknowledged.
 
-Steps 5-8 of docs/design.md, "The protocol", per markers partition it owns: 5. resume from
-the committed markers offset and rebuild in-flight state; 6. redeliver nothing until the
-partition has been read to its end (a partition-EOF event; invariant 5); 7. copy each overdue
-message to the group's redelivery topic (or, past ``max_redeliveries``, to its DLQ with the
-reason), wait for the broker, then write the old message's end marker; 8. commit the smallest
-open marker offset. The code repeats the step numbers.
+Steps 5-8 of docs/design.md, "The protocol" (the code repeats the numbers), per markers
+partition it owns:
+  5. on assignment, resume from the committed markers offset (the smallest marker that still
+     had an unacknowledged message when it was committed) and rebuild in-flight state;
+  6. redeliver nothing until the partition has been read to its end (a partition-EOF event),
+     so a restarted tracker never redelivers what was acknowledged after its commit
+     (invariant 5);
+  7. for each overdue message: read the original record at its exact offset, produce a copy to
+     the group's redelivery topic (or, past ``max_redeliveries``, to the group's DLQ with the
+     reason), wait for the broker's acknowledgement, then write the old message's end marker;
+  8. commit the smallest open marker offset, so recovery re-reads only what may still be open.
 """
 
 from __future__ import annotations
