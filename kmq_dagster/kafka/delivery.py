@@ -129,16 +129,11 @@ class DeliveryTally:
     def produce(
         self, topic: str, on_delivery: DeliveryCallback | None = None, **fields: Any
     ) -> None:
-        """Produce one record (fields as ``Producer.produce`` takes them), with back-pressure
-        as :func:`produce` applies it; ``on_delivery``, if given, gets the answer too."""
+        """Produce one record through :func:`produce` (fields as it takes them);
+        ``on_delivery``, if given, gets the broker's answer too."""
         self.produced += 1
         report = self._report if on_delivery is None else self._reporting_to(on_delivery)
-        while True:
-            try:
-                self._producer.produce(topic, on_delivery=report, **fields)
-                return
-            except BufferError:
-                self._producer.poll(BACKPRESSURE_POLL_S)
+        produce(self._producer, topic, on_delivery=report, **fields)
 
     def _reporting_to(self, on_delivery: DeliveryCallback) -> DeliveryCallback:
         def report(error: KafkaError | None, record: Message) -> None:
