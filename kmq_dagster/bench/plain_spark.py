@@ -23,12 +23,13 @@ from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
 from kmq_dagster.kafka.clients import CLIENT_LOGGER
+from kmq_dagster.kafka.record_columns import RecordColumns, record_columns
+from kmq_dagster.kafka.slice_reader import CHUNK_SIZE, Slice, SliceReader
 from kmq_dagster.kafka.topic_reader import records_and_ends
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import OUTPUT_SCHEMA
-from kmq_dagster.spark.message import RecordColumns, record_columns, spark_messages
+from kmq_dagster.spark.message import spark_messages
 from kmq_dagster.spark.process import Function, Outcome, call_function, output_columns
-from kmq_dagster.spark.reader import CHUNK_SIZE, Slice, SliceReader
 from kmq_dagster.spark.sink import OUTPUT_COLUMNS, ParquetSink, StagedFile
 
 #: Columns of the dump: the messages as read from Kafka.

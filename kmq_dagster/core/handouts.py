@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from kmq_dagster.core.ranges import OffsetRun, Source
+
 T = TypeVar("T")
 
-Source = tuple[str, int]
-#: ``((topic, partition), first offset, count)``: one marker's worth of messages.
-OffsetRun = tuple[Source, int, int]
+__all__ = ["DEFAULT_CAPACITY", "HandoutLedger", "MatchedAcks", "OffsetRun", "Source"]
 
 #: Batches remembered at most; older ones are forgotten (their acks are then matched one by
 #: one). Bounds what never-acknowledged batches keep alive.

@@ -1,8 +1,21 @@
-"""Contiguous runs of offsets: one marker covers a run instead of one marker per message."""
+"""Offset runs: one marker covers a contiguous run of offsets instead of one message.
+
+Two shapes of run, both ascending and merged where they continue each other:
+
+* ``(first_offset, count)`` for the runs of one partition (Spark keeps these per slice);
+* an :data:`OffsetRun`, ``((topic, partition), first_offset, count)``, for runs across
+  partitions (what a fetched batch, an acknowledgement drain or a redelivery covers, and what
+  :class:`~kmq_dagster.kafka.marker_writer.MarkerWriter` writes markers for).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+#: ``(topic, partition)``: where a run's messages are.
+Source = tuple[str, int]
+#: ``((topic, partition), first offset, count)``: one marker's worth of messages.
+OffsetRun = tuple[Source, int, int]
 
 
 def offset_runs(offsets: Iterable[int]) -> list[tuple[int, int]]:
@@ -27,3 +40,68 @@ def offset_runs(offsets: Iterable[int]) -> list[tuple[int, int]]:
         else:
             runs.append((offset, 1))
     return runs
+
+
+def extend_runs(runs: list[tuple[int, int]], more: Iterable[tuple[int, int]]) -> None:
+    """Append ascending ``(first offset, count)`` runs to ``runs``; a run that continues the
+    last one is merged into it, so a partition read without gaps stays one run.
+
+    >>> runs = [(0, 3)]
+    >>> extend_runs(runs, [(3, 2), (7, 1)])
+    >>> runs
+    [(0, 5), (7, 1)]
+    """
+    for first, count in more:
+        if runs and sum(runs[-1]) == first:
+            runs[-1] = (runs[-1][0], runs[-1][1] + count)
+        else:
+            runs.append((first, count))
+
+
+def merge_runs(runs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Ascending ``(first offset, count)`` runs with those that continue each other merged."""
+    merged: list[tuple[int, int]] = []
+    extend_runs(merged, runs)
+    return merged
+
+
+def source_runs(source: Source, runs: Iterable[tuple[int, int]]) -> list[OffsetRun]:
+    """The ascending ``(first offset, count)`` runs of one partition, as offset runs of
+    ``source``; those that continue each other are merged.
+
+    >>> source_runs(("orders", 2), [(0, 2), (2, 3), (9, 1)])
+    [(('orders', 2), 0, 5), (('orders', 2), 9, 1)]
+    """
+    return [(source, first, count) for first, count in merge_runs(runs)]
+
+
+def append_run(runs: list[OffsetRun], run: OffsetRun) -> None:
+    """Append ``run``, merged into the latest earlier run of its partition if it continues it.
+
+    >>> runs = [(("orders", 0), 0, 3), (("orders", 1), 10, 2)]
+    >>> append_run(runs, (("orders", 0), 3, 2))
+    >>> runs
+    [(('orders', 0), 0, 5), (('orders', 1), 10, 2)]
+    """
+    source, first, count = run
+    for index in range(len(runs) - 1, -1, -1):
+        previous_source, previous_first, previous_count = runs[index]
+        if previous_source == source:
+            if previous_first + previous_count == first:
+                runs[index] = (source, previous_first, previous_count + count)
+                return
+            break
+    runs.append(run)
+
+
+def run_bounds(runs: Iterable[OffsetRun]) -> dict[Source, tuple[int, int]]:
+    """Per partition: the first offset covered and the offset after the last one.
+
+    >>> run_bounds([(("orders", 0), 5, 3), (("orders", 0), 10, 2)])
+    {('orders', 0): (5, 12)}
+    """
+    bounds: dict[Source, tuple[int, int]] = {}
+    for source, first, count in runs:
+        low, high = bounds.get(source, (first, first + count))
+        bounds[source] = (min(low, first), max(high, first + count))
+    return bounds

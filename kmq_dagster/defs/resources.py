@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
 from dagster import ConfigurableResource, InitResourceContext
 from dagster_pyspark import PySparkResource
 from pydantic import Field, PrivateAttr
 
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.queue import Queue
-from kmq_dagster.kafka.clients import new_consumer, new_producer
-from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S
+from kmq_dagster.kafka.owned_clients import Consumer, OwnedClients, Producer
 from kmq_dagster.kafka.queues import OpenedQueue, open_declared_queue
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.session import session_config, start_session
@@ -42,8 +40,7 @@ class KmqResource(ConfigurableResource):  # type: ignore[type-arg]
     session_timeout_ms: int | None = Field(
         default=None, description="consumer group session timeout; default KMQ_SESSION_TIMEOUT_MS"
     )
-    _producers: list[Producer] = PrivateAttr(default_factory=list)
-    _consumers: list[Consumer] = PrivateAttr(default_factory=list)
+    _clients: OwnedClients = PrivateAttr(default_factory=OwnedClients)
 
     def get_settings(self) -> KmqSettings:
         """The :class:`KmqSettings` this resource stands for."""
@@ -69,23 +66,14 @@ class KmqResource(ConfigurableResource):  # type: ignore[type-arg]
 
     def get_producer(self, **extra: Any) -> Producer:
         """An idempotent producer; flushed and dropped at teardown."""
-        producer = new_producer(self.get_settings(), **extra)
-        self._producers.append(producer)
-        return producer
+        return self._clients.producer(self.get_settings(), **extra)
 
     def get_consumer(self, group: str, **extra: Any) -> Consumer:
         """A consumer in ``group`` that never commits on its own; closed at teardown."""
-        consumer = new_consumer(self.get_settings(), group, **extra)
-        self._consumers.append(consumer)
-        return consumer
+        return self._clients.consumer(self.get_settings(), group, **extra)
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
-        for producer in self._producers:
-            producer.flush(DELIVERY_TIMEOUT_S)
-        for consumer in self._consumers:
-            consumer.close()
-        self._producers.clear()
-        self._consumers.clear()
+        self._clients.close()
 
 
 class AuditStoreResource(ConfigurableResource):  # type: ignore[type-arg]

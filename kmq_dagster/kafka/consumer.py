@@ -1,14 +1,15 @@
 """A consumer whose messages are acknowledged one by one (the kmq protocol, consumer side).
 
-Protocol, per fetched batch:
-  1. fetch a batch from the queue topic and the group's redelivery topic;
+Steps 1-4 of docs/design.md, "The protocol" (the code repeats the numbers), per batch:
+  1. fetch a batch from the queue topic and the group's redelivery and retry topics;
   2. write one start marker per contiguous run of offsets (deadline = now + visibility timeout)
      and hand the messages out at once;
   3. commit the batch's offsets only once the broker has acknowledged every one of its start
      markers (invariant 2: start before commit); if a marker fails, fetch the batch again;
   4. ``ack`` writes end markers, coalesced into runs, from any thread and in any order.
-A message that is never acknowledged is redelivered by the tracker once its deadline passes.
-Steps 2 and 3 overlap with the next fetch, so markers cost no round trip per batch.
+A message that is never acknowledged is redelivered by the tracker (steps 5-8) once its
+deadline passes. Steps 2 and 3 overlap with the next fetch, so markers cost no round trip per
+batch.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from kmq_dagster.core.commits import CommitQueue
-from kmq_dagster.core.handouts import HandoutLedger, OffsetRun
-from kmq_dagster.core.markers import EndMarker, StartMarker, encode_marker
+from kmq_dagster.core.handouts import HandoutLedger
 from kmq_dagster.core.queue import MAX_VISIBILITY_TIMEOUT_MS
+from kmq_dagster.core.ranges import OffsetRun, run_bounds
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import ClientErrors, new_consumer, new_producer, wall_clock_ms
-from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, produce
+from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S
 from kmq_dagster.kafka.due_gate import DueGate, group_by_source
+from kmq_dagster.kafka.marker_writer import MarkerWriter
 from kmq_dagster.kafka.message import (
     KmqMessage,
     ViewPool,
@@ -38,7 +40,7 @@ from kmq_dagster.kafka.message import (
     record_source,
 )
 from kmq_dagster.kafka.opened_queue import OpenedQueue
-from kmq_dagster.kafka.runs import fetched_runs, record_runs, run_bounds
+from kmq_dagster.kafka.runs import fetched_runs, record_runs
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +115,11 @@ class KmqConsumer:
         self.batch_size = batch_size or settings.batch_size
         self.stats = ConsumerStats()
         self._clock_ms = clock_ms
-        self._producer = producer or new_producer(settings, **{"linger.ms": MARKER_LINGER_MS})
+        self._markers = MarkerWriter(
+            settings,
+            queue.markers_topic,
+            producer=producer or new_producer(settings, **{"linger.ms": MARKER_LINGER_MS}),
+        )
         self._consumer = new_consumer(
             settings,
             queue.group,
@@ -132,9 +138,7 @@ class KmqConsumer:
         self._gate = DueGate(self._consumer)
         # Acks from any thread need no lock: list.append is atomic, and the drain (one at a
         # time) copies and deletes a prefix, so acks appended meanwhile stay for the next one.
-        # ack() is the list's own append: one C call per message, no Python frame.
         self._acks: list[KmqMessage | Message] = []
-        self.ack = self._acks.append  # type: ignore[method-assign,assignment]
         self._handouts: HandoutLedger[KmqMessage | Message] = HandoutLedger()
         self._views = ViewPool()
         self._commits = CommitQueue()
@@ -172,17 +176,16 @@ class KmqConsumer:
         return records
 
     def ack(self, message: KmqMessage | Message) -> None:
-        """Acknowledge ``message``: it will not be redelivered. Any thread, any order.
+        """4. Acknowledge ``message``: it will not be redelivered. Any thread, any order.
 
-        Takes a message :meth:`poll` or :meth:`poll_records` handed out. (Each consumer
-        replaces this method by its ack queue's ``append``: one C call per message.)
+        Takes a message :meth:`poll` or :meth:`poll_records` handed out. Only queues it: the
+        end markers are written in runs by the next poll or by the background flusher.
         """
         self._acks.append(message)
 
     def nack(self, message: KmqMessage | Message) -> None:
         """Ask for ``message`` to be redelivered now (counts as one redelivery)."""
-        topic, partition, offset = _coordinates(message)
-        self._produce_marker(StartMarker(topic, partition, offset, 1, self._clock_ms()))
+        self._restart(message, self._clock_ms())
         self.stats.nacked += 1
 
     def extend(self, message: KmqMessage | Message, seconds: float) -> None:
@@ -193,9 +196,7 @@ class KmqConsumer:
         """
         if not (isinstance(seconds, int | float) and 0.001 <= seconds <= MAX_EXTEND_S):
             raise ConfigError(f"extend takes 0.001 to {MAX_EXTEND_S:g} seconds, got {seconds!r}")
-        deadline_ms = self._clock_ms() + round(seconds * 1000)
-        topic, partition, offset = _coordinates(message)
-        self._produce_marker(StartMarker(topic, partition, offset, 1, deadline_ms))
+        self._restart(message, self._clock_ms() + round(seconds * 1000))
 
     def hold_fetching(self, hold: bool) -> None:
         """Stop fetching new messages (``True``) or fetch again (``False``).
@@ -224,7 +225,7 @@ class KmqConsumer:
     def flush(self, timeout_s: float = DELIVERY_TIMEOUT_S) -> None:
         """Write pending acknowledgements and markers, wait for the broker, commit what may be."""
         self._flush_acks()
-        self._producer.flush(timeout_s)
+        self._markers.flush(timeout_s)
         self._settle_commits(asynchronous=False)
 
     def close(self) -> None:
@@ -284,12 +285,8 @@ class KmqConsumer:
 
     def _start(self, runs: list[OffsetRun], deadline_ms: int) -> None:
         """2. Send the start markers of a fetched batch; 3. happens in _settle_commits."""
-        starts = [
-            StartMarker(topic, partition, first, count, deadline_ms)
-            for (topic, partition), first, count in runs
-        ]
         with self._commits_lock:
-            batch_id = self._commits.add(run_bounds(runs), markers=len(starts))
+            batch_id = self._commits.add(run_bounds(runs), markers=len(runs))
 
         def on_delivery(error: KafkaError | None, _record: Message) -> None:
             if error is not None:
@@ -298,20 +295,13 @@ class KmqConsumer:
             with self._commits_lock:
                 self._commits.marker_delivered(batch_id, ok=error is None)
 
-        for marker in starts:
-            produce(
-                self._producer,
-                self.markers_topic,
-                value=encode_marker(marker),
-                partition=marker.partition,
-                on_delivery=on_delivery,
-            )
+        starts = self._markers.start(runs, deadline_ms, on_delivery)
         self.stats.fetched += sum(count for _, _, count in runs)
         self.stats.start_markers += len(starts)
 
     def _settle_commits(self, asynchronous: bool = True) -> None:
         """3. Commit batches whose start markers are durable; re-fetch those that failed."""
-        self._producer.poll(0)  # serves marker delivery reports
+        self._markers.serve()  # marker delivery reports: what may be committed
         with self._commits_lock:
             ready = self._commits.take_ready()
         for (topic, partition), offset in ready.rewind.items():
@@ -334,17 +324,14 @@ class KmqConsumer:
             self.stats.commit_failures += 1
             log.warning("offset commit failed, messages may be delivered twice: %s", exc)
 
-    def _produce_marker(self, marker: StartMarker | EndMarker) -> None:
-        produce(
-            self._producer,
-            self.markers_topic,
-            value=encode_marker(marker),
-            partition=marker.partition,
-        )
-        self._producer.poll(0)
+    def _restart(self, message: KmqMessage | Message, deadline_ms: int) -> None:
+        """A new start marker for one message: it is in flight until ``deadline_ms``."""
+        topic, partition, offset = _coordinates(message)
+        self._markers.start([((topic, partition), offset, 1)], deadline_ms)
+        self._markers.serve()
 
     def _flush_acks(self) -> None:
-        """Turn acknowledgements into end markers, one per contiguous run."""
+        """4. Turn acknowledgements into end markers, one per contiguous run."""
         self._last_ack_flush = time.monotonic()
         acks = self._acks
         # poll() and the background thread both flush: one drains at a time. Acks appended
@@ -359,9 +346,9 @@ class KmqConsumer:
         runs = matched.runs
         if matched.leftovers:
             runs = runs + record_runs(self._records_of(matched.leftovers))
-        for (topic, partition), first, count in runs:
-            self._produce_marker(EndMarker(topic, partition, first, count))
-            self.stats.acked += count
+        self._markers.end(runs)
+        self._markers.serve()
+        self.stats.acked += sum(count for _, _, count in runs)
         self.stats.end_markers += len(runs)
 
     def _records_of(self, acked: list[KmqMessage | Message]) -> list[Message]:

@@ -126,16 +126,21 @@ class DeliveryTally:
         #: The first few errors, for the log.
         self.errors: list[KafkaError] = []
 
-    def produce(self, topic: str, **fields: Any) -> None:
-        """Produce one record (fields as ``Producer.produce`` takes them), with back-pressure
-        as :func:`produce` applies it."""
+    def produce(
+        self, topic: str, on_delivery: DeliveryCallback | None = None, **fields: Any
+    ) -> None:
+        """Produce one record through :func:`produce` (fields as it takes them);
+        ``on_delivery``, if given, gets the broker's answer too."""
         self.produced += 1
-        while True:
-            try:
-                self._producer.produce(topic, on_delivery=self._report, **fields)
-                return
-            except BufferError:
-                self._producer.poll(BACKPRESSURE_POLL_S)
+        report = self._report if on_delivery is None else self._reporting_to(on_delivery)
+        produce(self._producer, topic, on_delivery=report, **fields)
+
+    def _reporting_to(self, on_delivery: DeliveryCallback) -> DeliveryCallback:
+        def report(error: KafkaError | None, record: Message) -> None:
+            self._report(error, record)
+            on_delivery(error, record)
+
+        return report
 
     def _report(self, error: KafkaError | None, _record: Message) -> None:
         if error is None:

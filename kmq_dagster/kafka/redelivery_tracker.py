@@ -1,14 +1,16 @@
 """The redelivery tracker: reads a group's markers and redelivers what was not acknowledged.
 
-Protocol, per markers partition it owns:
-  1. on assignment, resume from the committed markers offset (the smallest marker that still
+Steps 5-8 of docs/design.md, "The protocol" (the code repeats the numbers), per markers
+partition it owns:
+  5. on assignment, resume from the committed markers offset (the smallest marker that still
      had an unacknowledged message when it was committed) and rebuild in-flight state;
-  2. redeliver nothing until the partition has been read to its end (a partition-EOF event),
-     so a restarted tracker never redelivers what was acknowledged after its commit;
-  3. for each overdue message: read the original record at its exact offset, produce a copy to
+  6. redeliver nothing until the partition has been read to its end (a partition-EOF event),
+     so a restarted tracker never redelivers what was acknowledged after its commit
+     (invariant 5);
+  7. for each overdue message: read the original record at its exact offset, produce a copy to
      the group's redelivery topic (or, past ``max_redeliveries``, to the group's DLQ with the
      reason), wait for the broker's acknowledgement, then write the old message's end marker;
-  4. commit the smallest open marker offset, so recovery re-reads only what may still be open.
+  8. commit the smallest open marker offset, so recovery re-reads only what may still be open.
 """
 
 from __future__ import annotations
@@ -31,20 +33,19 @@ from kmq_dagster.core.headers import (
     ORIGINAL_TOPIC,
     REDELIVERY_COUNT,
     int_header,
-    replace_headers,
 )
 from kmq_dagster.core.inflight import MessageRef, PartitionInflight
-from kmq_dagster.core.markers import EndMarker, StartMarker, decode_marker, encode_marker
+from kmq_dagster.core.markers import StartMarker, decode_marker
 from kmq_dagster.core.queue import Queue
-from kmq_dagster.core.ranges import offset_runs
+from kmq_dagster.core.ranges import OffsetRun, offset_runs
 from kmq_dagster.errors import MarkerDecodeError
 from kmq_dagster.kafka.clients import ClientErrors, new_consumer, new_producer, wall_clock_ms
 from kmq_dagster.kafka.delivery import (
     COPY_ANSWER_TIMEOUT_S,
     DELIVERY_TIMEOUT_S,
     DeliveryTally,
-    produce,
 )
+from kmq_dagster.kafka.marker_writer import MarkerWriter
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.record_reader import FETCH_MAX_BYTES, RecordReader
 
@@ -137,6 +138,7 @@ class RedeliveryTracker:
             },
         )
         self._producer = new_producer(settings)
+        self._markers = MarkerWriter(settings, queue.markers_topic, producer=self._producer)
         self._reader = RecordReader(settings, f"kmq-tracker-reader.{queue.topic}.{queue.group}")
 
     def run(self, stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
@@ -179,7 +181,7 @@ class RedeliveryTracker:
 
     def caught_up_partitions(self) -> list[int]:
         """Owned markers partitions read to their end since they were assigned: only these
-        are redelivered from (step 2)."""
+        are redelivered from (step 6)."""
         return sorted(p for p, state in list(self._partitions.items()) if state.caught_up)
 
     def describe_stats(self) -> str:
@@ -204,7 +206,7 @@ class RedeliveryTracker:
         """Unacknowledged messages this tracker knows of."""
         return sum(state.inflight.inflight_count() for state in self._partitions.values())
 
-    # -- 1. and 2.: markers in -------------------------------------------------------------
+    # -- 5. and 6.: markers in -------------------------------------------------------------
 
     def _handle(self, message: Message) -> None:
         partition = message.partition() or 0
@@ -244,7 +246,7 @@ class RedeliveryTracker:
     def _owns(self, source_topic: str) -> bool:
         return source_topic == self.topic or source_topic.startswith(f"{self.topic}.{self.group}.")
 
-    # -- 3.: redelivery --------------------------------------------------------------------
+    # -- 7.: redelivery --------------------------------------------------------------------
 
     def redeliver_overdue(self) -> int:
         """Redeliver every overdue message of caught-up partitions; returns how many moved."""
@@ -289,68 +291,43 @@ class RedeliveryTracker:
             log.warning("redelivery not acknowledged by the broker; will retry: %s", failures)
             return 0
         # One end marker per contiguous run: a chunk of a backlog is a few markers, not one
-        # per message for every tracker to read back.
-        for (topic, partition), offsets in done.items():
-            for first, count in offset_runs(offsets):
-                end = EndMarker(topic, partition, first, count)
-                produce(
-                    self._producer,
-                    self.markers_topic,
-                    value=encode_marker(end),
-                    partition=markers_partition,
-                )
-                state.inflight.record_end(end)
-        self._producer.poll(0)
+        # per message for every tracker to read back. Written where the start markers were read.
+        runs: list[OffsetRun] = [
+            (source, first, count)
+            for source, offsets in done.items()
+            for first, count in offset_runs(offsets)
+        ]
+        for end in self._markers.end(runs, markers_partition):
+            state.inflight.record_end(end)
+        self._markers.serve()
         return sum(len(offsets) for offsets in done.values())
 
     def _produce_copy(self, record: Message, copies: DeliveryTally) -> None:
         # On the path of every redelivered message: a backlog of a million moves through here.
         # The client hands headers out as (str, bytes | None) pairs already.
         headers: list[tuple[str, bytes | None]] = record.headers() or []  # type: ignore[assignment]
-        if not headers and self.max_redeliveries >= 1:
-            # A first redelivery of a message without headers: the common case, built directly
-            # (the same headers, in the same order, as below).
-            copies.produce(
-                self.redelivery_topic,
-                key=record.key(),
-                value=record.value(),
-                headers=[
-                    (GROUP, self._group_bytes),
-                    (ORIGINAL_TOPIC, (record.topic() or "").encode()),
-                    (ORIGINAL_PARTITION, str(record.partition()).encode()),
-                    (ORIGINAL_OFFSET, str(record.offset()).encode()),
-                    (ORIGINAL_TIMESTAMP_MS, str(record.timestamp()[1]).encode()),
-                    (REDELIVERY_COUNT, b"1"),
-                ],
-                partition=record.partition() or 0,
-            )
-            self.stats.redelivered += 1
-            return
-        updates = {GROUP: self.group}
-        if not any(key == ORIGINAL_TOPIC for key, _ in headers):
-            updates[ORIGINAL_TOPIC] = record.topic() or ""
-            updates[ORIGINAL_PARTITION] = str(record.partition())
-            updates[ORIGINAL_OFFSET] = str(record.offset())
-            updates[ORIGINAL_TIMESTAMP_MS] = str(record.timestamp()[1])
+        target = self.redelivery_topic
         try:
             count = (int_header(headers, REDELIVERY_COUNT) or 0) + 1 if headers else 1
         except ValueError as exc:
-            target, updates[DLQ_REASON] = self.dlq_topic, f"corrupt redelivery metadata: {exc}"
-            count = 0
+            target = self.dlq_topic
+            tail: list[tuple[str, bytes | None]] = [
+                (DLQ_REASON, f"corrupt redelivery metadata: {exc}".encode())
+            ]
         else:
-            updates[REDELIVERY_COUNT] = str(count)
-            target = self.redelivery_topic
+            tail = [(REDELIVERY_COUNT, b"1" if count == 1 else str(count).encode())]
             if count > self.max_redeliveries:
                 target = self.dlq_topic
-                updates[DLQ_REASON] = (
+                reason = (
                     f"not acknowledged within its visibility timeout after "
                     f"{self.max_redeliveries} redeliveries"
                 )
+                tail.append((DLQ_REASON, reason.encode()))
         copies.produce(
             target,
             key=record.key(),
             value=record.value(),
-            headers=replace_headers(headers, updates),
+            headers=self._copy_headers(record, headers, tail),
             partition=record.partition() or 0,
         )
         if target == self.dlq_topic:
@@ -358,11 +335,34 @@ class RedeliveryTracker:
         else:
             self.stats.redelivered += 1
 
+    def _copy_headers(
+        self,
+        record: Message,
+        headers: list[tuple[str, bytes | None]],
+        tail: list[tuple[str, bytes | None]],
+    ) -> list[tuple[str, bytes | None]]:
+        """The headers of ``record``'s copy: its user headers, in order, then the group, where
+        the message was first produced (kept as they are if ``record`` is a copy already), then
+        ``tail``; a kmq header set here replaces the record's own."""
+        kmq: list[tuple[str, bytes | None]] = [(GROUP, self._group_bytes)]
+        if not any(key == ORIGINAL_TOPIC for key, _ in headers):
+            kmq += [
+                (ORIGINAL_TOPIC, (record.topic() or "").encode()),
+                (ORIGINAL_PARTITION, str(record.partition()).encode()),
+                (ORIGINAL_OFFSET, str(record.offset()).encode()),
+                (ORIGINAL_TIMESTAMP_MS, str(record.timestamp()[1]).encode()),
+            ]
+        kmq += tail
+        if not headers:  # the common case: a first redelivery of a message without headers
+            return kmq
+        replaced = {key for key, _ in kmq}
+        return [(key, value) for key, value in headers if key not in replaced] + kmq
+
     def _record_gone(self, ref: MessageRef) -> None:
         self.stats.records_gone += 1
         log.warning("cannot redeliver %s: the record is not in the log; ending it", ref)
 
-    # -- 4.: commits and rebalances --------------------------------------------------------
+    # -- 8.: commits and rebalances --------------------------------------------------------
 
     def _commit(self, partitions: list[int]) -> None:
         offsets = []

@@ -1,4 +1,5 @@
-"""Contiguous offset runs of fetched records: what one start or end marker covers.
+"""Contiguous offset runs of fetched records: what one start or end marker covers (the pure
+run maths is :mod:`kmq_dagster.core.ranges`; this module reads Kafka records).
 
 A fetched batch holds a few chunks, each a stretch of one partition's records in offset order
 (a Kafka consumer delivers every partition in order). :func:`fetched_runs` finds the chunks
@@ -13,8 +14,7 @@ from itertools import groupby
 
 from confluent_kafka import Message
 
-from kmq_dagster.core.handouts import OffsetRun, Source
-from kmq_dagster.core.ranges import offset_runs
+from kmq_dagster.core.ranges import OffsetRun, append_run, offset_runs
 from kmq_dagster.kafka.due_gate import group_by_source
 from kmq_dagster.kafka.message import record_offset, record_source
 
@@ -45,7 +45,7 @@ def fetched_runs(records: list[Message]) -> list[OffsetRun]:
         else:  # several topics with one partition number
             chunk_runs = record_runs(records[start:end])
         for run in chunk_runs:
-            _append_run(runs, run)
+            append_run(runs, run)
         start = end
     return runs
 
@@ -65,25 +65,3 @@ def record_runs(records: Iterable[Message]) -> list[OffsetRun]:
         for source, batch in group_by_source(records, record_source).items()
         for first, count in offset_runs(list(map(record_offset, batch)))
     ]
-
-
-def run_bounds(runs: Iterable[OffsetRun]) -> dict[Source, tuple[int, int]]:
-    """Per partition: the first offset covered and the offset after the last one."""
-    bounds: dict[Source, tuple[int, int]] = {}
-    for source, first, count in runs:
-        low, high = bounds.get(source, (first, first + count))
-        bounds[source] = (min(low, first), max(high, first + count))
-    return bounds
-
-
-def _append_run(runs: list[OffsetRun], run: OffsetRun) -> None:
-    """Append ``run``, merged into an earlier run of its partition that it continues."""
-    source, first, count = run
-    for index in range(len(runs) - 1, -1, -1):
-        previous_source, previous_first, previous_count = runs[index]
-        if previous_source == source:
-            if previous_first + previous_count == first:
-                runs[index] = (source, previous_first, previous_count + count)
-                return
-            break
-    runs.append(run)

@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.core.breaker import State
@@ -155,13 +156,31 @@ class Worker:
         return loop.stats
 
 
+class LoopConsumer(Protocol):
+    """What :class:`WorkerLoop` uses of a consumer: :class:`KmqConsumer` has it, and so has
+    the unit tests' fake (mypy checks both against it)."""
+
+    @property
+    def visibility_timeout_ms(self) -> int: ...
+
+    def poll(self, timeout_s: float = ...) -> list[KmqMessage]: ...
+
+    def ack(self, message: KmqMessage) -> None: ...
+
+    def nack(self, message: KmqMessage) -> None: ...
+
+    def extend(self, message: KmqMessage, seconds: float) -> None: ...
+
+    def hold_fetching(self, hold: bool) -> None: ...
+
+
 class WorkerLoop:
-    """One worker's steps, on any consumer and router with the :class:`KmqConsumer` and
-    :class:`RetryRouter` interface (the unit tests run it on fakes)."""
+    """One worker's steps, on any :class:`LoopConsumer` and a :class:`RetryRouter` (the unit
+    tests run it on a fake consumer and a router over a fake producer)."""
 
     def __init__(
         self,
-        consumer: KmqConsumer,
+        consumer: LoopConsumer,
         handler: Handler,
         stop: threading.Event,
         *,

@@ -1,14 +1,15 @@
 """The driver side: one batch = one Spark job over the partitions this job owns, a sink commit,
 then acknowledgements, then offset commits.
 
-Order per batch (invariants 2 and 3):
-  1. tasks read their slices, write start markers (durable before they report), process each
-     message, send failures to the retry topic or the DLQ and acknowledge those, and stage
-     the successes' rows as Parquet files (see tasks.py);
-  2. the driver commits the staged files to the sink (for a DataFrame transform: runs the
-     transform over the staged messages and writes its output with Spark's writer);
-  3. only then the driver acknowledges the successes (end markers: offset runs, no payloads);
-  4. the driver commits the group's offsets past the slices, through its group lease.
+The driver's part of docs/design.md, "The protocol" (Spark variant), per batch:
+  * the tasks do steps 1 and 2, process each message, do step 4 for failures and stage the
+    successes' rows as Parquet files, and report once their start markers are durable (see
+    tasks.py);
+  * the driver commits the staged files to the sink (for a DataFrame transform: runs the
+    transform over the staged messages and writes its output with Spark's writer);
+  * only then step 4 for the successes: end markers, offset runs, no payloads (invariant 3);
+  * then step 3: the group's offsets past the slices, through its group lease (invariant 2:
+    every start marker is durable since the tasks reported).
 A driver killed anywhere in between loses nothing: messages with start markers and no end
 markers are redelivered by the tracker, uncommitted offsets are read again; the output may hold
 duplicates, which its (topic, partition, offset) columns identify.
@@ -39,12 +40,13 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from kmq_dagster.core.ranges import source_runs
 from kmq_dagster.errors import ConfigError, KmqTimeoutError
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.group_lease import GroupLease
+from kmq_dagster.kafka.marker_writer import MarkerWriter
 from kmq_dagster.kafka.opened_queue import OpenedQueue
-from kmq_dagster.spark.markers import MarkerWriter, end_markers
-from kmq_dagster.spark.reader import Slice
+from kmq_dagster.kafka.slice_reader import Slice
 from kmq_dagster.spark.sink import ParquetSink
 from kmq_dagster.spark.tasks import (
     BatchPlan,
@@ -162,7 +164,7 @@ class SparkQueueJob:
         self.retry_topics = list(queue.retry_topics.values())
         self.config = TaskConfig(opened)
         self.lease = GroupLease(settings, queue.consumed_topics, queue.group)
-        # Made now: its producer gets its id while the lease joins, not in the first batch.
+        # Made now: its producer gets its id before the first batch, not in it.
         self._acks = MarkerWriter(settings, queue.markers_topic)
 
     def run_batch(self, wait_for_partitions_s: float = 60.0) -> BatchReport:
@@ -195,19 +197,19 @@ class SparkQueueJob:
             for phase in ("read", "function", "start_markers", "route", "write"):
                 timings[phase] = 1000 * sum(task.timings_s.get(phase, 0.0) for task in tasks)
             started = time.perf_counter()
-            report.output_files = self._commit_output(tasks, report.batch_id)  # 2.
+            report.output_files = self._commit_output(tasks, report.batch_id)  # the effect
             timings["commit"] = _ms_since(started)
         finally:
             self.sink.discard(report.batch_id)
         outcomes = [outcome for task in tasks for outcome in task.slices]
         started = time.perf_counter()
-        for o in outcomes:  # 3.
-            self._acks.write(end_markers(o.topic, o.partition, o.pending_acks))
+        for o in outcomes:  # 4.
+            self._acks.end(source_runs((o.topic, o.partition), o.pending_acks))
         self._acks.wait()
         timings["ack"] = _ms_since(started)
         started = time.perf_counter()
         next_offsets = {(o.topic, o.partition): o.next_offset for o in outcomes if o.read}
-        report.lost_partitions = len(self.lease.commit(next_offsets))  # 4.
+        report.lost_partitions = len(self.lease.commit(next_offsets))  # 3.
         timings["offsets"] = _ms_since(started)
         report.read = sum(o.read for o in outcomes)
         report.succeeded = sum(o.succeeded for o in outcomes)
@@ -217,7 +219,8 @@ class SparkQueueJob:
         return report
 
     def _run_tasks(self, groups: list[list[Slice]], plan: BatchPlan) -> list[TaskReport]:
-        """1. One Spark task per group of slices; only offsets, counts and names come back."""
+        """Steps 1 and 2 in one Spark task per group of slices; only offsets, counts and names
+        come back."""
         config, function = self.config, self.function
         work = self.spark.sparkContext.parallelize(groups, max(1, len(groups)))
         if function is None:
@@ -225,7 +228,7 @@ class SparkQueueJob:
         return work.map(lambda group: run_task(group, config, plan, function)).collect()
 
     def _commit_output(self, tasks: list[TaskReport], batch_id: str) -> list[str] | None:
-        """2. The sink write; it must commit before anything is acknowledged. Returns the
+        """The sink write (the effect); it must commit before anything is acknowledged. Returns the
         committed files, or ``None`` when Spark's writer wrote them."""
         staged = [path for task in tasks for path in task.staged]
         if self.transform is None:

@@ -17,7 +17,8 @@ from typing import Any
 
 from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.kafka.message import origin_coordinates
-from kmq_dagster.spark.message import RecordColumns, SparkMessage
+from kmq_dagster.kafka.record_columns import RecordColumns
+from kmq_dagster.spark.message import SparkMessage
 
 Function = Callable[[SparkMessage], object]
 #: Checks a retried copy's ``kmq-*`` headers; a reason to dead-letter it, or ``None``.

@@ -1,14 +1,14 @@
-"""What Spark tasks run on the executors: read a few partitions' slices with confluent-kafka,
-process them chunk by chunk, stage the output, report offsets and counts.
+"""What Spark tasks run on the executors: read a few partitions' slices, process them chunk by
+chunk, stage the output, report offsets and counts.
 
-Per chunk (a few hundred records of one partition, in offset order):
-  1. read it (:class:`~kmq_dagster.spark.reader.SliceReader`);
-  2. write its start markers (the task waits for them before it reports, so they are durable
-     before the driver commits the offsets: invariant 2);
-  3. call the function per message (or, for a DataFrame transform, keep the messages as rows);
-  4. copy failures to the retry topic or the DLQ and acknowledge those copied;
-  5. append the successes to the task's staged Parquet file.
-Successes are acknowledged by the driver, after the batch's files are committed (invariant 3).
+The task's part of docs/design.md, "The protocol" (Spark variant), per chunk (a few hundred
+records of one partition, in offset order): step 1, read it
+(:class:`~kmq_dagster.kafka.slice_reader.SliceReader`); step 2, write its start markers; call
+the function per message (or, for a DataFrame transform, keep the messages as rows); step 4 for
+failures, once their retry or dead-letter copy is durable; append the successes to the task's
+staged Parquet file. Before it reports, the task waits until its start markers are durable, so
+that the driver's step 3 keeps invariant 2. Successes are acknowledged by the driver (step 4),
+after the batch's files are committed (invariant 3).
 A task stops taking chunks when the batch's time is up, so a batch fits its visibility timeout.
 Payloads stay on the executors and in the sink; the driver gets offsets, counts and file names.
 """
@@ -21,19 +21,17 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from confluent_kafka import Message
-
-from kmq_dagster.core.markers import StartMarker
 from kmq_dagster.core.queue import Queue
-from kmq_dagster.core.ranges import offset_runs
+from kmq_dagster.core.ranges import extend_runs, offset_runs, source_runs
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.kafka.clients import wall_clock_ms
+from kmq_dagster.kafka.marker_writer import MarkerWriter
 from kmq_dagster.kafka.opened_queue import OpenedQueue
+from kmq_dagster.kafka.record_columns import Record, record_columns
+from kmq_dagster.kafka.slice_reader import Slice, SliceReader
 from kmq_dagster.settings import KmqSettings
-from kmq_dagster.spark.markers import MarkerWriter, end_markers, extend_runs
-from kmq_dagster.spark.message import SparkMessage, record_columns, spark_messages
+from kmq_dagster.spark.message import SparkMessage, spark_messages
 from kmq_dagster.spark.process import Function, call_function, message_rows, output_columns
-from kmq_dagster.spark.reader import Slice, SliceReader
 from kmq_dagster.spark.sink import INPUT_COLUMNS, OUTPUT_COLUMNS, ParquetSink, StagedFile
 
 __all__ = ["Function", "Slice", "SparkMessage", "TaskConfig", "TaskReport", "run_task"]
@@ -169,12 +167,12 @@ class _Task:
     def _chunk(
         self,
         work: Slice,
-        records: list[Message],
+        records: list[Record],
         function: Function | None,
         slice_: SliceOutcome,
         rows: StagedFile,
     ) -> int:
-        """Steps 2-5 for one chunk; returns how many of its records were done."""
+        """Everything after step 1 for one chunk; returns how many of its records were done."""
         clock, timings = time.perf_counter, self.timings
         started = clock()
         columns = record_columns(records)
@@ -218,17 +216,13 @@ class _Task:
         return done
 
     def _write_markers(self, work: Slice, runs: list[tuple[int, int]], *, start: bool) -> None:
-        """3. (start) Start markers, before the chunk is processed; or end markers."""
+        """Step 2 (``start``): start markers, before the chunk is processed; or step 4: end
+        markers."""
         started = time.perf_counter()
         if start:
-            self.markers.write(
-                [
-                    StartMarker(work.topic, work.partition, first, count, self.deadline_ms)
-                    for first, count in runs
-                ]
-            )
+            self.markers.start(source_runs(work.source, runs), self.deadline_ms)
         else:
-            self.markers.write(end_markers(work.topic, work.partition, runs))
+            self.markers.end(source_runs(work.source, runs))
         self.timings["start_markers" if start else "route"] += time.perf_counter() - started
 
     def _timed(self, items: Iterable[T], phase: str) -> Iterator[T]:
@@ -244,7 +238,8 @@ class _Task:
             yield item
 
 
-#: One retry router per executor process and queue: it holds a producer (see markers.py).
+#: One retry router per executor process and queue: it holds a producer (as the markers' one,
+#: :func:`~kmq_dagster.kafka.marker_writer.process_producer`).
 _ROUTERS: dict[str, Any] = {}
 
 

@@ -13,9 +13,9 @@ import pytest
 from kmq_dagster.core.markers import EndMarker, StartMarker, decode_marker
 from kmq_dagster.core.naming import markers_topic, redelivery_topic
 from kmq_dagster.kafka.clients import wall_clock_ms
+from kmq_dagster.kafka.slice_reader import Slice
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.message import SparkMessage
-from kmq_dagster.spark.reader import Slice
 from kmq_dagster.spark.sink import ParquetSink
 from kmq_dagster.spark.tasks import BatchPlan, TaskConfig, run_task
 from tests.kafka_helpers import new_queue, produce, read_topic

@@ -102,8 +102,9 @@ class FakeProducer:
 
 
 class FakeConsumer:
-    """KmqConsumer's interface over a list of messages: hands out batches, records acks,
-    nacks, visibility extensions and whether fetching is held."""
+    """A :class:`~kmq_dagster.kafka.worker.LoopConsumer` over a list of messages: hands out
+    batches, records acks, nacks, visibility extensions and whether fetching is held (mypy
+    checks it against that protocol where the tests pass it to the loop)."""
 
     def __init__(self, batches: list[list[KmqMessage]], visibility_timeout_ms: int = 30_000):
         self.batches = batches

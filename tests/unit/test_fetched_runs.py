@@ -7,9 +7,9 @@ from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kmq_dagster.core.handouts import OffsetRun
+from kmq_dagster.core.ranges import OffsetRun
 from kmq_dagster.kafka.message import KmqMessage, record_of, views_of
-from kmq_dagster.kafka.runs import fetched_runs, record_runs, run_bounds
+from kmq_dagster.kafka.runs import fetched_runs, record_runs
 
 
 def record(topic: str, partition: int, offset: int) -> Message:
@@ -62,12 +62,6 @@ def test_record_runs_take_any_order_and_collapse_duplicates() -> None:
     records = [record("orders", 0, o) for o in (5, 3, 4, 4, 9)]
 
     assert record_runs(records) == [(("orders", 0), 3, 3), (("orders", 0), 9, 1)]
-
-
-def test_run_bounds_span_every_run_of_a_partition() -> None:
-    runs: list[OffsetRun] = [(("orders", 0), 3, 3), (("orders", 1), 0, 1), (("orders", 0), 9, 1)]
-
-    assert run_bounds(runs) == {("orders", 0): (3, 10), ("orders", 1): (0, 1)}
 
 
 @st.composite

@@ -11,7 +11,8 @@ from confluent_kafka import Message
 
 from kmq_dagster.core.headers import ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGINAL_TOPIC
 from kmq_dagster.core.retry_headers import Failure
-from kmq_dagster.spark.message import SparkMessage, record_columns, spark_messages
+from kmq_dagster.kafka.record_columns import record_columns
+from kmq_dagster.spark.message import SparkMessage, spark_messages
 from kmq_dagster.spark.process import FAILED, call_function, output_columns
 
 

@@ -48,7 +48,7 @@ def loop_for(
     )  # fmt: skip
     consumer = FakeConsumer(batches, visibility_timeout_ms=9_000)
     loop = WorkerLoop(
-        consumer,  # type: ignore[arg-type]
+        consumer,  # checked against the LoopConsumer protocol
         handler,
         threading.Event(),
         router=router,

@@ -1,4 +1,5 @@
-"""Reading a Spark task's slices: one consumer for all of them, chunks of one partition each.
+"""Reading a Spark task's slices (step 1 of docs/design.md, "The protocol", Spark variant): one
+consumer for all of them, chunks of one partition each.
 
 A task owns a few slices (a queue partition and the redelivery and retry partitions of the same
 number). One consumer reads them together, so empty ones cost no extra round trip, and hands
