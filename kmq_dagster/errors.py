@@ -77,3 +77,8 @@ class KmqTimeoutError(KmqError):
 
 class PermissionDeniedError(KmqError):
     """The acting user's role does not allow this action (e.g. a viewer replaying)."""
+
+
+class HandlerResultError(KmqError):
+    """A handler returned something that means its work never ran (a generator): never
+    acknowledged, it goes to the DLQ with this reason (retrying cannot fix it)."""

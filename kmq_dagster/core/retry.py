@@ -25,9 +25,10 @@ from kmq_dagster.errors import ConfigError
 
 #: Attempts in all (the first delivery included) of a backoff policy unless told otherwise.
 DEFAULT_BACKOFF_ATTEMPTS = 5
-#: Error types that never go to a retry topic: retrying cannot fix what cannot be decoded.
+#: Error types that never go to a retry topic: retrying cannot fix what cannot be decoded, nor
+#: a handler that returns a generator instead of doing its work (``HandlerResultError``).
 ALWAYS_FATAL: frozenset[str] = frozenset(
-    {"UnicodeDecodeError", "JSONDecodeError", "DeserializationError"}
+    {"UnicodeDecodeError", "JSONDecodeError", "DeserializationError", "HandlerResultError"}
 )
 
 

@@ -22,6 +22,7 @@ from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
+from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.retry_router import RetryRouter, failure_of
 
@@ -114,10 +115,12 @@ class Worker:
         batch_size: int | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
+        #: Refuses a generator function now, before joining the group; runs ``async def``
+        #: handlers to completion.
+        self.handler = HandlerCall(handler)
         self.consumer = KmqConsumer(opened, batch_size=batch_size, clock_ms=clock_ms)
         self.queue = opened.queue
         self.router = RetryRouter(opened, clock_ms=clock_ms)
-        self.handler = handler
         self.breaker = breaker
         self.clock_ms = clock_ms
         #: The counts of the current (or last) :meth:`run`; read from any thread.
@@ -151,6 +154,7 @@ class Worker:
         finally:
             self.consumer.close()
             self.router.close()
+            self.handler.close()
         if loop.exit_code is not None:
             raise HandlerExit(loop.exit_code)
         return loop.stats
@@ -189,7 +193,7 @@ class WorkerLoop:
         clock_ms: Callable[[], int],
     ) -> None:
         self.consumer = consumer
-        self.handler = handler
+        self.handler = handler if isinstance(handler, HandlerCall) else HandlerCall(handler)
         self.stop = stop
         self.router = router
         self.breaker = breaker

@@ -3,18 +3,20 @@ breaker holding messages, exits. Fake clock, no broker."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Iterator
 
 import pytest
 
 from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.core.breaker import BreakerConfig, CircuitBreaker, State
-from kmq_dagster.core.headers import DLQ_REASON, ORIGINAL_TIMESTAMP_MS
+from kmq_dagster.core.headers import DLQ_REASON, ERROR_MESSAGE, ERROR_TYPE, ORIGINAL_TIMESTAMP_MS
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS
+from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.opened_queue import vouch_for
 from kmq_dagster.kafka.retry_router import RetryRouter
@@ -221,3 +223,69 @@ def test_an_interrupted_handler_leaves_the_rest_of_the_batch_unhandled(
     loop.step()
 
     assert calls == [b"a"] and consumer.acked == []
+
+
+def test_an_async_handler_is_acked_only_after_its_coroutine_ran() -> None:
+    # given an `async def` handler that records what it awaited its way through
+    done: list[bytes] = []
+
+    async def handler(msg: KmqMessage) -> None:
+        await asyncio.sleep(0)
+        done.append(msg.value or b"")
+
+    loop, consumer, _ = loop_for([[message("orders", i, v) for i, v in enumerate([b"a", b"b"])]],
+                                 handler)  # fmt: skip
+    # when the worker takes one step
+    loop.step()
+    # then both ran before they were acknowledged
+    assert done == [b"a", b"b"]
+    assert [m.value for m in consumer.acked] == [b"a", b"b"]
+
+
+def test_an_async_handler_that_raises_is_retried_like_a_sync_one() -> None:
+    async def handler(msg: KmqMessage) -> None:
+        await asyncio.sleep(0)
+        raise Outage("downstream is down")
+
+    loop, _, producer = loop_for([[message("orders", 0, b"x")]], handler)
+    loop.step()
+    assert [c.value for c in producer.to(RETRY_TOPIC)] == [b"x"]
+    assert (loop.stats.handled, loop.stats.failed) == (0, 1)
+
+
+def test_an_awaitable_returned_by_a_plain_function_is_awaited_before_the_ack() -> None:
+    done: list[bytes] = []
+
+    async def work(msg: KmqMessage) -> None:
+        done.append(msg.value or b"")
+
+    def handler(msg: KmqMessage) -> Coroutine[object, object, None]:
+        return work(msg)  # a plain function: the worker cannot tell from its signature
+
+    loop, consumer, _ = loop_for([[message("orders", 0, b"x")]], handler)
+    loop.step()
+    assert done == [b"x"] and [m.value for m in consumer.acked] == [b"x"]
+
+
+def test_a_generator_function_is_refused_before_anything_is_consumed() -> None:
+    def handler(msg: KmqMessage) -> Iterator[None]:
+        yield None
+
+    with pytest.raises(ConfigError, match="generator function"):
+        loop_for([[message("orders", 0, b"x")]], handler)
+
+
+def test_a_generator_returned_at_run_time_goes_to_the_dlq_never_acked_as_done() -> None:
+    def steps(msg: KmqMessage) -> Iterator[None]:
+        yield None
+
+    def handler(msg: KmqMessage) -> Iterator[None]:
+        return steps(msg)  # a plain function returning a generator: none of its work ran
+
+    loop, consumer, producer = loop_for([[message("orders", 0, b"x")]], handler)
+    loop.step()
+    (dead,) = producer.to(QUEUE.dlq_topic)
+    assert dead.header(ERROR_TYPE) == b"HandlerResultError"
+    assert b"generator" in (dead.header(ERROR_MESSAGE) or b"")
+    assert [m.value for m in consumer.acked] == [b"x"]  # acknowledged after its DLQ copy
+    assert loop.stats.handled == 0

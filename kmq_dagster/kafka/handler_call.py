@@ -1,0 +1,77 @@
+"""Calling a handler so that its work has run when the call returns: an acknowledgement after
+a call that only built a coroutine or a generator would drop the message unprocessed
+(invariant 1).
+
+* ``async def`` handlers run to completion on the worker's event loop, one at a time (an
+  awaitable that a plain function returns is awaited there too);
+* generator functions are refused when the worker starts (their body runs only when iterated);
+  a generator returned at run time fails the message with :class:`HandlerResultError`, which
+  the retry policy sends to the DLQ with that reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from kmq_dagster.errors import ConfigError, HandlerResultError
+
+Handler = Callable[[Any], object]
+
+
+def _describe(handler: Handler) -> str:
+    return getattr(handler, "__qualname__", None) or type(handler).__name__
+
+
+def _is_generator_function(handler: Handler) -> bool:
+    call = getattr(handler, "__call__", None)  # noqa: B004 (a callable object's method)
+    return any(
+        inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f) for f in (handler, call)
+    )
+
+
+class HandlerCall:
+    """``handler`` wrapped so that calling it runs its work; :meth:`close` frees its loop.
+
+    Raises:
+        ConfigError: ``handler`` is a generator function (sync or async).
+    """
+
+    def __init__(self, handler: Handler) -> None:
+        if _is_generator_function(handler):
+            raise ConfigError(
+                f"handler {_describe(handler)} is a generator function: calling it runs none of "
+                "its body; return (or `async def` and await) instead of yield",
+                setting="handler",
+            )
+        self.handler = handler
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __call__(self, message: Any) -> object:
+        result = self.handler(message)
+        if inspect.isawaitable(result):
+            return self._run(result)
+        if inspect.isgenerator(result) or inspect.isasyncgen(result):
+            if inspect.isgenerator(result):
+                result.close()
+            raise HandlerResultError(
+                f"handler {_describe(self.handler)} returned a generator: none of its work ran"
+            )
+        return result
+
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+    def _run(self, awaitable: Any) -> object:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        coroutine: Coroutine[Any, Any, object] = _await(awaitable)
+        return self._loop.run_until_complete(coroutine)
+
+
+async def _await(awaitable: Any) -> object:
+    return await awaitable
