@@ -183,3 +183,40 @@ def test_log_json_writes_one_json_object_per_log_line(
     entries = [json.loads(line) for line in log_path.read_text().splitlines()]
     assert {"time", "level", "logger", "message"} <= set(entries[0])
     assert any("caught up" in entry["message"] for entry in entries)
+
+
+def test_an_async_handler_runs_for_every_message(
+    settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    # given 20 messages and `kmq worker` with an `async def` handler
+    new_queue(settings, topic_name, "g")
+    produce(settings, topic_name, [str(i).encode() for i in range(20)])
+    env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+           "KMQ_SESSION_TIMEOUT_MS": "6000", "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}  # fmt: skip
+    handled = tmp_path / "handled.txt"
+    worker = subprocess.Popen(
+        kmq_argv("worker", "-t", topic_name, "-g", "g", "--handler",
+                 "tests.support.async_handlers:record"),
+        cwd=REPO_ROOT, env=env, stderr=(tmp_path / "worker.log").open("wb"),
+    )  # fmt: skip
+    try:
+        # then its coroutine ran (past its await) for each of them
+        assert wait_for(
+            lambda: handled.exists() and len(handled.read_text().splitlines()) >= 20,
+            timeout_s=60,
+        ), (tmp_path / "worker.log").read_text()[-3000:]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    assert sorted(map(int, handled.read_text().split())) == list(range(20))
+
+
+def test_a_generator_handler_is_a_one_line_error(settings: KmqSettings, topic_name: str) -> None:
+    new_queue(settings, topic_name, "g")
+    result = run_kmq(
+        "worker", "-t", topic_name, "-g", "g", "--handler", "tests.support.async_handlers:steps",
+        env={"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers},
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "handler steps is a generator function" in result.stderr.splitlines()[-1]
