@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
@@ -53,6 +53,9 @@ __all__ = [
     "now",
     "schema_revision",
 ]
+
+#: A log table read back in the order it was written (by ``id``), per queue or whole.
+_Logged = TypeVar("_Logged", Action, Alert)
 
 
 class AuditStore:
@@ -210,11 +213,7 @@ class AuditStore:
         self._insert(Action, {"at": now(), **fields})
 
     def actions(self, queue_topic: str | None = None) -> list[Action]:
-        query = select(Action).order_by(Action.id)
-        if queue_topic is not None:
-            query = query.where(Action.queue_topic == queue_topic)
-        with self.session() as session:
-            return list(session.scalars(query))
+        return self._in_order(Action, queue_topic)
 
     def record_transition(self, **fields: Any) -> None:
         self._insert(BreakerTransition, fields)
@@ -234,11 +233,7 @@ class AuditStore:
         self._insert(Alert, {"at": now(), **fields})
 
     def alerts(self, queue_topic: str | None = None) -> list[Alert]:
-        query = select(Alert).order_by(Alert.id)
-        if queue_topic is not None:
-            query = query.where(Alert.queue_topic == queue_topic)
-        with self.session() as session:
-            return list(session.scalars(query))
+        return self._in_order(Alert, queue_topic)
 
     def record_snapshot(self, **fields: Any) -> None:
         self._insert(QueueSnapshot, {"at": now(), **fields})
@@ -280,6 +275,14 @@ class AuditStore:
                 .values(version=expected_version + 1, **values)
             )
             return result.rowcount == 1
+
+    def _in_order(self, model: type[_Logged], queue_topic: str | None) -> list[_Logged]:
+        """Every row of ``model`` in the order it was written; only ``queue_topic``'s if given."""
+        query = select(model).order_by(model.id)
+        if queue_topic is not None:
+            query = query.where(model.queue_topic == queue_topic)
+        with self.session() as session:
+            return list(session.scalars(query))
 
     def _insert(self, model: type[Any], fields: dict[str, Any]) -> None:
         with self.engine.begin() as connection:

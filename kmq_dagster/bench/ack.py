@@ -12,7 +12,8 @@ import threading
 import time
 import tracemalloc
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Message, Producer
@@ -82,6 +83,21 @@ def _new_queue(
     return provision_queue(settings, queue, delay_queue=False).opened
 
 
+@contextmanager
+def _tracker_running(queue: OpenedQueue) -> Iterator[None]:
+    """A redelivery tracker of ``queue`` on a thread for the length of the block, as a real
+    deployment runs one beside its consumers; stopped (and joined) however the block ends."""
+    stop = threading.Event()
+    tracker = RedeliveryTracker(queue)
+    tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
+    tracker_thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        tracker_thread.join(30)
+
+
 def plain_throughput(
     settings: KmqSettings, messages: int, partitions: int, commit_async: bool = False
 ) -> float:
@@ -131,17 +147,12 @@ def ack_throughput(
     """
     queue = _new_queue(settings, partitions)
     fill_topic(settings, queue.topic, messages, partitions)
-    stop = threading.Event()
-    tracker = RedeliveryTracker(queue)
-    tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
-    tracker_thread.start()
-    consumer = KmqConsumer(queue)
-    poll: Callable[[float], Sequence[KmqMessage | Message]] = (
-        consumer.poll if views else consumer.poll_records
-    )
-    acked = 0
-    started = 0.0
-    try:
+    with _tracker_running(queue), closing(KmqConsumer(queue)) as consumer:
+        poll: Callable[[float], Sequence[KmqMessage | Message]] = (
+            consumer.poll if views else consumer.poll_records
+        )
+        acked = 0
+        started = 0.0
         while acked < messages:
             batch = poll(1.0)
             if batch and not started:
@@ -152,10 +163,6 @@ def ack_throughput(
             acked += len(batch)
         consumer.flush()
         return messages / (time.perf_counter() - started)
-    finally:
-        consumer.close()
-        stop.set()
-        tracker_thread.join(30)
 
 
 def ack_latency_ms(
@@ -213,14 +220,9 @@ def redelivery_lateness_ms(
         settings, partitions, visibility_timeout_ms=visibility_timeout_ms, max_redeliveries=10
     )
     fill_topic(settings, queue.topic, messages, partitions)
-    stop = threading.Event()
-    tracker = RedeliveryTracker(queue)
-    tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
-    tracker_thread.start()
-    consumer = KmqConsumer(queue)
     deadline_at: dict[tuple[int, int], float] = {}
     lateness: list[float] = []
-    try:
+    with _tracker_running(queue), closing(KmqConsumer(queue)) as consumer:
         while len(lateness) < messages:
             batch = consumer.poll(timeout_s=0.05)
             # The consumer sets deadlines from the time just before poll() returns.
@@ -234,10 +236,6 @@ def redelivery_lateness_ms(
                 origin = origin_of(message.headers, message.topic, message.partition, 0, 0)
                 lateness.append(fetched - deadline_at[(origin.partition, origin.offset)])
                 consumer.ack(message)
-    finally:
-        consumer.close()
-        stop.set()
-        tracker_thread.join(30)
     return lateness
 
 

@@ -29,24 +29,6 @@ def _quiet_logs(ctx: click.Context, command: str) -> None:
         configure_logging(quiet=True, log_file=log_file_for(command))
 
 
-def replay_request(
-    selection: ReplaySelection,
-    target: str,
-    dry_run: bool,
-    rate: float | None,
-    max_replays: int,
-    replay_id: str | None,
-) -> ReplayRequest:
-    return ReplayRequest(
-        selection,
-        target=target,
-        dry_run=dry_run,
-        rate_per_s=rate,
-        max_replays=max_replays,
-        replay_id=replay_id,
-    )
-
-
 @cli.command()
 @queue_options
 @dead_letter_selection_options(offsets=True)
@@ -97,7 +79,14 @@ def replay(
 
     _quiet_logs(ctx, "replay")
     settings = settings_of(ctx)
-    request = replay_request(selection, target, dry_run, rate, max_replays, replay_id)
+    request = ReplayRequest(
+        selection,
+        target=target,
+        dry_run=dry_run,
+        rate_per_s=rate,
+        max_replays=max_replays,
+        replay_id=replay_id,
+    )
     opened = open_queue(settings, topic, group)
     queue = opened.queue
     progress = LiveLine()

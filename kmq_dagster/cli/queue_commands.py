@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -270,14 +272,8 @@ def tracker(ctx: click.Context, topic: str, group: str, metrics_port: int | None
     metrics = serve_metrics_of(
         metrics_port, "tracker", topic, group, lambda: tracker_snapshot(service, wall_clock_ms())
     )
-    stop = stop_on_signals()
     log.info("tracker for %s started", service.queue)
-    log_every(stop, 5, service.describe_stats, "kmq.tracker")
-    try:
-        service.run(stop)
-    finally:
-        if metrics is not None:
-            metrics.close()
+    _run_until_signalled(service.run, service.describe_stats, "kmq.tracker", metrics)
     click.echo(f"kmq tracker: stopped after {service.stats.redelivered} redeliveries")
 
 
@@ -295,12 +291,23 @@ def delayer(ctx: click.Context, topic: str, metrics_port: int | None) -> None:
     metrics = serve_metrics_of(
         metrics_port, "delayer", topic, delayer_group(topic), lambda: delayer_snapshot(forwarder)
     )
-    stop = stop_on_signals()
     log.info("delay forwarder for %s started", topic)
-    log_every(stop, 5, forwarder.describe_stats, "kmq.delayer")
+    _run_until_signalled(forwarder.run, forwarder.describe_stats, "kmq.delayer", metrics)
+    click.echo(f"kmq delayer: stopped after {forwarder.stats.delivered} deliveries")
+
+
+def _run_until_signalled(
+    run: Callable[[threading.Event], None],
+    describe_stats: Callable[[], str],
+    logger: str,
+    metrics: Any,
+) -> None:
+    """Run a long-lived component until SIGTERM or Ctrl-C, logging its counters on ``logger``
+    every 5 s; its metrics server (``None``: none) stops with it, however ``run`` ends."""
+    stop = stop_on_signals()
+    log_every(stop, 5, describe_stats, logger)
     try:
-        forwarder.run(stop)
+        run(stop)
     finally:
         if metrics is not None:
             metrics.close()
-    click.echo(f"kmq delayer: stopped after {forwarder.stats.delivered} deliveries")

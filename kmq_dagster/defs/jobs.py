@@ -9,7 +9,7 @@ from pydantic import Field
 from kmq_dagster.core.durations import parse_duration_ms
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
-from kmq_dagster.defs.queue_spec import QueueSpec
+from kmq_dagster.defs.queue_spec import QueueSpec, queue_job
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.kafka.provision import ProvisionReport, provision_queue, provision_topic
 from kmq_dagster.settings import parse_delay_list
@@ -103,13 +103,10 @@ def provision_declared_job(spec: QueueSpec) -> JobDefinition:
         )
         return report.created
 
-    @job(
-        name=spec.job_name("provision"),
+    return queue_job(
+        spec,
+        "provision",
+        provision_declared,
         description=f"Create the topics of {spec.queue} and store its definition "
         f"({spec.queue.retry_policy.describe()}); idempotent.",
-        tags=spec.tags,
     )
-    def provision_declared_queue() -> None:
-        provision_declared()
-
-    return provision_declared_queue

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckResult,
@@ -92,25 +94,22 @@ def _figures(outcome: CheckOutcome) -> dict[str, MetadataValue]:
     return typed
 
 
+def _check_fields(outcome: CheckOutcome) -> dict[str, Any]:
+    """What both Dagster forms of ``outcome`` carry: everything but the asset it is about."""
+    return {
+        "check_name": outcome.name,
+        "passed": outcome.passed,
+        "severity": _severity(outcome),
+        "description": outcome.description,
+        "metadata": _figures(outcome),
+    }
+
+
 def check_evaluation(outcome: CheckOutcome, asset_key: AssetKey) -> AssetCheckEvaluation:
     """``outcome`` as an event a sensor emits (``SensorResult(asset_events=...)``)."""
-    return AssetCheckEvaluation(
-        asset_key=asset_key,
-        check_name=outcome.name,
-        passed=outcome.passed,
-        severity=_severity(outcome),
-        description=outcome.description,
-        metadata=_figures(outcome),
-    )
+    return AssetCheckEvaluation(asset_key=asset_key, **_check_fields(outcome))
 
 
 def check_result(outcome: CheckOutcome, asset_key: AssetKey | None = None) -> AssetCheckResult:
     """``outcome`` as what an asset check (or an asset with check specs) returns."""
-    return AssetCheckResult(
-        asset_key=asset_key,
-        check_name=outcome.name,
-        passed=outcome.passed,
-        severity=_severity(outcome),
-        description=outcome.description,
-        metadata=_figures(outcome),
-    )
+    return AssetCheckResult(asset_key=asset_key, **_check_fields(outcome))

@@ -14,14 +14,13 @@ from dagster import (
     JobDefinition,
     MetadataValue,
     OpExecutionContext,
-    job,
     op,
 )
 from pydantic import Field
 
 from kmq_dagster.audit.store import DeadLetterFilter
 from kmq_dagster.core.replay import ReplaySelection, parse_offsets, parse_time, resolve_time
-from kmq_dagster.defs.queue_spec import QueueSpec
+from kmq_dagster.defs.queue_spec import QueueSpec, queue_job
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
@@ -86,12 +85,12 @@ def replay_job(spec: QueueSpec) -> JobDefinition:
         context.log.info(str(report))
         context.log_event(_summary(spec, "replay", str(report)))
 
-    @job(name=spec.job_name("replay"), tags=spec.tags, description=f"Replay {spec.queue}'s dead "
-         "letters (default: a dry run of all of them).")  # fmt: skip
-    def replay_dead_letters_job() -> None:
-        replay()
-
-    return replay_dead_letters_job
+    return queue_job(
+        spec,
+        "replay",
+        replay,
+        description=f"Replay {spec.queue}'s dead letters (default: a dry run of all of them).",
+    )
 
 
 def discard_job(spec: QueueSpec) -> JobDefinition:
@@ -116,12 +115,13 @@ def discard_job(spec: QueueSpec) -> JobDefinition:
         context.log.info(f"{verb} {count} dead letters of {spec.queue} ({where.describe()})")
         return count
 
-    @job(name=spec.job_name("discard"), tags=spec.tags, description=f"Discard {spec.queue}'s "
-         "stored dead letters (default: a dry run of all of them).")  # fmt: skip
-    def discard_dead_letters_job() -> None:
-        discard()
-
-    return discard_dead_letters_job
+    return queue_job(
+        spec,
+        "discard",
+        discard,
+        description=f"Discard {spec.queue}'s stored "
+        "dead letters (default: a dry run of all of them).",
+    )
 
 
 class IngestConfig(Config):
@@ -158,12 +158,9 @@ def ingest_job(spec: QueueSpec) -> JobDefinition:
         context.log.info(f"ingested the DLQ of {spec.queue}: {ingester.describe_stats()}")
         return stats.stored
 
-    @job(name=spec.job_name("ingest"), tags=spec.tags,
-         description=f"Copy {spec.queue}'s DLQ into the audit store.")  # fmt: skip
-    def ingest_dead_letters_job() -> None:
-        ingest()
-
-    return ingest_dead_letters_job
+    return queue_job(
+        spec, "ingest", ingest, description=f"Copy {spec.queue}'s DLQ into the audit store."
+    )
 
 
 def _moment(text: str | None, now_ms: int) -> datetime | None:

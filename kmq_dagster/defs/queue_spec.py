@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagster import AssetKey
+from dagster import AssetKey, JobDefinition, OpDefinition, job
 
 from kmq_dagster.core.breaker import BreakerConfig
 from kmq_dagster.core.queue import Queue
@@ -151,3 +151,16 @@ def check_unique_names(specs: Sequence[QueueSpec]) -> None:
                 "give one of them QueueSpec(name=...)"
             )
         seen[spec.name] = spec
+
+
+def queue_job(
+    spec: QueueSpec, what: str, op_def: OpDefinition, *, description: str
+) -> JobDefinition:
+    """The job ``<what>_<name>`` of ``spec``'s queue: the one op ``op_def``, its runs tagged
+    with the queue (:attr:`QueueSpec.tags`) like every run of the queue."""
+
+    @job(name=spec.job_name(what), description=description, tags=spec.tags)
+    def the_job() -> None:
+        op_def()
+
+    return the_job

@@ -33,14 +33,13 @@ from dagster import (
     SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
-    job,
     op,
     sensor,
 )
 from pydantic import Field
 
 from kmq_dagster.defs.processing import ensure_queue
-from kmq_dagster.defs.queue_spec import QueueSpec
+from kmq_dagster.defs.queue_spec import QueueSpec, queue_job
 from kmq_dagster.defs.resources import KmqResource
 from kmq_dagster.defs.sensors import IN_FLIGHT
 from kmq_dagster.kafka.queue_status import measure_queue
@@ -98,16 +97,13 @@ def tracker_job(spec: QueueSpec) -> JobDefinition:
         context.log.info(f"tracking {queue}; terminate the run to stop it")
         tracker.run(threading.Event(), on_tick=on_tick)  # until the run is terminated
 
-    @job(
-        name=spec.job_name("track"),
+    return queue_job(
+        spec,
+        "track",
+        run_tracker,
         description=f"The redelivery tracker of {spec.queue}: runs until terminated; "
         f"{spec.job_name('keep_tracker')} keeps one running.",
-        tags=spec.tags,
     )
-    def track() -> None:
-        run_tracker()
-
-    return track
 
 
 def _observation(spec: QueueSpec, tracker: RedeliveryTracker, kmq: KmqResource) -> AssetObservation:
