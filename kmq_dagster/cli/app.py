@@ -12,7 +12,10 @@ from typing import Any, TypeVar
 
 import click
 
-from kmq_dagster.cli.options import QUEUE_DEFINITION_HINT, QUEUE_DEFINITION_OPTIONS
+from kmq_dagster.cli.queue_definition_options import (
+    QUEUE_DEFINITION_HINT,
+    QUEUE_DEFINITION_OPTIONS,
+)
 from kmq_dagster.errors import ConfigError, KmqError
 from kmq_dagster.secrets import mask_text
 from kmq_dagster.settings import KmqSettings, parse_client_options

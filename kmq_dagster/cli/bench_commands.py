@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import click
 
 from kmq_dagster.cli.app import cli, connection_options, settings_of, verbose
-from kmq_dagster.cli.options import Duration, Number, report
+from kmq_dagster.cli.options import report
+from kmq_dagster.cli.value_types import Duration, Number
 from kmq_dagster.settings import KmqSettings
 
 external_option = click.option(

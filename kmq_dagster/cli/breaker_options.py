@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from kmq_dagster.cli.options import Duration, Number, add_options
+from kmq_dagster.cli.options import add_options
+from kmq_dagster.cli.value_types import Duration, Number
 from kmq_dagster.core.queue import Queue
 
 

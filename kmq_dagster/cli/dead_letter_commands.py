@@ -9,7 +9,6 @@ import click
 
 from kmq_dagster.cli.app import cli, configure_logging, connection_options, settings_of, verbose
 from kmq_dagster.cli.options import (
-    Number,
     actor_option,
     audit_url_option,
     dead_letter_selection_options,
@@ -19,6 +18,7 @@ from kmq_dagster.cli.options import (
     stop_on_signals,
 )
 from kmq_dagster.cli.progress import LiveLine, log_file_for
+from kmq_dagster.cli.value_types import Number
 from kmq_dagster.core.replay import ReplaySelection, TimeBound, resolve_time
 from kmq_dagster.kafka.replay import ReplayReport, ReplayRequest
 

@@ -14,10 +14,7 @@ import click
 from kmq_dagster.cli.app import cli, connection_options, settings_of
 from kmq_dagster.cli.breaker_options import BreakerOptions, breaker_options
 from kmq_dagster.cli.options import (
-    DefinitionOptions,
-    Duration,
     audit_url_option,
-    definition_options,
     log_every,
     metrics_port_option,
     queue_options,
@@ -25,6 +22,8 @@ from kmq_dagster.cli.options import (
     stop_on_signals,
     topic_option,
 )
+from kmq_dagster.cli.queue_definition_options import DefinitionOptions, definition_options
+from kmq_dagster.cli.value_types import Duration
 from kmq_dagster.core.durations import format_duration_ms
 from kmq_dagster.kafka.provision import ProvisionReport
 from kmq_dagster.settings import MAX_BATCH_SIZE

@@ -10,24 +10,26 @@ Steps 1-4 of docs/design.md, "The protocol" (the code repeats the numbers), per 
 A message that is never acknowledged is redelivered by the tracker (steps 5-8) once its
 deadline passes. Steps 2 and 3 overlap with the next fetch, so markers cost no round trip per
 batch.
+
+The parts live beside it: ``kafka.batch_commits`` (steps 2 and 3), ``kafka.ack_flusher``
+(step 4) and ``kafka.consumer_stats`` (``ConsumerStats``, importable from here too).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from kmq_dagster.core.commits import CommitQueue
 from kmq_dagster.core.handouts import HandoutLedger
 from kmq_dagster.core.queue import MAX_VISIBILITY_TIMEOUT_MS
-from kmq_dagster.core.ranges import OffsetRun, run_bounds
+from kmq_dagster.core.ranges import OffsetRun
 from kmq_dagster.errors import ConfigError
-from kmq_dagster.kafka.clients import ClientErrors, new_consumer, new_producer, wall_clock_ms
+from kmq_dagster.kafka.ack_flusher import AckFlusher
+from kmq_dagster.kafka.batch_commits import BatchCommits
+from kmq_dagster.kafka.clients import new_consumer, new_producer, wall_clock_ms
+from kmq_dagster.kafka.consumer_stats import ConsumerStats
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S
 from kmq_dagster.kafka.due_gate import DueGate, group_by_source
 from kmq_dagster.kafka.marker_writer import MarkerWriter
@@ -46,8 +48,6 @@ log = logging.getLogger(__name__)
 
 #: Longest ``extend()``: as long as the longest visibility timeout.
 MAX_EXTEND_S = MAX_VISIBILITY_TIMEOUT_MS / 1000
-#: How often acknowledgements are turned into end markers when nobody polls.
-ACK_FLUSH_INTERVAL_S = 0.02
 #: How long markers wait to share a produce request. Nothing waits on them: a batch is handed
 #: out before its start markers are acknowledged, and only its commit waits.
 MARKER_LINGER_MS = 10
@@ -65,22 +65,6 @@ def _due_ms_of(record: Message) -> int | None:
 def _coordinates(message: KmqMessage | Message) -> tuple[str, int, int]:
     record = record_of(message)
     return (*record_source(record), record_offset(record))
-
-
-@dataclass
-class ConsumerStats:
-    """Counters an operator or a test reads; never reset."""
-
-    fetched: int = 0
-    acked: int = 0
-    nacked: int = 0
-    start_markers: int = 0
-    end_markers: int = 0
-    marker_write_failures: int = 0
-    #: Objects passed to ack() that no consumer handed out (logged, then ignored).
-    invalid_acks: int = 0
-    commit_failures: int = 0
-    client_errors: ClientErrors = field(default_factory=ClientErrors)
 
 
 class KmqConsumer:
@@ -136,20 +120,14 @@ class KmqConsumer:
         self._fetching_held = False
         #: Retry-topic partitions paused until their next message is due.
         self._gate = DueGate(self._consumer)
-        # Acks from any thread need no lock: list.append is atomic, and the drain (one at a
-        # time) copies and deletes a prefix, so acks appended meanwhile stay for the next one.
-        self._acks: list[KmqMessage | Message] = []
         self._handouts: HandoutLedger[KmqMessage | Message] = HandoutLedger()
         self._views = ViewPool()
-        self._commits = CommitQueue()
-        self._commits_lock = threading.Lock()
-        self._last_ack_flush = time.monotonic()
-        self._drain_lock = threading.Lock()
-        self._stop = threading.Event()
-        self._flusher = threading.Thread(
-            target=self._flush_acks_periodically, name=f"kmq-acks-{queue.topic}", daemon=True
+        self._batches = BatchCommits(self._consumer, self._markers, self.stats)
+        self._ack_flusher = AckFlusher(
+            self._markers, self._handouts, self.stats, thread_name=f"kmq-acks-{queue.topic}"
         )
-        self._flusher.start()
+        # ack() appends here, from any thread (see AckFlusher): one lookup less per message.
+        self._acks = self._ack_flusher.acks
 
     # -- the protocol ---------------------------------------------------------------------
 
@@ -224,14 +202,13 @@ class KmqConsumer:
 
     def flush(self, timeout_s: float = DELIVERY_TIMEOUT_S) -> None:
         """Write pending acknowledgements and markers, wait for the broker, commit what may be."""
-        self._flush_acks()
+        self._ack_flusher.flush()
         self._markers.flush(timeout_s)
-        self._settle_commits(asynchronous=False)
+        self._batches.settle(asynchronous=False)
 
     def close(self) -> None:
         """Flush acknowledgements and leave the group."""
-        self._stop.set()
-        self._flusher.join(timeout=5)
+        self._ack_flusher.stop()
         self.flush()
         self._consumer.close()
 
@@ -239,8 +216,8 @@ class KmqConsumer:
 
     def _fetch(self, timeout_s: float) -> tuple[list[Message], list[OffsetRun]]:
         """1. Fetch a batch; 2. send its start markers. Returns the records and their runs."""
-        self._flush_acks()
-        self._settle_commits()
+        self._ack_flusher.flush()
+        self._batches.settle()
         if self._fetching_held:
             self._consumer.pause(self._consumer.assignment())  # new assignments too
         elif self.retry_topics:
@@ -264,7 +241,7 @@ class KmqConsumer:
             records = self._hold_back_not_due(records)
             runs = record_runs(records)
         if records:
-            self._start(runs, deadline_ms)
+            self._batches.start(runs, deadline_ms)
         return records, runs
 
     def _hold_back_not_due(self, records: list[Message]) -> list[Message]:
@@ -283,103 +260,18 @@ class KmqConsumer:
         if error.fatal():
             raise KafkaException(error)
 
-    def _start(self, runs: list[OffsetRun], deadline_ms: int) -> None:
-        """2. Send the start markers of a fetched batch; 3. happens in _settle_commits."""
-        with self._commits_lock:
-            batch_id = self._commits.add(run_bounds(runs), markers=len(runs))
-
-        def on_delivery(error: KafkaError | None, _record: Message) -> None:
-            if error is not None:
-                self.stats.marker_write_failures += 1
-                log.warning("start marker not written (%s); batch will be fetched again", error)
-            with self._commits_lock:
-                self._commits.marker_delivered(batch_id, ok=error is None)
-
-        starts = self._markers.start(runs, deadline_ms, on_delivery)
-        self.stats.fetched += sum(count for _, _, count in runs)
-        self.stats.start_markers += len(starts)
-
-    def _settle_commits(self, asynchronous: bool = True) -> None:
-        """3. Commit batches whose start markers are durable; re-fetch those that failed."""
-        self._markers.serve()  # marker delivery reports: what may be committed
-        with self._commits_lock:
-            ready = self._commits.take_ready()
-        for (topic, partition), offset in ready.rewind.items():
-            try:
-                self._consumer.seek(TopicPartition(topic, partition, offset))
-            except KafkaException as exc:
-                # Not assigned any more: its new owner starts from the committed offset.
-                log.warning("could not rewind %s[%d]: %s", topic, partition, exc)
-        if not ready.commit:
-            return
-        offsets = [TopicPartition(t, p, offset) for (t, p), offset in ready.commit.items()]
-        try:
-            if asynchronous:
-                self._consumer.commit(offsets=offsets, asynchronous=True)
-            else:
-                self._consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            # Start markers are written: if the partition moved, its new owner re-reads these
-            # messages (duplicates, never losses), and the tracker covers them meanwhile.
-            self.stats.commit_failures += 1
-            log.warning("offset commit failed, messages may be delivered twice: %s", exc)
-
     def _restart(self, message: KmqMessage | Message, deadline_ms: int) -> None:
         """A new start marker for one message: it is in flight until ``deadline_ms``."""
         topic, partition, offset = _coordinates(message)
         self._markers.start([((topic, partition), offset, 1)], deadline_ms)
         self._markers.serve()
 
-    def _flush_acks(self) -> None:
-        """4. Turn acknowledgements into end markers, one per contiguous run."""
-        self._last_ack_flush = time.monotonic()
-        acks = self._acks
-        # poll() and the background thread both flush: one drains at a time. Acks appended
-        # meanwhile wait for the next flush.
-        with self._drain_lock:
-            count = len(acks)
-            acked = acks[:count]
-            del acks[:count]
-        if not acked:
-            return
-        matched = self._handouts.match(acked)
-        runs = matched.runs
-        if matched.leftovers:
-            runs = runs + record_runs(self._records_of(matched.leftovers))
-        self._markers.end(runs)
-        self._markers.serve()
-        self.stats.acked += sum(count for _, _, count in runs)
-        self.stats.end_markers += len(runs)
-
-    def _records_of(self, acked: list[KmqMessage | Message]) -> list[Message]:
-        """The records of acknowledged messages; anything else is reported and skipped."""
-        records: list[Message] = []
-        for item in acked:
-            try:
-                records.append(record_of(item))
-            except TypeError:
-                self.stats.invalid_acks += 1
-                log.error("ack() got %r, not a message from this consumer; ignored", item)
-        return records
-
-    def _flush_acks_periodically(self) -> None:
-        # poll() flushes acks itself; this thread covers handlers that run long between polls
-        # (acks from other threads must not wait for the next poll and miss their deadline).
-        while not self._stop.wait(ACK_FLUSH_INTERVAL_S):
-            if time.monotonic() - self._last_ack_flush < ACK_FLUSH_INTERVAL_S:
-                continue
-            try:
-                self._flush_acks()
-            except Exception:  # the flusher must survive: a lost end marker only redelivers
-                log.exception("writing end markers failed; will retry")
-
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Acks of revoked partitions stay valid (end markers name the message, not the owner);
         # write them before the new owner's tracker view moves on.
         log.info("partitions revoked: %s", [(p.topic, p.partition) for p in partitions])
         self.flush()
-        with self._commits_lock:
-            self._commits.forget({(p.topic, p.partition) for p in partitions})
+        self._batches.forget({(p.topic, p.partition) for p in partitions})
         self._gate.forget((p.topic, p.partition) for p in partitions)
 
     def _on_commit(self, error: KafkaError | None, _partitions: list[TopicPartition]) -> None:

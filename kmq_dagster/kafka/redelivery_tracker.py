@@ -11,6 +11,8 @@ partition it owns:
      the group's redelivery topic (or, past ``max_redeliveries``, to the group's DLQ with the
      reason), wait for the broker's acknowledgement, then write the old message's end marker;
   8. commit the smallest open marker offset, so recovery re-reads only what may still be open.
+Step 7 is ``kafka.redelivery`` (``Redeliverer``); the counters and the state per markers
+partition are ``kafka.tracker_state`` (``TrackerStats`` is importable from here too).
 """
 
 from __future__ import annotations
@@ -18,36 +20,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from kmq_dagster.core.headers import (
-    DLQ_REASON,
-    GROUP,
-    ORIGINAL_OFFSET,
-    ORIGINAL_PARTITION,
-    ORIGINAL_TIMESTAMP_MS,
-    ORIGINAL_TOPIC,
-    REDELIVERY_COUNT,
-    int_header,
-)
-from kmq_dagster.core.inflight import MessageRef, PartitionInflight
 from kmq_dagster.core.markers import StartMarker, decode_marker
 from kmq_dagster.core.queue import Queue
-from kmq_dagster.core.ranges import OffsetRun, offset_runs
 from kmq_dagster.errors import MarkerDecodeError
-from kmq_dagster.kafka.clients import ClientErrors, new_consumer, new_producer, wall_clock_ms
-from kmq_dagster.kafka.delivery import (
-    COPY_ANSWER_TIMEOUT_S,
-    DELIVERY_TIMEOUT_S,
-    DeliveryTally,
-)
-from kmq_dagster.kafka.marker_writer import MarkerWriter
+from kmq_dagster.kafka.clients import new_consumer, wall_clock_ms
 from kmq_dagster.kafka.opened_queue import OpenedQueue
-from kmq_dagster.kafka.record_reader import FETCH_MAX_BYTES, RecordReader
+from kmq_dagster.kafka.record_reader import FETCH_MAX_BYTES
+from kmq_dagster.kafka.redelivery import Redeliverer
+from kmq_dagster.kafka.tracker_state import MarkersPartitionState, TrackerStats
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +39,6 @@ log = logging.getLogger(__name__)
 CHECK_INTERVAL_S = 0.1
 #: How often the smallest open marker offset is committed.
 COMMIT_INTERVAL_S = 1.0
-#: Reads of a record that neither find it nor rule it out before it counts as gone.
-MAX_UNDECIDED_READS = 3
 #: Most messages of one markers partition redelivered in one step: a backlog of a million
 #: overdue messages moves in bounded chunks, so the tracker's memory stays bounded too.
 REDELIVERY_CHUNK = 5_000
@@ -64,30 +46,7 @@ REDELIVERY_CHUNK = 5_000
 MARKERS_PREFETCH_MESSAGES = 20_000
 MARKERS_PREFETCH_KBYTES = 8_192
 
-
-@dataclass
-class TrackerStats:
-    """Counters an operator or a test reads; never reset."""
-
-    markers: int = 0
-    bad_markers: int = 0
-    redelivered: int = 0
-    dead_lettered: int = 0
-    records_gone: int = 0
-    produce_failures: int = 0
-    client_errors: ClientErrors = field(default_factory=ClientErrors)
-    #: Unacknowledged messages of the owned partitions, as of the last commit (each second).
-    in_flight: int = 0
-    #: Deadline of the oldest open start marker, as of the last commit; ``None``: none open.
-    oldest_open_deadline_ms: int | None = None
-
-
-@dataclass
-class _PartitionState:
-    inflight: PartitionInflight = field(default_factory=PartitionInflight)
-    caught_up: bool = False
-    next_offset: int | None = None
-    undecided_reads: dict[MessageRef, int] = field(default_factory=lambda: defaultdict(int))
+__all__ = ["RedeliveryTracker", "TrackerStats", "tracker_group"]
 
 
 def tracker_group(queue: Queue) -> str:
@@ -120,10 +79,9 @@ class RedeliveryTracker:
         self.markers_topic = queue.markers_topic
         self.redelivery_topic = queue.redelivery_topic
         self.dlq_topic = queue.dlq_topic
-        self._group_bytes = queue.group.encode()
         self.stats = TrackerStats()
         self._clock_ms = clock_ms
-        self._partitions: dict[int, _PartitionState] = {}
+        self._partitions: dict[int, MarkersPartitionState] = {}
         self._consumer = new_consumer(
             settings,
             tracker_group(queue),
@@ -137,9 +95,7 @@ class RedeliveryTracker:
                 "fetch.max.bytes": FETCH_MAX_BYTES,
             },
         )
-        self._producer = new_producer(settings)
-        self._markers = MarkerWriter(settings, queue.markers_topic, producer=self._producer)
-        self._reader = RecordReader(settings, f"kmq-tracker-reader.{queue.topic}.{queue.group}")
+        self._redeliverer = Redeliverer(settings, queue, self.stats)
 
     def run(self, stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
         """Track until ``stop`` is set (or ``on_tick`` raises); then commit and leave the group.
@@ -172,8 +128,7 @@ class RedeliveryTracker:
         finally:
             self._commit(list(self._partitions))
             self._consumer.close()
-            self._reader.close()
-            self._producer.flush(DELIVERY_TIMEOUT_S)
+            self._redeliverer.close()
 
     def owned_partitions(self) -> list[int]:
         """Markers partitions this tracker is assigned now."""
@@ -257,110 +212,8 @@ class RedeliveryTracker:
                 continue
             overdue = state.inflight.overdue(now_ms, REDELIVERY_CHUNK)
             if overdue:
-                moved += self._redeliver(markers_partition, state, overdue)
+                moved += self._redeliverer.redeliver(markers_partition, state, overdue)
         return moved
-
-    def _redeliver(
-        self, markers_partition: int, state: _PartitionState, refs: list[MessageRef]
-    ) -> int:
-        by_source: dict[tuple[str, int], list[int]] = defaultdict(list)
-        for ref in refs:
-            by_source[(ref.topic, ref.partition)].append(ref.offset)
-        done: dict[tuple[str, int], list[int]] = defaultdict(list)
-        copies = DeliveryTally(self._producer)
-        for (topic, partition), offsets in by_source.items():
-            read = self._reader.read(topic, partition, offsets)
-            ended = done[(topic, partition)]
-            for offset, record in sorted(read.found.items()):
-                self._produce_copy(record, copies)
-                ended.append(offset)
-            for offset in read.gone:
-                self._record_gone(MessageRef(topic, partition, offset))
-                ended.append(offset)
-            for offset in read.undecided:
-                ref = MessageRef(topic, partition, offset)
-                state.undecided_reads[ref] += 1
-                if state.undecided_reads[ref] >= MAX_UNDECIDED_READS:
-                    del state.undecided_reads[ref]
-                    self._record_gone(ref)
-                    ended.append(offset)
-        if not copies.all_delivered(COPY_ANSWER_TIMEOUT_S):
-            # Nothing is ended: every message stays in flight and is tried again next check.
-            self.stats.produce_failures += 1
-            failures = [error.str() for error in copies.errors[:1]] or "no answer in time"
-            log.warning("redelivery not acknowledged by the broker; will retry: %s", failures)
-            return 0
-        # One end marker per contiguous run: a chunk of a backlog is a few markers, not one
-        # per message for every tracker to read back. Written where the start markers were read.
-        runs: list[OffsetRun] = [
-            (source, first, count)
-            for source, offsets in done.items()
-            for first, count in offset_runs(offsets)
-        ]
-        for end in self._markers.end(runs, markers_partition):
-            state.inflight.record_end(end)
-        self._markers.serve()
-        return sum(len(offsets) for offsets in done.values())
-
-    def _produce_copy(self, record: Message, copies: DeliveryTally) -> None:
-        # On the path of every redelivered message: a backlog of a million moves through here.
-        # The client hands headers out as (str, bytes | None) pairs already.
-        headers: list[tuple[str, bytes | None]] = record.headers() or []  # type: ignore[assignment]
-        target = self.redelivery_topic
-        try:
-            count = (int_header(headers, REDELIVERY_COUNT) or 0) + 1 if headers else 1
-        except ValueError as exc:
-            target = self.dlq_topic
-            tail: list[tuple[str, bytes | None]] = [
-                (DLQ_REASON, f"corrupt redelivery metadata: {exc}".encode())
-            ]
-        else:
-            tail = [(REDELIVERY_COUNT, b"1" if count == 1 else str(count).encode())]
-            if count > self.max_redeliveries:
-                target = self.dlq_topic
-                reason = (
-                    f"not acknowledged within its visibility timeout after "
-                    f"{self.max_redeliveries} redeliveries"
-                )
-                tail.append((DLQ_REASON, reason.encode()))
-        copies.produce(
-            target,
-            key=record.key(),
-            value=record.value(),
-            headers=self._copy_headers(record, headers, tail),
-            partition=record.partition() or 0,
-        )
-        if target == self.dlq_topic:
-            self.stats.dead_lettered += 1
-        else:
-            self.stats.redelivered += 1
-
-    def _copy_headers(
-        self,
-        record: Message,
-        headers: list[tuple[str, bytes | None]],
-        tail: list[tuple[str, bytes | None]],
-    ) -> list[tuple[str, bytes | None]]:
-        """The headers of ``record``'s copy: its user headers, in order, then the group, where
-        the message was first produced (kept as they are if ``record`` is a copy already), then
-        ``tail``; a kmq header set here replaces the record's own."""
-        kmq: list[tuple[str, bytes | None]] = [(GROUP, self._group_bytes)]
-        if not any(key == ORIGINAL_TOPIC for key, _ in headers):
-            kmq += [
-                (ORIGINAL_TOPIC, (record.topic() or "").encode()),
-                (ORIGINAL_PARTITION, str(record.partition()).encode()),
-                (ORIGINAL_OFFSET, str(record.offset()).encode()),
-                (ORIGINAL_TIMESTAMP_MS, str(record.timestamp()[1]).encode()),
-            ]
-        kmq += tail
-        if not headers:  # the common case: a first redelivery of a message without headers
-            return kmq
-        replaced = {key for key, _ in kmq}
-        return [(key, value) for key, value in headers if key not in replaced] + kmq
-
-    def _record_gone(self, ref: MessageRef) -> None:
-        self.stats.records_gone += 1
-        log.warning("cannot redeliver %s: the record is not in the log; ending it", ref)
 
     # -- 8.: commits and rebalances --------------------------------------------------------
 
@@ -382,7 +235,7 @@ class RedeliveryTracker:
 
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
-            self._partitions[tp.partition] = _PartitionState()
+            self._partitions[tp.partition] = MarkersPartitionState()
         log.info("tracking markers partitions %s", sorted(tp.partition for tp in partitions))
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -7,43 +7,30 @@ A replay that is killed and run again starts at the done position; dead letters 
 and intent may have been replayed already, so they are replayed again and reported as possible
 duplicates (at most one chunk per partition). Running the same replay after it finished moves
 only dead letters that arrived since.
+
+This module selects the dead letters and keeps that progress; ``kmq_dagster.kafka.replay_copies``
+writes the copies. ``ReplayRequest``, ``ReplayReport`` and ``target_topic`` are defined in
+``kmq_dagster.core.replay_request`` and importable from here too.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from kmq_dagster.audit.history import ReplayedCopy, record_replay_events
 from kmq_dagster.audit.store import AuditStore
-from kmq_dagster.core.headers import (
-    ERROR_TYPE,
-    ORIGINAL_PARTITION,
-    ORIGINAL_TOPIC,
-    header_value,
-    normalize_headers,
-    replace_headers,
-)
+from kmq_dagster.core.headers import ERROR_TYPE, header_value, normalize_headers
 from kmq_dagster.core.queue import Queue
-from kmq_dagster.core.replay import (
-    DEFAULT_MAX_REPLAYS,
-    TARGETS,
-    TO_RETRY,
-    ReplaySelection,
-    default_replay_id,
-    read_replay_count,
-    replay_headers,
-)
-from kmq_dagster.errors import ConfigError, DeliveryError
-from kmq_dagster.kafka.clients import new_consumer, new_producer, positions_after, wall_clock_ms
-from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, Deliveries
+from kmq_dagster.core.replay import read_replay_count
+from kmq_dagster.core.replay_request import ReplayReport, ReplayRequest, target_topic
+from kmq_dagster.errors import ConfigError
+from kmq_dagster.kafka.clients import new_consumer, positions_after, wall_clock_ms
 from kmq_dagster.kafka.opened_queue import OpenedQueue
+from kmq_dagster.kafka.replay_copies import ReplayCopier
 from kmq_dagster.kafka.topic_reader import read_to_end
 from kmq_dagster.settings import KmqSettings
 
@@ -54,77 +41,13 @@ CHUNK = 100
 #: How many selected dead letters a dry run lists one by one.
 DRY_RUN_LISTED = 20
 
-
-@dataclass(frozen=True)
-class ReplayRequest:
-    """One replay of a queue's dead letters: what to move, where, how fast."""
-
-    selection: ReplaySelection = field(default_factory=ReplaySelection)
-    target: str = TO_RETRY
-    dry_run: bool = False
-    #: Copies per second at most; ``None``: as fast as the broker takes them.
-    rate_per_s: float | None = None
-    max_replays: int = DEFAULT_MAX_REPLAYS
-    replay_id: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.target not in TARGETS:
-            raise ConfigError(
-                f"the replay target must be one of {', '.join(TARGETS)}", setting="target"
-            )
-        if self.rate_per_s is not None and not 0 < self.rate_per_s < float("inf"):
-            raise ConfigError("the replay rate must be a positive number", setting="rate_per_s")
-        if self.max_replays < 1:
-            raise ConfigError("max replays must be at least 1", setting="max_replays")
-        if self.replay_id is not None and not self.replay_id.strip():
-            raise ConfigError("a replay id must not be blank", setting="replay_id")
-
-    def id_for(self, queue: Queue) -> str:
-        """The replay's id: given, or derived from the queue, selection and target."""
-        return self.replay_id or default_replay_id(
-            queue.topic, queue.group, self.selection, self.target
-        )
-
-
-@dataclass
-class ReplayReport:
-    """What a replay found and did."""
-
-    replay_id: str
-    target: str
-    dry_run: bool
-    scanned: int = 0
-    selected: int = 0
-    replayed: int = 0
-    #: Selected but already replayed ``max_replays`` times.
-    over_limit: int = 0
-    #: Selected but discarded by an operator in the audit store.
-    discarded: int = 0
-    #: Dead letters a killed earlier run may have replayed already, replayed again now.
-    possible_duplicates: int = 0
-    by_error_type: Counter[str] = field(default_factory=Counter)
-    #: In a dry run: the first selected dead letters, one line each.
-    listed: list[str] = field(default_factory=list)
-    #: Stopped by its ``cancel`` event before reaching the end of the DLQ.
-    cancelled: bool = False
-
-    @property
-    def movable(self) -> int:
-        """Selected dead letters that are neither at the replay limit nor discarded."""
-        return self.selected - self.over_limit - self.discarded
-
-    def summary(self) -> str:
-        verb = "would replay" if self.dry_run else "replayed"
-        count = self.movable if self.dry_run else self.replayed
-        types = ", ".join(f"{name} {n}" for name, n in self.by_error_type.most_common())
-        return (
-            ("cancelled: " if self.cancelled else "")
-            + f"{verb} {count} of {self.scanned} dead letters to the {self.target} topic "
-            f"(replay id {self.replay_id}); selected {self.selected}, skipped at the replay "
-            f"limit {self.over_limit}, discarded {self.discarded}, "
-            f"possible duplicates {self.possible_duplicates}"
-            + (f"; by error type: {types}" if types else "")
-        )
+__all__ = [
+    "CHUNK",
+    "ReplayReport",
+    "ReplayRequest",
+    "replay_dead_letters",
+    "target_topic",
+]
 
 
 Progress = Callable[[ReplayReport], None]
@@ -190,11 +113,6 @@ def replay_dead_letters(
     return report
 
 
-def target_topic(queue: Queue, request: ReplayRequest) -> str:
-    """The topic a replay writes to: the group's first retry topic, or the queue topic."""
-    return queue.first_retry_topic if request.target == TO_RETRY else queue.topic
-
-
 def _progress_groups(replay_id: str) -> tuple[str, str]:
     done = f"kmq-replay.{replay_id}"
     return done, f"{done}.intent"
@@ -213,22 +131,20 @@ class _ReplayRun:
         self.request = request
         self.selection = request.selection.resolved(clock_ms())
         self.source = queue.dlq_topic
-        self.target = target_topic(queue, request)
         self.report = report
-        self.clock_ms = clock_ms
         done_group, intent_group = _progress_groups(report.replay_id)
         self.done = new_consumer(settings, done_group, **{"enable.partition.eof": True})
         self.intent = new_consumer(settings, intent_group, **{"enable.partition.eof": True})
-        self.producer = new_producer(settings)
         self.partitions = list(range(queue.partitions or 1))
+        self.copier = ReplayCopier(
+            settings, request, target_topic(queue, request), len(self.partitions), clock_ms=clock_ms
+        )
         self.audit: AuditStore | None = None
         self.actor = "unknown"
         self.cancel: threading.Event | None = None
         # Under a rate limit, about a second of copies per chunk, so a cancel acts quickly.
         rate = request.rate_per_s
         self.chunk_size = CHUNK if rate is None else max(1, min(CHUNK, int(rate)))
-        self._sent = 0
-        self._started = time.monotonic()
         timeout_s = settings.request_timeout_ms / 1000
         done_at = self._committed(self.done, timeout_s)
         intent_at = self._committed(self.intent, timeout_s)
@@ -292,7 +208,8 @@ class _ReplayRun:
         copies: list[ReplayedCopy] = []
         if moving:
             self.intent.commit(offsets=positions, asynchronous=False)
-            copies = self._produce(moving)
+            copies = self.copier.write(moving)
+            report.replayed += len(moving)
         self.done.commit(offsets=positions, asynchronous=False)
         if moving and self.audit is not None:
             coordinates = [(r.partition() or 0, r.offset() or 0) for r in moving]
@@ -314,57 +231,6 @@ class _ReplayRun:
             found |= {(position.partition, o) for o, s in statuses.items() if s == "discarded"}
         return found
 
-    def _produce(self, records: list[Message]) -> list[ReplayedCopy]:
-        """Write copies of ``records`` and wait for the broker; returns where each went."""
-        copies = Deliveries(self.producer)
-        for record in records:
-            self._wait_for_rate()
-            headers = normalize_headers(record.headers())
-            plan = replay_headers(self.request.target, read_replay_count(headers), self.clock_ms())
-            kept = [(k, v) for k, v in headers if k not in plan.drop]
-            copies.produce(
-                self.target,
-                key=record.key(),
-                value=record.value(),
-                headers=[*replace_headers(kept, plan.updates)],
-                partition=self._target_partition(record, headers),
-            )
-            self.producer.poll(0)
-            self._sent += 1
-        try:
-            copies.wait_all("replayed copies")
-        except DeliveryError as exc:
-            raise DeliveryError(
-                f"{exc}; nothing after them was marked done: run the same replay again to resume"
-            ) from None
-        self.report.replayed += len(records)
-        return [
-            ReplayedCopy(record.partition() or 0, record.offset() or 0, *copies.written[index])
-            for index, record in enumerate(records)
-        ]
-
-    def _target_partition(self, record: Message, headers: list[tuple[str, bytes | None]]) -> int:
-        """The DLQ partition for a retry topic (same partition count); the original partition
-        when going back to the queue topic, so a key keeps its partition."""
-        if self.request.target == TO_RETRY:
-            return record.partition() or 0
-        original_topic = header_value(headers, ORIGINAL_TOPIC)
-        original = header_value(headers, ORIGINAL_PARTITION)
-        if original_topic == self.target.encode() and original and original.isdigit():
-            partition = int(original)
-            if partition < len(self.partitions):
-                return partition
-        return record.partition() or 0
-
-    def _wait_for_rate(self) -> None:
-        rate = self.request.rate_per_s
-        if rate is None:
-            return
-        ahead_s = self._sent / rate - (time.monotonic() - self._started)
-        if ahead_s > 0:
-            self.producer.poll(0)
-            time.sleep(ahead_s)
-
     def _committed(self, consumer: Consumer, timeout_s: float) -> dict[int, int]:
         """Committed offset per DLQ partition (0 where nothing is committed)."""
         found = consumer.committed(
@@ -373,6 +239,6 @@ class _ReplayRun:
         return {tp.partition: max(tp.offset, 0) for tp in found}
 
     def close(self) -> None:
-        self.producer.flush(DELIVERY_TIMEOUT_S)
+        self.copier.close()
         self.done.close()
         self.intent.close()

@@ -10,7 +10,7 @@ import click
 import pytest
 
 from kmq_dagster.cli import cli, main
-from kmq_dagster.cli.options import QUEUE_DEFINITION_OPTIONS
+from kmq_dagster.cli.queue_definition_options import QUEUE_DEFINITION_OPTIONS
 
 #: Each command that works a provisioned queue, with the arguments it needs besides the option.
 QUEUE_COMMANDS = {

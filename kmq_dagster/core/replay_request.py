@@ -1,0 +1,98 @@
+"""A DLQ replay's request and its report (pure): what to move, where and how fast; what was
+found and done.
+
+The replay itself, which reads the DLQ and writes the copies, is ``kmq_dagster.kafka.replay``;
+these types are what a caller (Python, CLI, Dagster job, console) builds and reads.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.replay import (
+    DEFAULT_MAX_REPLAYS,
+    TARGETS,
+    TO_RETRY,
+    ReplaySelection,
+    default_replay_id,
+)
+from kmq_dagster.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    """One replay of a queue's dead letters: what to move, where, how fast."""
+
+    selection: ReplaySelection = field(default_factory=ReplaySelection)
+    target: str = TO_RETRY
+    dry_run: bool = False
+    #: Copies per second at most; ``None``: as fast as the broker takes them.
+    rate_per_s: float | None = None
+    max_replays: int = DEFAULT_MAX_REPLAYS
+    replay_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise ConfigError(
+                f"the replay target must be one of {', '.join(TARGETS)}", setting="target"
+            )
+        if self.rate_per_s is not None and not 0 < self.rate_per_s < float("inf"):
+            raise ConfigError("the replay rate must be a positive number", setting="rate_per_s")
+        if self.max_replays < 1:
+            raise ConfigError("max replays must be at least 1", setting="max_replays")
+        if self.replay_id is not None and not self.replay_id.strip():
+            raise ConfigError("a replay id must not be blank", setting="replay_id")
+
+    def id_for(self, queue: Queue) -> str:
+        """The replay's id: given, or derived from the queue, selection and target."""
+        return self.replay_id or default_replay_id(
+            queue.topic, queue.group, self.selection, self.target
+        )
+
+
+@dataclass
+class ReplayReport:
+    """What a replay found and did."""
+
+    replay_id: str
+    target: str
+    dry_run: bool
+    scanned: int = 0
+    selected: int = 0
+    replayed: int = 0
+    #: Selected but already replayed ``max_replays`` times.
+    over_limit: int = 0
+    #: Selected but discarded by an operator in the audit store.
+    discarded: int = 0
+    #: Dead letters a killed earlier run may have replayed already, replayed again now.
+    possible_duplicates: int = 0
+    by_error_type: Counter[str] = field(default_factory=Counter)
+    #: In a dry run: the first selected dead letters, one line each.
+    listed: list[str] = field(default_factory=list)
+    #: Stopped by its ``cancel`` event before reaching the end of the DLQ.
+    cancelled: bool = False
+
+    @property
+    def movable(self) -> int:
+        """Selected dead letters that are neither at the replay limit nor discarded."""
+        return self.selected - self.over_limit - self.discarded
+
+    def summary(self) -> str:
+        verb = "would replay" if self.dry_run else "replayed"
+        count = self.movable if self.dry_run else self.replayed
+        types = ", ".join(f"{name} {n}" for name, n in self.by_error_type.most_common())
+        return (
+            ("cancelled: " if self.cancelled else "")
+            + f"{verb} {count} of {self.scanned} dead letters to the {self.target} topic "
+            f"(replay id {self.replay_id}); selected {self.selected}, skipped at the replay "
+            f"limit {self.over_limit}, discarded {self.discarded}, "
+            f"possible duplicates {self.possible_duplicates}"
+            + (f"; by error type: {types}" if types else "")
+        )
+
+
+def target_topic(queue: Queue, request: ReplayRequest) -> str:
+    """The topic a replay writes to: the group's first retry topic, or the queue topic."""
+    return queue.first_retry_topic if request.target == TO_RETRY else queue.topic

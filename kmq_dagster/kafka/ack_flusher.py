@@ -1,0 +1,109 @@
+"""Step 4 of the protocol (docs/design.md): acknowledgements become end markers, one per
+contiguous run of offsets.
+
+``KmqConsumer.ack`` only appends to :attr:`AckFlusher.acks`, from any thread and in any order;
+a flush turns what was appended into end markers. The consumer's poll flushes, and a
+background thread flushes when nobody polls, so the acks of a long-running handler do not
+wait for the next poll and miss their deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from confluent_kafka import Message
+
+from kmq_dagster.core.handouts import HandoutLedger
+from kmq_dagster.kafka.consumer_stats import ConsumerStats
+from kmq_dagster.kafka.marker_writer import MarkerWriter
+from kmq_dagster.kafka.message import KmqMessage, record_of
+from kmq_dagster.kafka.runs import record_runs
+
+# The consumer's log: an operator reads the consumer's lines under one logger name.
+log = logging.getLogger("kmq_dagster.kafka.consumer")
+
+#: How often acknowledgements are turned into end markers when nobody polls.
+ACK_FLUSH_INTERVAL_S = 0.02
+
+
+class AckFlusher:
+    """Writes the end markers of the acknowledgements appended to :attr:`acks`.
+
+    Starts its background thread at once; :meth:`stop` ends it.
+
+    Args:
+        handouts: what the consumer handed out, to find each acknowledged message's run.
+        thread_name: the name of the background thread.
+    """
+
+    def __init__(
+        self,
+        markers: MarkerWriter,
+        handouts: HandoutLedger[KmqMessage | Message],
+        stats: ConsumerStats,
+        *,
+        thread_name: str,
+    ) -> None:
+        # Acks from any thread need no lock: list.append is atomic, and the drain (one at a
+        # time) copies and deletes a prefix, so acks appended meanwhile stay for the next one.
+        self.acks: list[KmqMessage | Message] = []
+        self._markers = markers
+        self._handouts = handouts
+        self._stats = stats
+        self._last_flush = time.monotonic()
+        self._drain_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._flush_periodically, name=thread_name, daemon=True
+        )
+        self._thread.start()
+
+    def flush(self) -> None:
+        """4. Turn acknowledgements into end markers, one per contiguous run."""
+        self._last_flush = time.monotonic()
+        acks = self.acks
+        # poll() and the background thread both flush: one drains at a time. Acks appended
+        # meanwhile wait for the next flush.
+        with self._drain_lock:
+            count = len(acks)
+            acked = acks[:count]
+            del acks[:count]
+        if not acked:
+            return
+        matched = self._handouts.match(acked)
+        runs = matched.runs
+        if matched.leftovers:
+            runs = runs + record_runs(self._records_of(matched.leftovers))
+        self._markers.end(runs)
+        self._markers.serve()
+        self._stats.acked += sum(count for _, _, count in runs)
+        self._stats.end_markers += len(runs)
+
+    def stop(self) -> None:
+        """End the background thread (waits up to 5 s); acks left are for :meth:`flush`."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _records_of(self, acked: list[KmqMessage | Message]) -> list[Message]:
+        """The records of acknowledged messages; anything else is reported and skipped."""
+        records: list[Message] = []
+        for item in acked:
+            try:
+                records.append(record_of(item))
+            except TypeError:
+                self._stats.invalid_acks += 1
+                log.error("ack() got %r, not a message from this consumer; ignored", item)
+        return records
+
+    def _flush_periodically(self) -> None:
+        # poll() flushes acks itself; this thread covers handlers that run long between polls
+        # (acks from other threads must not wait for the next poll and miss their deadline).
+        while not self._stop.wait(ACK_FLUSH_INTERVAL_S):
+            if time.monotonic() - self._last_flush < ACK_FLUSH_INTERVAL_S:
+                continue
+            try:
+                self.flush()
+            except Exception:  # the flusher must survive: a lost end marker only redelivers
+                log.exception("writing end markers failed; will retry")

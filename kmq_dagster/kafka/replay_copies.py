@@ -1,0 +1,113 @@
+"""The copies a DLQ replay writes: to its target topic, at its rate, waited for as one chunk.
+
+The write half of a replay; ``kmq_dagster.kafka.replay`` selects the dead letters and keeps the
+replay's progress. A copy carries the replay's headers (its replay count raised, the attempt
+and error headers of its last failure dropped) and goes to the partition that keeps its key's
+order. No copy of a chunk counts as replayed until the broker has acknowledged them all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Message
+
+from kmq_dagster.audit.history import ReplayedCopy
+from kmq_dagster.core.headers import (
+    ORIGINAL_PARTITION,
+    ORIGINAL_TOPIC,
+    header_value,
+    normalize_headers,
+    replace_headers,
+)
+from kmq_dagster.core.replay import TO_RETRY, read_replay_count, replay_headers
+from kmq_dagster.core.replay_request import ReplayRequest
+from kmq_dagster.errors import DeliveryError
+from kmq_dagster.kafka.clients import new_producer
+from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, Deliveries
+from kmq_dagster.settings import KmqSettings
+
+
+class ReplayCopier:
+    """Writes the copies of one replay's dead letters to ``target`` (see the module docstring).
+
+    Args:
+        partitions: how many partitions the DLQ (and so each retry topic) has.
+        clock_ms: the clock a copy's replay time is read from (ms since the epoch).
+    """
+
+    def __init__(
+        self,
+        settings: KmqSettings,
+        request: ReplayRequest,
+        target: str,
+        partitions: int,
+        *,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.request = request
+        self.target = target
+        self.partitions = partitions
+        self.clock_ms = clock_ms
+        self.producer = new_producer(settings)
+        self._sent = 0
+        self._started = time.monotonic()
+
+    def write(self, records: list[Message]) -> list[ReplayedCopy]:
+        """Write copies of ``records`` and wait for the broker; returns where each went.
+
+        Raises:
+            DeliveryError: the broker refused a copy or did not answer in time.
+        """
+        copies = Deliveries(self.producer)
+        for record in records:
+            self._wait_for_rate()
+            headers = normalize_headers(record.headers())
+            plan = replay_headers(self.request.target, read_replay_count(headers), self.clock_ms())
+            kept = [(k, v) for k, v in headers if k not in plan.drop]
+            copies.produce(
+                self.target,
+                key=record.key(),
+                value=record.value(),
+                headers=[*replace_headers(kept, plan.updates)],
+                partition=self._target_partition(record, headers),
+            )
+            self.producer.poll(0)
+            self._sent += 1
+        try:
+            copies.wait_all("replayed copies")
+        except DeliveryError as exc:
+            raise DeliveryError(
+                f"{exc}; nothing after them was marked done: run the same replay again to resume"
+            ) from None
+        return [
+            ReplayedCopy(record.partition() or 0, record.offset() or 0, *copies.written[index])
+            for index, record in enumerate(records)
+        ]
+
+    def _target_partition(self, record: Message, headers: list[tuple[str, bytes | None]]) -> int:
+        """The DLQ partition for a retry topic (same partition count); the original partition
+        when going back to the queue topic, so a key keeps its partition."""
+        if self.request.target == TO_RETRY:
+            return record.partition() or 0
+        original_topic = header_value(headers, ORIGINAL_TOPIC)
+        original = header_value(headers, ORIGINAL_PARTITION)
+        if original_topic == self.target.encode() and original and original.isdigit():
+            partition = int(original)
+            if partition < self.partitions:
+                return partition
+        return record.partition() or 0
+
+    def _wait_for_rate(self) -> None:
+        rate = self.request.rate_per_s
+        if rate is None:
+            return
+        ahead_s = self._sent / rate - (time.monotonic() - self._started)
+        if ahead_s > 0:
+            self.producer.poll(0)
+            time.sleep(ahead_s)
+
+    def close(self) -> None:
+        """Flush what the producer still holds (copies of a chunk that failed)."""
+        self.producer.flush(DELIVERY_TIMEOUT_S)
