@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message
 
 from kmq_dagster.core.commits import CommitQueue
 from kmq_dagster.core.ranges import OffsetRun, run_bounds
 from kmq_dagster.kafka.consumer_stats import ConsumerStats
+from kmq_dagster.kafka.group_offsets import apply_ready_offsets
 from kmq_dagster.kafka.marker_writer import MarkerWriter
 
 # The consumer's log: an operator reads the consumer's lines under one logger name.
@@ -56,25 +57,12 @@ class BatchCommits:
         self._markers.serve()  # marker delivery reports: what may be committed
         with self._lock:
             ready = self._commits.take_ready()
-        for (topic, partition), offset in ready.rewind.items():
-            try:
-                self._consumer.seek(TopicPartition(topic, partition, offset))
-            except KafkaException as exc:
-                # Not assigned any more: its new owner starts from the committed offset.
-                log.warning("could not rewind %s[%d]: %s", topic, partition, exc)
-        if not ready.commit:
-            return
-        offsets = [TopicPartition(t, p, offset) for (t, p), offset in ready.commit.items()]
-        try:
-            if asynchronous:
-                self._consumer.commit(offsets=offsets, asynchronous=True)
-            else:
-                self._consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
+        failure = apply_ready_offsets(self._consumer, ready, asynchronous=asynchronous)
+        if failure is not None:
             # Start markers are written: if the partition moved, its new owner re-reads these
             # messages (duplicates, never losses), and the tracker covers them meanwhile.
             self._stats.commit_failures += 1
-            log.warning("offset commit failed, messages may be delivered twice: %s", exc)
+            log.warning("offset commit failed, messages may be delivered twice: %s", failure)
 
     def forget(self, partitions: set[tuple[str, int]]) -> None:
         """Drop the batches of revoked ``(topic, partition)``s: their new owner commits them."""

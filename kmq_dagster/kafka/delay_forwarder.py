@@ -35,6 +35,7 @@ from kmq_dagster.core.naming import delay_dlq_topic, delay_topic, delay_topics
 from kmq_dagster.kafka.clients import ClientErrors, new_consumer, new_producer, wall_clock_ms
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, produce
 from kmq_dagster.kafka.due_gate import DueGate, group_by_source
+from kmq_dagster.kafka.group_offsets import apply_ready_offsets
 from kmq_dagster.kafka.message import record_offset, record_source
 from kmq_dagster.kafka.provision import require_topics
 from kmq_dagster.settings import KmqSettings
@@ -241,21 +242,11 @@ class DelayForwarder:
         """Commit fetched offsets whose messages are durably forwarded; re-read failed ones."""
         self._producer.poll(0)
         ready = self._commits.take_ready()
-        for (topic, partition), offset in ready.rewind.items():
-            self._drop_held({(topic, partition)})
-            try:
-                self._consumer.seek(TopicPartition(topic, partition, offset))
-            except KafkaException as exc:
-                log.warning("could not rewind %s[%d]: %s", topic, partition, exc)
-        if ready.commit:
-            offsets = [TopicPartition(t, p, offset) for (t, p), offset in ready.commit.items()]
-            try:
-                if asynchronous:
-                    self._consumer.commit(offsets=offsets, asynchronous=True)
-                else:
-                    self._consumer.commit(offsets=offsets, asynchronous=False)
-            except KafkaException as exc:
-                log.warning("offset commit failed, messages may be forwarded twice: %s", exc)
+        if ready.rewind:
+            self._drop_held(set(ready.rewind))
+        failure = apply_ready_offsets(self._consumer, ready, asynchronous=asynchronous)
+        if failure is not None:
+            log.warning("offset commit failed, messages may be forwarded twice: %s", failure)
 
     def _poll_wait_s(self, now_ms: int) -> float:
         wakes = [self._held[0].due_ms] if self._held else []
