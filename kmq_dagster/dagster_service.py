@@ -20,11 +20,10 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from kmq_dagster.broker.ports import free_port
-from kmq_dagster.child_processes import spawn_in_group, stop_groups
+from kmq_dagster.child_processes import GroupService, spawn_in_group, stop_groups
 from kmq_dagster.errors import KmqError, KmqTimeoutError
 
 #: The instance configuration: runs are monitored (a run worker that never starts is failed),
@@ -42,7 +41,7 @@ sensors:
 """
 
 
-class DagsterService:
+class DagsterService(GroupService):
     """``dagster-webserver`` and ``dagster-daemon`` on ``workspace``.
 
     Args:
@@ -155,14 +154,3 @@ class DagsterService:
         """SIGTERM each process group, then SIGKILL what is left."""
         stop_groups(self.processes.values(), timeout_s)
         self.processes.clear()
-
-    def __enter__(self) -> DagsterService:
-        return self.start()
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()

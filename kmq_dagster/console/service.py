@@ -15,10 +15,9 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
 from kmq_dagster.broker.ports import free_port
-from kmq_dagster.child_processes import spawn_in_group, stop_groups
+from kmq_dagster.child_processes import GroupService, spawn_in_group, stop_groups
 from kmq_dagster.console.launcher import LaunchOptions, check, environment, streamlit_argv
 from kmq_dagster.errors import KmqError, KmqTimeoutError
 from kmq_dagster.settings import KmqSettings
@@ -26,7 +25,7 @@ from kmq_dagster.settings import KmqSettings
 LOOPBACK = "127.0.0.1"
 
 
-class ConsoleService:
+class ConsoleService(GroupService):
     """The console on ``127.0.0.1`` without login, reading ``audit_url``."""
 
     def __init__(
@@ -72,18 +71,3 @@ class ConsoleService:
         if self.process is not None:
             stop_groups([self.process], timeout_s)
             self.process = None
-
-    def __enter__(self) -> ConsoleService:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
