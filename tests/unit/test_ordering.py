@@ -1,0 +1,297 @@
+"""Ordering under concurrency: which buffered messages may start now (invariant 10).
+
+Items are plain strings or ints; time is a number passed in.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from kmq_dagster.core.ordering import LaneScheduler, Ordering, Source
+
+P0: Source = ("orders", 0)
+P1: Source = ("orders", 1)
+
+
+def test_two_keys_run_in_parallel_and_one_key_waits() -> None:
+    # given key a twice and key b once, on one partition
+    scheduler: LaneScheduler[str] = LaneScheduler(Ordering.KEY, max_in_flight=8)
+    scheduler.add("a1", P0, 0, b"a")
+    scheduler.add("b1", P0, 1, b"b")
+    scheduler.add("a2", P0, 2, b"a")
+    # when taking
+    # then a and b start together, the second a waits for the first
+    assert scheduler.take(0) == ["a1", "b1"]
+    assert (scheduler.in_flight, scheduler.buffered, scheduler.held) == (2, 1, 1)
+    assert scheduler.take(0) == []
+    scheduler.finish("b1")
+    assert scheduler.take(0) == []
+    scheduler.finish("a1")
+    assert scheduler.take(0) == ["a2"]
+
+
+def test_one_key_on_two_partitions_is_two_keys() -> None:
+    scheduler: LaneScheduler[str] = LaneScheduler(Ordering.KEY, max_in_flight=8)
+    scheduler.add("p0", P0, 0, b"a")
+    scheduler.add("p1", P1, 0, b"a")
+    assert scheduler.take(0) == ["p0", "p1"]
+
+
+def test_null_keys_run_in_parallel() -> None:
+    scheduler: LaneScheduler[str] = LaneScheduler(Ordering.KEY, max_in_flight=8)
+    for offset in range(3):
+        scheduler.add(f"n{offset}", P0, offset, None)
+    assert scheduler.take(0) == ["n0", "n1", "n2"]
+
+
+def test_partition_order_runs_one_message_per_partition_at_a_time() -> None:
+    # given two messages with different keys on each of two partitions
+    scheduler: LaneScheduler[str] = LaneScheduler(Ordering.PARTITION, max_in_flight=8)
+    scheduler.add("x0", P0, 0, b"a")
+    scheduler.add("x1", P0, 1, b"b")
+    scheduler.add("y0", P1, 5, None)
+    scheduler.add("y1", P1, 6, None)
+    # then each partition starts its first, and the next only once that one is finished
+    assert scheduler.take(0) == ["x0", "y0"]
+    assert scheduler.take(0) == []
+    scheduler.finish("y0")
+    assert scheduler.take(0) == ["y1"]
+    scheduler.finish("x0")
+    assert scheduler.take(0) == ["x1"]
+
+
+def test_unordered_starts_anything_up_to_the_limit() -> None:
+    scheduler: LaneScheduler[int] = LaneScheduler(Ordering.UNORDERED, max_in_flight=3)
+    for offset in range(5):
+        scheduler.add(offset, P0, offset, b"same")
+    assert scheduler.take(0) == [0, 1, 2]
+    assert (scheduler.in_flight, scheduler.buffered, scheduler.held) == (3, 2, 0)
+
+
+def test_max_in_flight_and_limit_are_respected() -> None:
+    # given 6 messages of 6 keys and room for 4 in flight
+    scheduler: LaneScheduler[int] = LaneScheduler(Ordering.KEY, max_in_flight=4)
+    for offset in range(6):
+        scheduler.add(offset, P0, offset, bytes([offset]))
+    # then a take asked for 1 starts 1, the next fills the room, and a finish frees one slot
+    assert scheduler.take(0, limit=1) == [0]
+    assert scheduler.take(0) == [1, 2, 3]
+    assert scheduler.take(0) == []
+    scheduler.finish(2)
+    assert scheduler.take(0) == [4]
+    assert scheduler.in_flight == 4
+
+
+def test_retry_in_place_blocks_the_lane_until_due_and_then_runs_first() -> None:
+    # given key a's first message failed and is due again at t=100
+    scheduler: LaneScheduler[str] = LaneScheduler(Ordering.KEY, max_in_flight=8)
+    scheduler.add("a1", P0, 0, b"a")
+    scheduler.add("a2", P0, 1, b"a")
+    scheduler.add("b1", P0, 2, b"b")
+    assert scheduler.take(0) == ["a1", "b1"]
+    scheduler.retry_in_place("a1", due_ms=100)
+    # then neither it nor the rest of key a starts before t=100; other keys flow
+    assert scheduler.next_due_ms() == 100
+    assert (scheduler.in_flight, scheduler.buffered, scheduler.held) == (1, 2, 2)
+    assert scheduler.take(99) == []
+    scheduler.finish("b1")
+    # and at t=100 the failed message starts again, ahead of the later one
+    assert scheduler.take(100) == ["a1"]
+    assert scheduler.next_due_ms() is None
+    scheduler.finish("a1")
+    assert scheduler.take(100) == ["a2"]
+
+
+def test_forget_drops_only_waiting_messages_of_the_revoked_partitions() -> None:
+    # given on P0: one in flight, one waiting behind it, one retried in place; one on P1
+    scheduler: LaneScheduler[str] = LaneScheduler(Ordering.KEY, max_in_flight=8)
+    scheduler.add("a1", P0, 0, b"a")
+    scheduler.add("a2", P0, 1, b"a")
+    scheduler.add("b1", P0, 2, b"b")
+    scheduler.add("c1", P1, 0, b"c")
+    assert scheduler.take(0) == ["a1", "b1", "c1"]
+    scheduler.retry_in_place("b1", due_ms=50)
+    scheduler.finish("c1")
+    scheduler.add("c2", P1, 1, b"c")
+    # when P0 is revoked
+    dropped = scheduler.forget([P0])
+    # then its waiting messages are returned, the one in flight stays, P1 is untouched
+    assert sorted(dropped) == ["a2", "b1"]
+    assert scheduler.next_due_ms() is None
+    assert (scheduler.in_flight, scheduler.buffered) == (1, 1)
+    assert scheduler.take(1_000) == ["c2"]
+    scheduler.finish("a1")
+    assert scheduler.take(1_000) == []
+
+
+def test_after_forget_a_source_may_start_over_and_a_duplicate_waits_for_its_original() -> None:
+    # given P0 was revoked while offset 0 was in flight, then assigned back to us
+    scheduler: LaneScheduler[str] = LaneScheduler(Ordering.UNORDERED, max_in_flight=8)
+    scheduler.add("first", P0, 0, None)
+    assert scheduler.take(0) == ["first"]
+    assert scheduler.forget([P0]) == []
+    # when offset 0 is fetched again
+    scheduler.add("again", P0, 0, None)
+    # then it does not run beside its original
+    assert scheduler.take(0) == []
+    scheduler.finish("first")
+    assert scheduler.take(0) == ["again"]
+
+
+def test_misuse_is_refused() -> None:
+    scheduler: LaneScheduler[str] = LaneScheduler(Ordering.PARTITION, max_in_flight=1)
+    scheduler.add("x", P0, 5, None)
+    with pytest.raises(ValueError, match="already added"):
+        scheduler.add("x", P1, 0, None)
+    with pytest.raises(ValueError, match="not above"):
+        scheduler.add("y", P0, 5, None)
+    with pytest.raises(ValueError, match="not in flight"):
+        scheduler.finish("x")
+    with pytest.raises(ValueError, match="not in flight"):
+        scheduler.retry_in_place("x", 0)
+    with pytest.raises(ValueError, match="max_in_flight"):
+        LaneScheduler(Ordering.KEY, max_in_flight=0)
+
+
+SOURCES: list[Source] = [("t", 0), ("t", 1), ("u", 0)]
+
+
+class SchedulerModel(RuleBasedStateMachine):
+    """Random adds, takes, finishes, retries in place, forgets and clock steps against the
+    rules of invariant 10, the in-flight limit, invariant 4 and nothing lost."""
+
+    @initialize(ordering=st.sampled_from(Ordering), max_in_flight=st.integers(1, 4))
+    def start(self, ordering: Ordering, max_in_flight: int) -> None:
+        self.ordering = ordering
+        self.max_in_flight = max_in_flight
+        self.scheduler: LaneScheduler[int] = LaneScheduler(ordering, max_in_flight)
+        self.now_ms = 0
+        self.meta: dict[int, tuple[Source, int, bytes | None]] = {}
+        self.next_offset = dict.fromkeys(SOURCES, 0)
+        self.waiting: set[int] = set()
+        self.in_flight: set[int] = set()
+        self.started: set[int] = set()
+        self.finished: set[int] = set()
+        self.forgotten: set[int] = set()
+        #: Items retried in place and not yet due at a take since: item -> due_ms.
+        self.retry_pending: dict[int, int] = {}
+
+    def lane(self, item: int) -> object:
+        source, _, key = self.meta[item]
+        if self.ordering is Ordering.PARTITION:
+            return source
+        if self.ordering is Ordering.KEY and key is not None:
+            return (source, key)
+        return item
+
+    def ready(self, item: int) -> bool:
+        """May start now if there is room, as of the last take."""
+        if item in self.retry_pending:
+            return False
+        lane, offset = self.lane(item), self.meta[item][1]
+        busy = any(self.lane(other) == lane for other in self.in_flight)
+        earlier = any(
+            self.lane(other) == lane and self.meta[other][1] < offset for other in self.waiting
+        )
+        return not (busy or earlier)
+
+    @rule(
+        source=st.sampled_from(SOURCES),
+        gap=st.integers(1, 3),
+        key=st.sampled_from([None, b"a", b"b"]),
+    )
+    def add(self, source: Source, gap: int, key: bytes | None) -> None:
+        item = len(self.meta)
+        offset = self.next_offset[source] + gap
+        self.next_offset[source] = offset
+        self.meta[item] = (source, offset, key)
+        self.scheduler.add(item, source, offset, key)
+        self.waiting.add(item)
+
+    @rule(limit=st.none() | st.integers(0, 3))
+    def take(self, limit: int | None) -> None:
+        for item, due_ms in list(self.retry_pending.items()):
+            if due_ms <= self.now_ms:
+                del self.retry_pending[item]
+        taken = self.scheduler.take(self.now_ms, limit)
+        assert len(taken) <= (limit if limit is not None else len(taken))
+        for item in taken:
+            assert item in self.waiting
+            assert self.ready(item), f"{item} started out of turn"
+            lane, offset = self.lane(item), self.meta[item][1]
+            assert not any(
+                self.lane(s) == lane and self.meta[s][1] > offset for s in self.started
+            ), f"{item} started after a later message of its lane"
+            self.waiting.remove(item)
+            self.in_flight.add(item)
+            self.started.add(item)
+        assert len(self.in_flight) <= self.max_in_flight
+        if limit is None and len(self.in_flight) < self.max_in_flight:
+            stuck = [item for item in self.waiting if self.ready(item)]
+            assert not stuck, f"{stuck} could start but did not"
+
+    @precondition(lambda self: self.in_flight)
+    @rule(data=st.data())
+    def finish(self, data: st.DataObject) -> None:
+        item = data.draw(st.sampled_from(sorted(self.in_flight)))
+        self.scheduler.finish(item)
+        self.in_flight.remove(item)
+        self.finished.add(item)
+
+    @precondition(lambda self: self.in_flight)
+    @rule(data=st.data(), delay_ms=st.integers(0, 2) | st.integers(0, 50))
+    def retry_in_place(self, data: st.DataObject, delay_ms: int) -> None:
+        item = data.draw(st.sampled_from(sorted(self.in_flight)))
+        self.scheduler.retry_in_place(item, self.now_ms + delay_ms)
+        self.in_flight.remove(item)
+        self.waiting.add(item)
+        self.retry_pending[item] = self.now_ms + delay_ms
+
+    @rule(step_ms=st.integers(0, 2) | st.integers(0, 60))
+    def advance(self, step_ms: int) -> None:
+        self.now_ms += step_ms
+
+    @rule(sources=st.sets(st.sampled_from(SOURCES), min_size=1))
+    def forget(self, sources: set[Source]) -> None:
+        dropped = self.scheduler.forget(sources)
+        expected = {item for item in self.waiting if self.meta[item][0] in sources}
+        assert sorted(dropped) == sorted(expected)
+        self.waiting -= expected
+        self.forgotten |= expected
+        for item in expected:
+            self.retry_pending.pop(item, None)
+
+    @invariant()
+    def counts_match_and_nothing_is_lost(self) -> None:
+        if not hasattr(self, "scheduler"):
+            return
+        assert self.waiting | self.in_flight | self.finished | self.forgotten == set(self.meta)
+        assert self.scheduler.in_flight == len(self.in_flight)
+        assert self.scheduler.buffered == len(self.waiting)
+        assert self.scheduler.held == sum(not self.ready(item) for item in self.waiting)
+        pending = self.retry_pending.values()
+        assert self.scheduler.next_due_ms() == (min(pending) if pending else None)
+
+    def teardown(self) -> None:
+        if not hasattr(self, "scheduler"):
+            return
+        # Everything still here ends: finish whatever starts until nothing is left.
+        for _ in range(len(self.meta) + 1):
+            taken = self.scheduler.take(10**12)
+            for item in list(self.in_flight) + taken:
+                self.scheduler.finish(item)
+            self.in_flight.clear()
+        assert (self.scheduler.buffered, self.scheduler.in_flight) == (0, 0)
+
+
+SchedulerModel.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+test_scheduler_keeps_its_promises = SchedulerModel.TestCase
