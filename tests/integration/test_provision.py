@@ -28,7 +28,7 @@ from kmq_dagster.kafka.queues import open_queue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import poll_until, produce, running_service, wait_for
+from tests.kafka_helpers import LONGEST_WAIT_S, poll_until, produce, running_service, wait_for
 from tests.processes import run_kmq
 
 pytestmark = pytest.mark.kafka
@@ -251,23 +251,26 @@ def test_dead_letters_are_kept_for_ever_and_retries_past_their_delay(
 def test_components_given_an_opened_queue_never_read_the_registry_again(
     settings: KmqSettings, topic_name: str
 ) -> None:
-    # given a queue opened from a registry topic of its own, which is then deleted
+    # given a queue opened from a registry topic of its own, which is then deleted (a group of
+    # its own too: members of a shared group on other tests' topics join and leave, and each
+    # of their rebalances delays this consumer's join)
     private = settings.with_overrides(registry_topic=f"_kmq_queues.{topic_name}")
-    queue = Queue(topic_name, "g", partitions=1)
+    group = f"g-{topic_name[-8:]}"
+    queue = Queue(topic_name, group, partitions=1)
     opened = provision_queue(private, queue, delay_queue=False).opened
-    assert open_queue(private, topic_name, "g") == opened
+    assert open_queue(private, topic_name, group) == opened
     admin = AdminClient(private.admin_config())
     admin.delete_topics([private.registry_topic])[private.registry_topic].result(timeout=30)
     assert wait_for(lambda: private.registry_topic not in _partition_counts(private))
     with pytest.raises(QueueConflictError, match="has no stored definition"):
-        open_queue(private, topic_name, "g")  # opening again would fail now
+        open_queue(private, topic_name, group)  # opening again would fail now
 
     # when a consumer, a tracker and a worker are built from the handle, they work: none of
     # them checks the queue against the registry again
     produce(private, topic_name, [b"m"])
     consumer = KmqConsumer(opened)
     try:
-        (message,) = poll_until(consumer, 1)
+        (message,) = poll_until(consumer, 1, timeout_s=LONGEST_WAIT_S / 2)
         consumer.ack(message)
     finally:
         consumer.close()
