@@ -97,8 +97,7 @@ class ConcurrentLoop:
         idle = self.scheduler.in_flight == 0 and self.scheduler.buffered == 0
         for message in self.consumer.poll(timeout_s=0.5 if idle else 0.0):
             self._add(message)
-        if allowed:
-            self._start(now_ms)
+        self._start(now_ms)
         self._handle_ends(self._wait_for_ends(END_WAIT_S))
         self._keep_visible()
 
@@ -133,7 +132,16 @@ class ConcurrentLoop:
         self._held[message] = None
 
     def _start(self, now_ms: int) -> None:
-        for message in self.scheduler.take(now_ms):
+        # With a breaker, one at a time: a half-open breaker allows a single probe.
+        limit = None if self.breaker is None else 1
+        while self.breaker is None or self.breaker.allows(now_ms):
+            taken = self.scheduler.take(now_ms, limit)
+            if not taken:
+                return
+            self._submit(taken)
+
+    def _submit(self, taken: list[KmqMessage]) -> None:
+        for message in taken:
             problem = self.router.metadata_problem(message)
             if problem is not None:
                 self._route([(message, problem)])
