@@ -44,6 +44,9 @@ from kmq_dagster.kafka.worker import LoopConsumer, WorkerStats
 
 log = logging.getLogger(__name__)
 
+#: A failed message and what its copy says (a DLQ reason for ``str`` and :class:`GiveUp`).
+ToRoute = tuple[KmqMessage, Failure | str | GiveUp]
+
 #: Longest wait for a call's end before the loop polls (and extends) again.
 END_WAIT_S = 0.05
 
@@ -94,8 +97,10 @@ class ConcurrentLoop:
         allowed = self.breaker is None or self.breaker.allows(now_ms)
         full = self.scheduler.buffered >= self.max_buffered
         self.consumer.hold_fetching(full or not allowed)
-        idle = self.scheduler.in_flight == 0 and self.scheduler.buffered == 0
-        for message in self.consumer.poll(timeout_s=0.5 if idle else 0.0):
+        # Nothing running: nothing can start either (it would have at the last step) until
+        # a message comes or a retry in place is due, so the poll may wait.
+        idle = self.scheduler.in_flight == 0
+        for message in self.consumer.poll(timeout_s=self._until_due_s(0.5) if idle else 0.0):
             self._add(message)
         self._start(now_ms)
         self._handle_ends(self._wait_for_ends(END_WAIT_S))
@@ -112,11 +117,7 @@ class ConcurrentLoop:
                 self._add(message)  # fetched before the hold: held, never started
             self._keep_visible()
         if self.scheduler.in_flight:
-            log.warning(
-                "%d calls still running after %.1f s; left for redelivery",
-                self.scheduler.in_flight,
-                timeout_s,
-            )
+            log.warning("%d calls still running; left for redelivery", self.scheduler.in_flight)
         self.runner.close()
 
     def _add(self, message: KmqMessage) -> None:
@@ -153,11 +154,8 @@ class ConcurrentLoop:
     def _wait_for_ends(self, timeout_s: float) -> list[CallEnd]:
         if not self.scheduler.in_flight:
             return []
-        due_ms = self.scheduler.next_due_ms()
-        if due_ms is not None:
-            timeout_s = max(0.0, min(timeout_s, (due_ms - self.clock_ms()) / 1000))
         try:
-            ends = [self.runner.ends.get(timeout=timeout_s)]
+            ends = [self.runner.ends.get(timeout=self._until_due_s(timeout_s))]
         except queue.Empty:
             return []
         while True:
@@ -166,8 +164,14 @@ class ConcurrentLoop:
             except queue.Empty:
                 return ends
 
+    def _until_due_s(self, longest_s: float) -> float:
+        due_ms = self.scheduler.next_due_ms()
+        if due_ms is None:
+            return longest_s
+        return max(0.0, min(longest_s, (due_ms - self.clock_ms()) / 1000))
+
     def _handle_ends(self, ends: list[CallEnd]) -> None:
-        failed: list[tuple[KmqMessage, Failure | str | GiveUp]] = []
+        failed: list[ToRoute] = []
         for end in ends:
             message, error = end.message, end.error
             if error is None:
@@ -183,12 +187,7 @@ class ConcurrentLoop:
         if failed:
             self._route(failed)
 
-    def _failed(
-        self,
-        message: KmqMessage,
-        exc: Exception,
-        failed: list[tuple[KmqMessage, Failure | str | GiveUp]],
-    ) -> None:
+    def _failed(self, message: KmqMessage, exc: Exception, failed: list[ToRoute]) -> None:
         self.stats.failed += 1
         log.info("handler failed on %r: %s: %s", message, type(exc).__name__, exc)
         now_ms = self.clock_ms()
@@ -213,7 +212,7 @@ class ConcurrentLoop:
         self._attempts[message] = decision.attempt
         self.scheduler.retry_in_place(message, decision.due_ms)
 
-    def _route(self, failed: list[tuple[KmqMessage, Failure | str | GiveUp]]) -> None:
+    def _route(self, failed: list[ToRoute]) -> None:
         routed = self.router.route(failed)
         for message in routed:
             self.consumer.ack(message)

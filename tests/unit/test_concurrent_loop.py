@@ -31,6 +31,7 @@ def loop_for(
     batches: list[list[KmqMessage]],
     handler: Callable[[KmqMessage], object],
     *,
+    producer: FakeProducer | None = None,
     concurrency: int = 4,
     ordering: Ordering = Ordering.UNORDERED,
     max_buffered: int | None = None,
@@ -38,8 +39,9 @@ def loop_for(
     breaker: SharedBreaker | None = None,
 ) -> tuple[ConcurrentLoop, FakeConsumer, FakeProducer]:
     clock = clock or FakeClock()
-    producer = FakeProducer()
-    opened = vouch_for(KmqSettings(), QUEUE)
+    producer = producer or FakeProducer()
+    policy = QUEUE.retry_policy.with_non_retryable(["KeyError"])
+    opened = vouch_for(KmqSettings(), QUEUE.replace(retry_policy=policy))
     router = RetryRouter(
         opened, clock_ms=clock, rng=random.Random(1), producer=producer,  # type: ignore[arg-type]
     )  # fmt: skip
@@ -175,6 +177,58 @@ def test_unordered_failures_go_to_the_retry_topic_and_are_acked_after_the_copy()
 
     assert [r.value for r in producer.to(RETRY_TOPIC)] == [b"v1"]
     assert len(calls.calls) == 4
+
+
+def test_an_unordered_failure_whose_copy_fails_is_nacked_not_acked() -> None:
+    calls = Calls(sleep_s=0.0, fail_first={0})
+    loop, consumer, _ = loop_for(
+        [keyed(2, [b"a"])], calls, producer=FakeProducer(failing_topics={RETRY_TOPIC})
+    )
+
+    step_until(loop, lambda: len(consumer.acked) + len(consumer.nacked) == 2)
+    loop.drain(1.0)
+
+    assert [m.offset for m in consumer.nacked] == [0]  # redelivered now rather than lost
+    assert [m.offset for m in consumer.acked] == [1]
+
+
+def test_a_fatal_error_goes_to_the_dlq_at_once_in_key_order_and_frees_the_key() -> None:
+    def handler(msg: KmqMessage) -> None:
+        if msg.offset == 0:
+            raise KeyError("no such customer")
+
+    batch = [message("orders", 0, b"a0", _key=b"a"), message("orders", 1, b"a1", _key=b"a")]
+    loop, consumer, producer = loop_for([batch], handler, ordering=Ordering.KEY)
+
+    step_until(loop, lambda: len(consumer.acked) == 2)
+    loop.drain(1.0)
+
+    [dead] = producer.to(QUEUE.dlq_topic)
+    assert dead.header(DLQ_REASON) == b"non-retryable error KeyError"
+    assert [m.offset for m in consumer.acked] == [0, 1]
+
+
+def test_a_key_waiting_for_its_retry_does_not_spin_the_loop() -> None:
+    clock = FakeClock()
+    calls = Calls(sleep_s=0.0, fail_first={0})
+    batch = [message("orders", 0, b"a0", _key=b"a"), message("orders", 1, b"a1", _key=b"a")]
+    loop, consumer, _ = loop_for([batch], calls, ordering=Ordering.KEY, clock=clock)
+    step_until(loop, lambda: loop.scheduler.next_due_ms() is not None)
+    timeouts: list[float] = []
+    fetch = consumer.poll
+
+    def poll(timeout_s: float = 1.0) -> list[KmqMessage]:
+        timeouts.append(timeout_s)
+        return fetch(timeout_s)
+
+    consumer.poll = poll  # type: ignore[method-assign]
+    loop.step()
+    clock.advance(4_800)  # the retry is due in ~5 s (jitter aside)
+    loop.step()
+
+    assert timeouts[0] == 0.5  # waits for a message, not busy
+    assert 0.0 <= timeouts[1] < 0.5  # wakes up for the retry
+    loop.drain(1.0)
 
 
 def test_fetching_pauses_while_the_buffer_is_full() -> None:
