@@ -90,13 +90,15 @@ class ConcurrentLoop:
         self._attempts: dict[KmqMessage, int] = {}
         self._rng = rng or random.Random()
         self._extended_at_ms = clock_ms()
+        #: Whether the breaker allowed processing at this step's start.
+        self._allowed = True
 
     def step(self) -> None:
         """Fetch if there is room, start what may start, handle the calls that ended."""
         now_ms = self.clock_ms()
-        allowed = self.breaker is None or self.breaker.allows(now_ms)
+        self._allowed = self.breaker is None or self.breaker.allows(now_ms)
         full = self.scheduler.buffered >= self.max_buffered
-        self.consumer.hold_fetching(full or not allowed)
+        self.consumer.hold_fetching(full or not self._allowed)
         # Nothing running: nothing can start either (it would have at the last step) until
         # a message comes or a retry in place is due, so the poll may wait.
         idle = self.scheduler.in_flight == 0
@@ -166,7 +168,7 @@ class ConcurrentLoop:
 
     def _until_due_s(self, longest_s: float) -> float:
         due_ms = self.scheduler.next_due_ms()
-        if due_ms is None:
+        if due_ms is None or not self._allowed:  # nothing starts while the breaker is open
             return longest_s
         return max(0.0, min(longest_s, (due_ms - self.clock_ms()) / 1000))
 
