@@ -10,8 +10,9 @@ touches the scheduler, the router and the breaker.
   Raised, ``key``: retried *in place* after the policy's delay for that attempt, at the head of
   its key's lane, so the key's later messages wait for it; once the policy gives up it goes to
   the DLQ with its reason. Fatal errors and corrupt retry headers go to the DLQ in every order.
-* Bounded memory: fetching pauses while ``max_buffered`` messages wait to start (one batch
-  already fetched may still come in on top).
+* Bounded memory: fetching pauses while ``max_buffered`` messages wait to start (one fetch
+  already under way may still come in on top: :class:`~kmq_dagster.kafka.worker.Worker` caps
+  its size at ``max_buffered``).
 * Visibility: every third of the visibility timeout every message held (waiting, waiting for
   its retry in place, or running) is extended, so none expires while the worker lives. After
   a crash the tracker redelivers them once their timeout runs out. Ordering holds within one

@@ -113,7 +113,8 @@ class Worker:
             time), ``key`` (never two calls of one key at once, offset order; failures retried
             in place so later messages of the key wait), or ``unordered``.
         max_buffered: with ``concurrency`` above 1, messages fetched and not yet started
-            before fetching pauses; default ``max(4 * concurrency, 100)``.
+            before fetching pauses; default ``max(4 * concurrency, 100)``. Fetches are no
+            larger (``batch_size`` is capped by it), so at most twice as many are held.
         drain_timeout_s: with ``concurrency`` above 1, how long a stopping worker waits for
             the calls running; those still running then are left for redelivery.
     """
@@ -140,6 +141,12 @@ class Worker:
         #: Refuses a generator function now, before joining the group; runs ``async def``
         #: handlers to completion.
         self.handler = HandlerCall(handler)
+        if concurrency > 1:
+            # Bounded memory: a fetch comes in whole, so it is no larger than the buffer.
+            from kmq_dagster.kafka.concurrent_loop import default_max_buffered
+
+            limit = max_buffered or default_max_buffered(concurrency)
+            batch_size = min(batch_size or opened.settings.batch_size, limit)
         self.consumer = KmqConsumer(opened, batch_size=batch_size, clock_ms=clock_ms)
         self.queue = opened.queue
         self.router = RetryRouter(opened, clock_ms=clock_ms)
