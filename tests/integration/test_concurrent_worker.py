@@ -154,3 +154,27 @@ def test_a_sigkilled_concurrent_worker_loses_nothing(
     assert in_flight.total() > 0, "no call was in flight when the worker was killed"
     assert set(processed) == set(ids)
     assert set(in_flight) <= set(processed)  # the calls the kill cut short were done again
+
+
+def test_an_async_handler_at_concurrency_8_handles_every_message(
+    settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    new_queue(settings, topic_name, GROUP, partitions=2)
+    produce(settings, topic_name, [str(i).encode() for i in range(300)], partitions=2)
+    processes = processes_for(settings, topic_name, tmp_path)
+    handled = tmp_path / "handled.txt"
+
+    def all_handled() -> bool:
+        return handled.exists() and len(handled.read_text().splitlines()) >= 300
+
+    try:
+        processes.start(
+            "worker", "--handler", "tests.support.async_handlers:record",
+            "--concurrency", "8", "--ordering", "unordered",
+        )  # fmt: skip
+        assert wait_for(all_handled, timeout_s=60)
+    finally:
+        processes.stop_all()
+
+    assert [p.returncode for p in processes.processes] == [0]
+    assert sorted(map(int, handled.read_text().split())) == list(range(300))
