@@ -25,6 +25,7 @@ from kmq_dagster.cli.options import (
 from kmq_dagster.cli.queue_definition_options import DefinitionOptions, definition_options
 from kmq_dagster.cli.value_types import Duration
 from kmq_dagster.core.durations import format_duration_ms
+from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.kafka.provision import ProvisionReport
 from kmq_dagster.settings import MAX_BATCH_SIZE
 
@@ -192,6 +193,36 @@ def _split_header(text: str) -> tuple[str, str]:
     type=click.IntRange(1, MAX_BATCH_SIZE),
     help="Messages per fetch [env KMQ_BATCH_SIZE; default 500].",
 )
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1024),
+    default=1,
+    show_default=True,
+    help="Handler calls at once: threads for a sync handler, tasks on one event loop for an "
+    "async one.",
+)
+@click.option(
+    "--ordering",
+    type=click.Choice([o.value for o in Ordering]),
+    default=Ordering.PARTITION.value,
+    show_default=True,
+    help="With --concurrency above 1: one call per partition at a time, never two of one key "
+    "at once (failures retried in place, later messages of the key wait), or none.",
+)
+@click.option(
+    "--max-buffered",
+    type=click.IntRange(1),
+    help="With --concurrency above 1: fetched messages waiting to start before fetching "
+    "pauses [default: max(4 * concurrency, 100)].",
+)
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    help="With --concurrency above 1: seconds a stopping worker waits for running calls; "
+    "those still running are redelivered after their visibility timeout.",
+)
 @breaker_options
 @audit_url_option
 @click.option(
@@ -209,6 +240,10 @@ def worker(
     group: str,
     handler: str,
     batch_size: int | None,
+    concurrency: int,
+    ordering: str,
+    max_buffered: int | None,
+    drain_timeout: float,
     breaker: BreakerOptions,
     audit_url: str | None,
     non_retryable: str,
@@ -227,6 +262,10 @@ def worker(
         function,
         breaker=breaker.build(queue, audit_url),
         batch_size=batch_size,
+        concurrency=concurrency,
+        ordering=ordering,
+        max_buffered=max_buffered,
+        drain_timeout_s=drain_timeout,
     )
     from kmq_dagster.metrics import worker_snapshot
 

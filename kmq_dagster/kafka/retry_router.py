@@ -11,14 +11,14 @@ from __future__ import annotations
 import logging
 import random
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 from confluent_kafka import Producer
 
 from kmq_dagster.core.headers import REDELIVERY_COUNT, replace_headers
-from kmq_dagster.core.retry import DeadLetter
+from kmq_dagster.core.retry import DeadLetter, Retry
 from kmq_dagster.core.retry_headers import (
     ATTEMPT,
     CORRUPT_RETRY_METADATA,
@@ -43,6 +43,15 @@ M = TypeVar("M", bound=QueueMessage)
 def failure_of(exc: BaseException) -> Failure:
     """What an exception says, for the headers of a copy."""
     return Failure(type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)).rstrip())
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """A failure whose retries were spent elsewhere (in place, by a key-ordered worker): the
+    DLQ copy carries ``decision``'s attempt and reason rather than the headers' attempt."""
+
+    failure: Failure
+    decision: DeadLetter
 
 
 @dataclass
@@ -99,8 +108,9 @@ class RetryRouter:
             return f"{CORRUPT_RETRY_METADATA}: {ATTEMPT} or {DUE_MS} missing"
         return None
 
-    def route(self, failed: list[tuple[M, Failure | str]]) -> list[M]:
-        """Copy each failed message to its retry topic or the DLQ (a ``str`` is a DLQ reason).
+    def route(self, failed: Sequence[tuple[M, Failure | str | GiveUp]]) -> list[M]:
+        """Copy each failed message to its retry topic or the DLQ (a ``str`` or a
+        :class:`GiveUp` goes to the DLQ with its reason).
 
         Returns:
             The messages whose copy the broker acknowledged: only these may be acked.
@@ -122,7 +132,9 @@ class RetryRouter:
         self.stats.write_failures += len(failed) - len(routed)
         return routed
 
-    def _plan(self, message: QueueMessage, failure: Failure | str) -> tuple[str, dict[str, str]]:
+    def _plan(
+        self, message: QueueMessage, failure: Failure | str | GiveUp
+    ) -> tuple[str, dict[str, str]]:
         headers = message.headers
         # Unreadable origin headers: the copy names where it was read.
         origin = origin_or_own(message)
@@ -136,8 +148,14 @@ class RetryRouter:
                 origin, self.group, bare, dlq_reason=failure, first_failure_ms=first_ms
             )
             return self.dlq_topic, {**updates}
-        attempt = read_attempt(headers)
-        decision = self.policy.after_failure(attempt, failure.error_type, now_ms, self._rng)
+        decision: Retry | DeadLetter
+        if isinstance(failure, GiveUp):
+            decision = failure.decision
+            failure = failure.failure
+            attempt = decision.attempt
+        else:
+            attempt = read_attempt(headers)
+            decision = self.policy.after_failure(attempt, failure.error_type, now_ms, self._rng)
         if isinstance(decision, DeadLetter):
             self.stats.dead_lettered += 1
             updates = copy_headers(

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.core.breaker import State
+from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import wall_clock_ms
@@ -104,6 +105,18 @@ class Worker:
             (:meth:`OpenedQueue.with_non_retryable` adds some).
         breaker: the group's shared circuit breaker (:meth:`SharedBreaker.for_queue`).
         batch_size: messages per fetch; default ``settings.batch_size``.
+        concurrency: handler calls at once. 1 (the default) calls one at a time, in fetch
+            order. Above 1, a sync handler runs on that many threads and an ``async def``
+            handler as that many tasks on one event loop (:mod:`kmq_dagster.kafka.concurrent_loop`
+            says what each ordering keeps, through failures and crashes).
+        ordering: with ``concurrency`` above 1: ``partition`` (one call per partition at a
+            time), ``key`` (never two calls of one key at once, offset order; failures retried
+            in place so later messages of the key wait), or ``unordered``.
+        max_buffered: with ``concurrency`` above 1, messages fetched and not yet started
+            before fetching pauses; default ``max(4 * concurrency, 100)``. Fetches are no
+            larger (``batch_size`` is capped by it), so at most twice as many are held.
+        drain_timeout_s: with ``concurrency`` above 1, how long a stopping worker waits for
+            the calls running; those still running then are left for redelivery.
     """
 
     def __init__(
@@ -114,15 +127,35 @@ class Worker:
         breaker: SharedBreaker | None = None,
         batch_size: int | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        concurrency: int = 1,
+        ordering: Ordering | str = Ordering.PARTITION,
+        max_buffered: int | None = None,
+        drain_timeout_s: float = 30.0,
     ) -> None:
+        if concurrency < 1:
+            raise ConfigError(f"concurrency must be >= 1, got {concurrency}", setting="concurrency")
+        if max_buffered is not None and max_buffered < 1:
+            raise ConfigError(
+                f"max_buffered must be >= 1, got {max_buffered}", setting="max_buffered"
+            )
         #: Refuses a generator function now, before joining the group; runs ``async def``
         #: handlers to completion.
         self.handler = HandlerCall(handler)
+        if concurrency > 1:
+            # Bounded memory: a fetch comes in whole, so it is no larger than the buffer.
+            from kmq_dagster.kafka.concurrent_loop import default_max_buffered
+
+            limit = max_buffered or default_max_buffered(concurrency)
+            batch_size = min(batch_size or opened.settings.batch_size, limit)
         self.consumer = KmqConsumer(opened, batch_size=batch_size, clock_ms=clock_ms)
         self.queue = opened.queue
         self.router = RetryRouter(opened, clock_ms=clock_ms)
         self.breaker = breaker
         self.clock_ms = clock_ms
+        self.concurrency = concurrency
+        self.ordering = Ordering(ordering)
+        self.max_buffered = max_buffered
+        self.drain_timeout_s = drain_timeout_s
         #: The counts of the current (or last) :meth:`run`; read from any thread.
         self.stats = WorkerStats()
 
@@ -137,21 +170,42 @@ class Worker:
         Raises:
             HandlerExit: the handler raised ``SystemExit`` (after the clean stop).
         """
-        loop = WorkerLoop(
-            self.consumer,
-            self.handler,
-            stop,
-            router=self.router,
-            breaker=self.breaker,
-            clock_ms=self.clock_ms,
-        )
+        # Imported here: the concurrent loop builds on this module's LoopConsumer.
+        from kmq_dagster.kafka.concurrent_loop import ConcurrentLoop
+
+        loop: WorkerLoop | ConcurrentLoop
+        if self.concurrency > 1:
+            loop = ConcurrentLoop(
+                self.consumer,
+                self.handler,
+                stop,
+                router=self.router,
+                breaker=self.breaker,
+                clock_ms=self.clock_ms,
+                concurrency=self.concurrency,
+                ordering=self.ordering,
+                max_buffered=self.max_buffered,
+            )
+        else:
+            loop = WorkerLoop(
+                self.consumer,
+                self.handler,
+                stop,
+                router=self.router,
+                breaker=self.breaker,
+                clock_ms=self.clock_ms,
+            )
         self.stats = loop.stats
         try:
             while not stop.is_set():
                 loop.step()
                 if on_batch is not None:
                     on_batch(loop.stats)
+            if isinstance(loop, ConcurrentLoop):
+                loop.drain(self.drain_timeout_s)
         finally:
+            if isinstance(loop, ConcurrentLoop):
+                loop.runner.close()
             self.consumer.close()
             self.router.close()
             self.handler.close()

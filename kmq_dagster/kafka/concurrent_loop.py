@@ -1,0 +1,249 @@
+"""The worker loop with ``N`` handler calls at once, in a chosen order (invariants 10, 11).
+
+One thread, the loop, polls the consumer, buffers what it fetched in a
+:class:`~kmq_dagster.core.ordering.LaneScheduler`, starts what the ordering lets start on a
+:class:`~kmq_dagster.kafka.handler_runner.HandlerRunner`, and handles the calls' ends; only it
+touches the scheduler, the router and the breaker.
+
+* Returned: acknowledged. Raised, ``unordered`` or ``partition``: copied to its retry topic (or
+  the DLQ), acknowledged once the copy is durable, redelivered now if the copy failed.
+  Raised, ``key``: retried *in place* after the policy's delay for that attempt, at the head of
+  its key's lane, so the key's later messages wait for it; once the policy gives up it goes to
+  the DLQ with its reason. Fatal errors and corrupt retry headers go to the DLQ in every order.
+* Bounded memory: fetching pauses while ``max_buffered`` messages wait to start (one fetch
+  already under way may still come in on top: :class:`~kmq_dagster.kafka.worker.Worker` caps
+  its size at ``max_buffered``).
+* Visibility: every third of the visibility timeout every message held (waiting, waiting for
+  its retry in place, or running) is extended, so none expires while the worker lives. After
+  a crash the tracker redelivers them once their timeout runs out. Ordering holds within one
+  worker's life only: redelivered copies and retry-topic copies come from other topics and are
+  not ordered against their originals, so ``key`` order through a crash or a rebalance is not
+  kept.
+* Stop: fetching and starting stop; calls running get up to ``drain_timeout_s`` to end (ended
+  ones are acknowledged or routed); the rest are left unacknowledged, for redelivery.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+
+from kmq_dagster.audit.shared_breaker import SharedBreaker
+from kmq_dagster.core.breaker import State
+from kmq_dagster.core.ordering import LaneScheduler, Ordering
+from kmq_dagster.core.retry import DeadLetter
+from kmq_dagster.core.retry_headers import Failure, read_attempt
+from kmq_dagster.kafka.handler_call import HandlerCall
+from kmq_dagster.kafka.handler_runner import CallEnd, HandlerRunner
+from kmq_dagster.kafka.message import KmqMessage
+from kmq_dagster.kafka.retry_router import GiveUp, RetryRouter, failure_of
+from kmq_dagster.kafka.worker import LoopConsumer, WorkerStats
+
+log = logging.getLogger(__name__)
+
+#: A failed message and what its copy says (a DLQ reason for ``str`` and :class:`GiveUp`).
+ToRoute = tuple[KmqMessage, Failure | str | GiveUp]
+
+#: Longest wait for a call's end before the loop polls (and extends) again.
+END_WAIT_S = 0.05
+
+
+def default_max_buffered(concurrency: int) -> int:
+    """Messages buffered before fetching pauses: ``max(4 * concurrency, 100)``."""
+    return max(4 * concurrency, 100)
+
+
+class ConcurrentLoop:
+    """A worker's steps with up to ``concurrency`` calls at once, on any :class:`LoopConsumer`."""
+
+    def __init__(
+        self,
+        consumer: LoopConsumer,
+        handler: HandlerCall,
+        stop: threading.Event,
+        *,
+        router: RetryRouter,
+        breaker: SharedBreaker | None,
+        clock_ms: Callable[[], int],
+        concurrency: int,
+        ordering: Ordering = Ordering.PARTITION,
+        max_buffered: int | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.consumer = consumer
+        self.stop = stop
+        self.router = router
+        self.breaker = breaker
+        self.clock_ms = clock_ms
+        self.ordering = Ordering(ordering)
+        self.max_buffered = max_buffered or default_max_buffered(concurrency)
+        self.scheduler: LaneScheduler[KmqMessage] = LaneScheduler(self.ordering, concurrency)
+        self.runner = HandlerRunner(handler, concurrency)
+        self.stats = WorkerStats()
+        self.exit_code: int | None = None
+        #: Every message held (waiting or running): what visibility extensions cover.
+        self._held: dict[KmqMessage, None] = {}
+        #: Attempts so far of a message retried in place (its headers' attempt first).
+        self._attempts: dict[KmqMessage, int] = {}
+        self._rng = rng or random.Random()
+        self._extended_at_ms = clock_ms()
+        #: Whether the breaker allowed processing at this step's start.
+        self._allowed = True
+
+    def step(self) -> None:
+        """Fetch if there is room, start what may start, handle the calls that ended."""
+        now_ms = self.clock_ms()
+        self._allowed = self.breaker is None or self.breaker.allows(now_ms)
+        full = self.scheduler.buffered >= self.max_buffered
+        self.consumer.hold_fetching(full or not self._allowed)
+        # Nothing running: nothing can start either (it would have at the last step) until
+        # a message comes or a retry in place is due, so the poll may wait.
+        idle = self.scheduler.in_flight == 0
+        for message in self.consumer.poll(timeout_s=self._until_due_s(0.5) if idle else 0.0):
+            self._add(message)
+        self._start(now_ms)
+        self._handle_ends(self._wait_for_ends(END_WAIT_S))
+        self._keep_visible()
+
+    def drain(self, timeout_s: float) -> None:
+        """After ``stop``: start nothing more, wait up to ``timeout_s`` for running calls and
+        handle their ends; leave everything else unacknowledged, then stop the runner."""
+        self.consumer.hold_fetching(True)
+        deadline = time.monotonic() + timeout_s
+        while self.scheduler.in_flight and (left := deadline - time.monotonic()) > 0:
+            self._handle_ends(self._wait_for_ends(min(left, END_WAIT_S)))
+            for message in self.consumer.poll(timeout_s=0.0):  # stay in the group, write acks
+                self._add(message)  # fetched before the hold: held, never started
+            self._keep_visible()
+        if self.scheduler.in_flight:
+            log.warning("%d calls still running; left for redelivery", self.scheduler.in_flight)
+        self.runner.close()
+
+    def _add(self, message: KmqMessage) -> None:
+        source = (message.topic, message.partition)
+        try:
+            self.scheduler.add(message, source, message.offset, message.key)
+        except ValueError:
+            # Fetched again from an earlier offset (partition reassigned): what waits of the
+            # source is left for redelivery, the new copies are ordered afresh.
+            for dropped in self.scheduler.forget([source]):
+                self._drop(dropped)
+            self.scheduler.add(message, source, message.offset, message.key)
+        self._held[message] = None
+
+    def _start(self, now_ms: int) -> None:
+        # With a breaker, one at a time: a half-open breaker allows a single probe.
+        limit = None if self.breaker is None else 1
+        while self.breaker is None or self.breaker.allows(now_ms):
+            taken = self.scheduler.take(now_ms, limit)
+            if not taken:
+                return
+            self._submit(taken)
+
+    def _submit(self, taken: list[KmqMessage]) -> None:
+        for message in taken:
+            problem = self.router.metadata_problem(message)
+            if problem is not None:
+                self._route([(message, problem)])
+                continue
+            if self.breaker is not None:
+                self.breaker.started()
+            self.runner.submit(message)
+
+    def _wait_for_ends(self, timeout_s: float) -> list[CallEnd]:
+        if not self.scheduler.in_flight:
+            return []
+        try:
+            ends = [self.runner.ends.get(timeout=self._until_due_s(timeout_s))]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                ends.append(self.runner.ends.get_nowait())
+            except queue.Empty:
+                return ends
+
+    def _until_due_s(self, longest_s: float) -> float:
+        due_ms = self.scheduler.next_due_ms()
+        if due_ms is None or not self._allowed:  # nothing starts while the breaker is open
+            return longest_s
+        return max(0.0, min(longest_s, (due_ms - self.clock_ms()) / 1000))
+
+    def _handle_ends(self, ends: list[CallEnd]) -> None:
+        failed: list[ToRoute] = []
+        for end in ends:
+            message, error = end.message, end.error
+            if error is None:
+                self.consumer.ack(message)
+                self.stats.handled += 1
+                if self.breaker is not None:
+                    self.breaker.record(True, self.clock_ms())
+                self._finish(message)
+            elif isinstance(error, KeyboardInterrupt | SystemExit):
+                self._interrupted(message, error)
+            elif isinstance(error, Exception):
+                self._failed(message, error, failed)
+        if failed:
+            self._route(failed)
+
+    def _failed(self, message: KmqMessage, exc: Exception, failed: list[ToRoute]) -> None:
+        self.stats.failed += 1
+        log.info("handler failed on %r: %s: %s", message, type(exc).__name__, exc)
+        now_ms = self.clock_ms()
+        fatal = not self.router.policy.is_retryable(exc)
+        if self.breaker is not None and fatal:
+            self.breaker.release()
+        elif self.breaker is not None:
+            self.breaker.record(False, now_ms)
+            if self.breaker.state is not State.CLOSED:
+                # The outage, not the message: run it again once the breaker allows.
+                self.scheduler.retry_in_place(message, now_ms)
+                return
+        if self.ordering is not Ordering.KEY or fatal:
+            failed.append((message, failure_of(exc)))
+            return
+        attempt = self._attempts.get(message) or read_attempt(message.headers)
+        failure = failure_of(exc)
+        decision = self.router.policy.after_failure(attempt, failure.error_type, now_ms, self._rng)
+        if isinstance(decision, DeadLetter):
+            failed.append((message, GiveUp(failure, decision)))
+            return
+        self._attempts[message] = decision.attempt
+        self.scheduler.retry_in_place(message, decision.due_ms)
+
+    def _route(self, failed: list[ToRoute]) -> None:
+        routed = self.router.route(failed)
+        for message in routed:
+            self.consumer.ack(message)
+        for message, _ in failed:
+            if all(message is not r for r in routed):
+                self.consumer.nack(message)  # the copy failed: redeliver rather than lose it
+            self._finish(message)
+
+    def _interrupted(self, message: KmqMessage, error: BaseException) -> None:
+        if isinstance(error, SystemExit):
+            self.exit_code = error.code if isinstance(error.code, int) else 1
+        log.warning("handler stopped the worker on %r; it will be redelivered", message)
+        self.stop.set()
+        self._finish(message)  # not acknowledged: redelivered after its visibility timeout
+
+    def _finish(self, message: KmqMessage) -> None:
+        self.scheduler.finish(message)
+        self._drop(message)
+
+    def _drop(self, message: KmqMessage) -> None:
+        self._held.pop(message, None)
+        self._attempts.pop(message, None)
+
+    def _keep_visible(self) -> None:
+        now_ms = self.clock_ms()
+        visibility_ms = self.consumer.visibility_timeout_ms
+        if now_ms - self._extended_at_ms < visibility_ms // 3:
+            return
+        for message in self._held:
+            self.consumer.extend(message, visibility_ms / 1000)
+        self._extended_at_ms = now_ms

@@ -1,0 +1,120 @@
+"""Runs handler calls beside the worker loop and reports each call's end to it.
+
+A sync handler runs on ``N`` daemon threads; an ``async def`` handler runs as tasks on one event
+loop in a thread of its own (no thread per message). How many calls run at once is the caller's
+rule (the :class:`~kmq_dagster.core.ordering.LaneScheduler`'s in-flight limit): a call starts
+as soon as it is submitted. Each end is put on :attr:`HandlerRunner.ends`, read by the loop
+thread only, so only that thread touches the scheduler, the router and the breaker.
+
+The threads are daemons, and :meth:`HandlerRunner.close` does not wait for a call that is still
+running: a hung handler must not keep a stopped worker alive. Its message is not acknowledged,
+so the tracker redelivers it after the visibility timeout (invariant 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from kmq_dagster.kafka.handler_call import HandlerCall
+from kmq_dagster.kafka.message import KmqMessage
+
+
+@dataclass(frozen=True)
+class CallEnd:
+    """One call's end: ``error`` is ``None`` when the handler returned."""
+
+    message: KmqMessage
+    error: BaseException | None
+
+
+def is_async_handler(handler: Callable[..., object]) -> bool:
+    """``async def`` (a function, a partial, or an object whose ``__call__`` is one)."""
+    call = getattr(handler, "__call__", None)  # noqa: B004 (a callable object's method)
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+class HandlerRunner:
+    """Start calls of ``handler`` on ``threads`` threads, or on one event loop if it is async."""
+
+    def __init__(self, handler: HandlerCall, threads: int, *, name: str = "kmq-handler") -> None:
+        self.handler = handler
+        #: Ends of calls, in the order they ended.
+        self.ends: queue.SimpleQueue[CallEnd] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[KmqMessage | None] = queue.SimpleQueue()
+        self._async = is_async_handler(handler.handler)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._futures: set[Future[None]] = set()
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        if self._async:
+            self._loop = asyncio.new_event_loop()
+            self._threads.append(
+                threading.Thread(target=self._loop.run_forever, name=f"{name}-loop", daemon=True)
+            )
+        else:
+            self._threads += [
+                threading.Thread(target=self._serve, name=f"{name}-{index}", daemon=True)
+                for index in range(threads)
+            ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, message: KmqMessage) -> None:
+        """Start a call on ``message`` now; its end comes back on :attr:`ends`."""
+        if self._loop is None:
+            self._jobs.put(message)
+            return
+        future = asyncio.run_coroutine_threadsafe(self._call_async(message), self._loop)
+        self._futures.add(future)
+        future.add_done_callback(self._futures.discard)
+
+    def close(self) -> None:
+        """Stop taking calls; calls still running are abandoned (their threads are daemons)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._loop is None:
+            for _ in self._threads:
+                self._jobs.put(None)
+            return
+        for future in list(self._futures):
+            future.cancel()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._threads[0].join(timeout=1.0)
+        if not self._loop.is_running():
+            self._loop.close()
+
+    def _serve(self) -> None:
+        # One HandlerCall per thread: an awaitable a plain function returns is run on this
+        # thread's own event loop, never on another thread's.
+        call = HandlerCall(self.handler.handler)
+        try:
+            while (message := self._jobs.get()) is not None:
+                self.ends.put(CallEnd(message, _outcome(call, message)))
+        finally:
+            call.close()
+
+    async def _call_async(self, message: KmqMessage) -> None:
+        error: BaseException | None = None
+        try:
+            await self.handler.handler(message)  # type: ignore[misc]
+        except asyncio.CancelledError:
+            raise  # the worker stops: this call's end no longer matters
+        except BaseException as exc:  # reported, not raised: the loop thread decides
+            error = exc
+        self.ends.put(CallEnd(message, error))
+
+
+def _outcome(call: Any, message: KmqMessage) -> BaseException | None:
+    try:
+        call(message)
+    except BaseException as exc:  # reported, not raised: the loop thread decides
+        return exc
+    return None

@@ -1,0 +1,365 @@
+"""The concurrent worker loop on in-memory fakes: the in-flight limit, key order through
+failures, retry routing, back-pressure, visibility, draining, async handlers. Fake clock for
+due times; real threads run the calls."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from kmq_dagster.audit.shared_breaker import SharedBreaker
+from kmq_dagster.core.breaker import State
+from kmq_dagster.core.headers import DLQ_REASON
+from kmq_dagster.core.ordering import Ordering
+from kmq_dagster.kafka.concurrent_loop import ConcurrentLoop
+from kmq_dagster.kafka.handler_call import HandlerCall
+from kmq_dagster.kafka.message import KmqMessage
+from kmq_dagster.kafka.opened_queue import vouch_for
+from kmq_dagster.kafka.retry_router import RetryRouter
+from kmq_dagster.settings import KmqSettings
+from tests.unit.fakes import FakeClock, FakeConsumer, FakeProducer, message
+from tests.unit.test_worker_loop import QUEUE, RETRY_TOPIC, Outage, shared_breaker, state_of
+
+
+def loop_for(
+    batches: list[list[KmqMessage]],
+    handler: Callable[[KmqMessage], object],
+    *,
+    producer: FakeProducer | None = None,
+    concurrency: int = 4,
+    ordering: Ordering = Ordering.UNORDERED,
+    max_buffered: int | None = None,
+    clock: FakeClock | None = None,
+    breaker: SharedBreaker | None = None,
+) -> tuple[ConcurrentLoop, FakeConsumer, FakeProducer]:
+    clock = clock or FakeClock()
+    producer = producer or FakeProducer()
+    policy = QUEUE.retry_policy.with_non_retryable(["KeyError"])
+    opened = vouch_for(KmqSettings(), QUEUE.replace(retry_policy=policy))
+    router = RetryRouter(
+        opened, clock_ms=clock, rng=random.Random(1), producer=producer,  # type: ignore[arg-type]
+    )  # fmt: skip
+    consumer = FakeConsumer(batches, visibility_timeout_ms=9_000)
+    loop = ConcurrentLoop(
+        consumer,
+        HandlerCall(handler),
+        threading.Event(),
+        router=router,
+        breaker=breaker,
+        clock_ms=clock,
+        concurrency=concurrency,
+        ordering=ordering,
+        max_buffered=max_buffered,
+        rng=random.Random(1),
+    )
+    return loop, consumer, producer
+
+
+def step_until(loop: ConcurrentLoop, done: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "the loop did not get there in time"
+        loop.step()
+
+
+class Calls:
+    """A handler that records each call's (key, offset, start, end) and the most at once."""
+
+    def __init__(self, sleep_s: float = 0.01, fail_first: set[int] | None = None) -> None:
+        self.sleep_s = sleep_s
+        self.fail_first = fail_first or set()
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most = 0
+        self.calls: list[tuple[bytes | None, int, float, float]] = []
+
+    def __call__(self, msg: KmqMessage) -> None:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        start = time.monotonic()
+        time.sleep(self.sleep_s)
+        end = time.monotonic()
+        with self.lock:
+            self.running -= 1
+            self.calls.append((msg.key, msg.offset, start, end))
+            if msg.offset in self.fail_first:
+                self.fail_first.discard(msg.offset)
+                raise Outage(f"offset {msg.offset} failed")
+
+
+def keyed(count: int, keys: list[bytes]) -> list[KmqMessage]:
+    return [message("orders", i, b"v%d" % i, _key=keys[i % len(keys)]) for i in range(count)]
+
+
+def test_never_more_calls_at_once_than_the_concurrency_and_all_are_acked() -> None:
+    calls = Calls(sleep_s=0.01)
+    loop, consumer, _ = loop_for([keyed(40, [b"a"])], calls, concurrency=4)
+
+    step_until(loop, lambda: len(consumer.acked) == 40)
+
+    assert 1 < calls.most <= 4  # calls overlap, never more than four
+    loop.drain(1.0)
+
+
+def test_key_order_never_overlaps_one_key_but_overlaps_two_keys() -> None:
+    calls = Calls(sleep_s=0.01)
+    loop, consumer, _ = loop_for([keyed(30, [b"a", b"b"])], calls, ordering=Ordering.KEY)
+
+    step_until(loop, lambda: len(consumer.acked) == 30)
+    loop.drain(1.0)
+
+    for key in (b"a", b"b"):
+        mine = sorted((c for c in calls.calls if c[0] == key), key=lambda c: c[2])
+        assert [c[1] for c in mine] == sorted(c[1] for c in mine)  # started in offset order
+        assert all(prev[3] <= nxt[2] for prev, nxt in itertools.pairwise(mine))
+    assert calls.most == 2  # one call per key, two keys at once
+
+
+def test_a_key_ordered_failure_holds_the_keys_later_messages_until_its_retry_succeeds() -> None:
+    clock = FakeClock()
+    calls = Calls(sleep_s=0.0, fail_first={0})
+    batch = [
+        message("orders", 0, b"a0", _key=b"a"),
+        message("orders", 1, b"a1", _key=b"a"),
+        message("orders", 2, b"b2", _key=b"b"),
+    ]
+    loop, consumer, producer = loop_for([batch], calls, ordering=Ordering.KEY, clock=clock)
+
+    step_until(loop, lambda: len(calls.calls) == 2 and loop.scheduler.in_flight == 0)
+    for _ in range(5):
+        loop.step()
+    assert sorted(c[1] for c in calls.calls) == [0, 2]  # a1 waits behind a0's retry
+    assert [m.offset for m in consumer.acked] == [2]
+
+    clock.advance(5_000)  # the policy's delay (with jitter) for the first retry
+    step_until(loop, lambda: len(consumer.acked) == 3)
+    loop.drain(1.0)
+
+    assert [c[1] for c in calls.calls[2:]] == [0, 1]  # a0 again, then a1
+    assert producer.delivered == []  # retried in place, not through a retry topic
+
+
+def test_a_key_ordered_message_goes_to_the_dlq_with_its_reason_when_retries_are_spent() -> None:
+    clock = FakeClock()
+    always = Outage("down")
+
+    def handler(msg: KmqMessage) -> None:
+        if msg.offset == 0:
+            raise always
+
+    batch = [message("orders", 0, b"a0", _key=b"a"), message("orders", 1, b"a1", _key=b"a")]
+    loop, consumer, producer = loop_for([batch], handler, ordering=Ordering.KEY, clock=clock)
+
+    step_until(loop, lambda: loop.scheduler.next_due_ms() is not None)
+    clock.advance(10_000)
+    step_until(loop, lambda: len(consumer.acked) == 2)
+    loop.drain(1.0)
+
+    [dead] = producer.to(QUEUE.dlq_topic)
+    assert dead.value == b"a0"
+    assert b"failed 2 attempts" in (dead.header(DLQ_REASON) or b"")
+    assert [m.offset for m in consumer.acked] == [0, 1]  # a0 once its copy was durable
+
+
+def test_unordered_failures_go_to_the_retry_topic_and_are_acked_after_the_copy() -> None:
+    calls = Calls(sleep_s=0.0, fail_first={1})
+    loop, consumer, producer = loop_for([keyed(4, [b"a"])], calls, ordering=Ordering.UNORDERED)
+
+    step_until(loop, lambda: len(consumer.acked) == 4)
+    loop.drain(1.0)
+
+    assert [r.value for r in producer.to(RETRY_TOPIC)] == [b"v1"]
+    assert len(calls.calls) == 4
+
+
+def test_an_unordered_failure_whose_copy_fails_is_nacked_not_acked() -> None:
+    calls = Calls(sleep_s=0.0, fail_first={0})
+    loop, consumer, _ = loop_for(
+        [keyed(2, [b"a"])], calls, producer=FakeProducer(failing_topics={RETRY_TOPIC})
+    )
+
+    step_until(loop, lambda: len(consumer.acked) + len(consumer.nacked) == 2)
+    loop.drain(1.0)
+
+    assert [m.offset for m in consumer.nacked] == [0]  # redelivered now rather than lost
+    assert [m.offset for m in consumer.acked] == [1]
+
+
+def test_a_fatal_error_goes_to_the_dlq_at_once_in_key_order_and_frees_the_key() -> None:
+    def handler(msg: KmqMessage) -> None:
+        if msg.offset == 0:
+            raise KeyError("no such customer")
+
+    batch = [message("orders", 0, b"a0", _key=b"a"), message("orders", 1, b"a1", _key=b"a")]
+    loop, consumer, producer = loop_for([batch], handler, ordering=Ordering.KEY)
+
+    step_until(loop, lambda: len(consumer.acked) == 2)
+    loop.drain(1.0)
+
+    [dead] = producer.to(QUEUE.dlq_topic)
+    assert dead.header(DLQ_REASON) == b"non-retryable error KeyError"
+    assert [m.offset for m in consumer.acked] == [0, 1]
+
+
+def test_a_key_waiting_for_its_retry_does_not_spin_the_loop() -> None:
+    clock = FakeClock()
+    calls = Calls(sleep_s=0.0, fail_first={0})
+    batch = [message("orders", 0, b"a0", _key=b"a"), message("orders", 1, b"a1", _key=b"a")]
+    loop, consumer, _ = loop_for([batch], calls, ordering=Ordering.KEY, clock=clock)
+    step_until(loop, lambda: loop.scheduler.next_due_ms() is not None)
+    timeouts: list[float] = []
+    fetch = consumer.poll
+
+    def poll(timeout_s: float = 1.0) -> list[KmqMessage]:
+        timeouts.append(timeout_s)
+        return fetch(timeout_s)
+
+    consumer.poll = poll  # type: ignore[method-assign]
+    loop.step()
+    clock.advance(4_800)  # the retry is due in ~5 s (jitter aside)
+    loop.step()
+
+    assert timeouts[0] == 0.5  # waits for a message, not busy
+    assert 0.0 <= timeouts[1] < 0.5  # wakes up for the retry
+    loop.drain(1.0)
+
+
+def test_fetching_pauses_while_the_buffer_is_full() -> None:
+    release = threading.Event()
+    loop, consumer, _ = loop_for(
+        [keyed(10, [b"a"]), [message("orders", 10)]],
+        lambda _m: release.wait(5),
+        concurrency=2,
+        ordering=Ordering.KEY,
+        max_buffered=5,
+    )
+
+    for _ in range(3):
+        loop.step()
+
+    assert loop.scheduler.buffered == 10 - 1  # one key: one running, the rest wait
+    assert consumer.held_fetching[-1] is True
+    assert len(consumer.batches) == 1  # the second batch was not fetched
+    release.set()
+    step_until(loop, lambda: len(consumer.acked) == 11)
+    loop.drain(1.0)
+
+
+def test_every_held_message_is_extended_each_third_of_the_visibility_timeout() -> None:
+    clock = FakeClock()
+    release = threading.Event()
+    loop, consumer, _ = loop_for(
+        [keyed(3, [b"a"])], lambda _m: release.wait(5), ordering=Ordering.KEY, clock=clock
+    )
+    loop.step()
+    assert consumer.extended == []
+
+    clock.advance(3_000)
+    loop.step()
+
+    assert sorted(m.offset for m, _ in consumer.extended) == [0, 1, 2]  # running and waiting
+    assert {seconds for _, seconds in consumer.extended} == {9.0}
+    release.set()
+    step_until(loop, lambda: len(consumer.acked) == 3)
+    loop.drain(1.0)
+
+
+def test_stopping_acks_calls_that_end_in_time_and_leaves_the_rest() -> None:
+    never = threading.Event()
+
+    def handler(msg: KmqMessage) -> None:
+        if msg.offset == 0:
+            time.sleep(0.1)
+        else:
+            never.wait(5)
+
+    loop, consumer, _ = loop_for([keyed(6, [b"a"])], handler, concurrency=2)
+    loop.step()
+    loop.stop.set()
+
+    loop.drain(0.5)
+
+    assert [m.offset for m in consumer.acked] == [0]  # ended during the drain
+    assert consumer.nacked == []  # the rest: redelivered after their timeout
+    assert consumer.held_fetching[-1] is True
+    never.set()
+
+
+def test_an_async_handler_runs_many_calls_at_once_on_one_event_loop_thread() -> None:
+    threads: set[int] = set()
+    running = [0, 0]  # now, most
+
+    async def handler(_msg: KmqMessage) -> None:
+        threads.add(threading.get_ident())
+        running[0] += 1
+        running[1] = max(running)
+        await asyncio.sleep(0.02)
+        running[0] -= 1
+
+    loop, consumer, _ = loop_for([keyed(20, [b"a"])], handler, concurrency=8)
+
+    step_until(loop, lambda: len(consumer.acked) == 20)
+    loop.drain(1.0)
+
+    assert len(threads) == 1
+    assert 1 < running[1] <= 8
+
+
+@pytest.mark.parametrize("error", [SystemExit(3), KeyboardInterrupt()])
+def test_a_handler_that_exits_stops_the_loop_and_its_message_is_not_acked(
+    error: BaseException,
+) -> None:
+    def handler(_msg: KmqMessage) -> None:
+        raise error
+
+    loop, consumer, _ = loop_for([keyed(1, [b"a"])], handler)
+
+    step_until(loop, loop.stop.is_set)
+    loop.drain(1.0)
+
+    assert consumer.acked == []
+    assert loop.exit_code == (3 if isinstance(error, SystemExit) else None)
+
+
+def test_an_open_breaker_starts_nothing_spends_no_retries_then_one_probe_recovers() -> None:
+    clock = FakeClock()
+    breaker = shared_breaker(clock)
+    down = threading.Event()
+    down.set()
+    calls: list[int] = []
+
+    def handler(msg: KmqMessage) -> None:
+        calls.append(msg.offset)
+        if down.is_set():
+            raise Outage("503")
+
+    loop, consumer, producer = loop_for(
+        [keyed(8, [b"a"])], handler, concurrency=2, clock=clock, breaker=breaker
+    )
+
+    # when calls fail until the breaker opens
+    step_until(loop, lambda: state_of(breaker) is State.OPEN and loop.scheduler.in_flight == 0)
+    routed = len(producer.to(RETRY_TOPIC))
+    assert routed < 8  # those failing once it opened are held, not retried
+    called = len(calls)
+    for _ in range(3):
+        loop.step()
+    assert consumer.held_fetching[-1] is True
+    assert len(calls) == called  # nothing started while open
+    assert len(producer.to(RETRY_TOPIC)) == routed
+
+    # after the cooldown a probe succeeds, the breaker closes and the rest are handled
+    down.clear()
+    clock.advance(10_000)
+    step_until(loop, lambda: len(consumer.acked) == 8)
+    loop.drain(1.0)
+    assert state_of(breaker) is State.CLOSED
+    assert len(producer.to(RETRY_TOPIC)) == routed
+    assert consumer.nacked == []
