@@ -18,7 +18,7 @@ from kmq_dagster.broker.ports import free_port
 from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.producer import KmqProducer
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import new_queue, wait_for
+from tests.kafka_helpers import new_queue, poll_until, wait_for
 from tests.processes import kmq_argv
 
 pytestmark = pytest.mark.kafka
@@ -107,7 +107,8 @@ def test_worker_tracker_and_delayer_serve_their_counts(
         producer.send(topic_name, f"m-abandoned-{i}".encode())
     producer.flush()
     abandoned = KmqConsumer(queue)
-    assert wait_for(lambda: len(abandoned.poll(timeout_s=0.5)) > 0, 30)
+    # all five started (one poll hands out what has arrived: maybe one partition's share)
+    assert len(poll_until(abandoned, 5)) == 5
     abandoned.close()
     # and then 20 good messages, 4 poison ones and 3 delayed by a second
     for i in range(20):
