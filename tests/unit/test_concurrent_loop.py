@@ -363,3 +363,27 @@ def test_an_open_breaker_starts_nothing_spends_no_retries_then_one_probe_recover
     assert state_of(breaker) is State.CLOSED
     assert len(producer.to(RETRY_TOPIC)) == routed
     assert consumer.nacked == []
+
+
+def test_a_message_waiting_to_start_never_leaves_the_loop_waiting_on_a_fetch() -> None:
+    # given three messages of one partition in partition order: one runs at a time
+    batch = [message("orders", i, b"x") for i in range(3)]
+    loop, consumer, _ = loop_for([batch], lambda msg: None, ordering=Ordering.PARTITION)
+    waits: list[tuple[float, int]] = []
+    fetch = consumer.poll
+
+    def poll(timeout_s: float = 1.0) -> list[KmqMessage]:
+        waits.append((timeout_s, loop.scheduler.buffered))
+        return fetch(timeout_s)
+
+    consumer.poll = poll  # type: ignore[method-assign]
+    # when the loop steps until all are acknowledged
+    for _ in range(20):
+        if len(consumer.acked) == 3:
+            break
+        loop.step()
+    # then no poll waited while a message was buffered, ready once its predecessor ended
+    assert len(consumer.acked) == 3
+    assert [timeout for timeout, buffered in waits if buffered] == [0.0] * sum(
+        1 for _, buffered in waits if buffered
+    )
