@@ -40,6 +40,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.core.ranges import source_runs
 from kmq_dagster.errors import ConfigError, KmqTimeoutError
 from kmq_dagster.kafka.clients import wall_clock_ms
@@ -47,6 +48,7 @@ from kmq_dagster.kafka.group_lease import GroupLease
 from kmq_dagster.kafka.marker_writer import MarkerWriter
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.slice_reader import Slice
+from kmq_dagster.spark.concurrent_calls import check_concurrency
 from kmq_dagster.spark.sink import ParquetSink
 from kmq_dagster.spark.tasks import (
     BatchPlan,
@@ -124,6 +126,18 @@ class SparkQueueJob:
         transform: instead of ``function``, a DataFrame transform of the whole batch.
         max_messages_per_partition: a cap per partition and batch; by default a batch takes
             what a third of the queue's visibility timeout allows.
+        concurrency: calls of ``function`` at once per Spark task, for functions that wait on
+            I/O: a sync function runs on a thread pool of this size, an ``async def`` one as
+            tasks on one event loop per Spark task. 1 (the default) calls one at a time, as
+            before. Not for a ``transform``.
+        ordering: with ``concurrency`` above 1, which messages of a chunk (one partition's) may
+            run together: ``key`` (never two of one key at once, one key's in offset order),
+            ``unordered``, or ``partition`` (one at a time: the default, as the worker's).
+            Acknowledgements still follow the sink commit of the batch.
+
+    Raises:
+        ConfigError: both or neither of ``function`` and ``transform``; concurrency or an
+            ordering for a transform; a generator function; a bad limit.
 
     Examples:
         >>> job = SparkQueueJob(spark, open_queue(settings, "orders", "billing"),
@@ -141,9 +155,15 @@ class SparkQueueJob:
         function: Function | None = None,
         transform: Transform | None = None,
         max_messages_per_partition: int | None = None,
+        concurrency: int = 1,
+        ordering: Ordering | str = Ordering.PARTITION,
     ) -> None:
         if (function is None) == (transform is None):
             raise ConfigError("give the job a per-message function or a DataFrame transform")
+        self.ordering = check_concurrency(
+            concurrency, ordering, function=function, transform=transform is not None
+        )
+        self.concurrency = concurrency
         if max_messages_per_partition is not None and max_messages_per_partition < 1:
             raise ConfigError(
                 "max messages per partition must be at least 1",
@@ -162,7 +182,7 @@ class SparkQueueJob:
         #: ``None``: as many as a third of the visibility timeout allows.
         self.max_messages_per_partition = max_messages_per_partition
         self.retry_topics = list(queue.retry_topics.values())
-        self.config = TaskConfig(opened)
+        self.config = TaskConfig(opened, concurrency, self.ordering)
         self.lease = GroupLease(settings, queue.consumed_topics, queue.group)
         # Made now: its producer gets its id before the first batch, not in it.
         self._acks = MarkerWriter(settings, queue.markers_topic)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.ranges import extend_runs, offset_runs, source_runs
 from kmq_dagster.core.retry import RetryPolicy
@@ -30,8 +31,9 @@ from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.record_columns import Record, record_columns
 from kmq_dagster.kafka.slice_reader import Slice, SliceReader
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.spark.concurrent_calls import ChunkCaller, chunk_caller
 from kmq_dagster.spark.message import SparkMessage, spark_messages
-from kmq_dagster.spark.process import Function, call_function, message_rows, output_columns
+from kmq_dagster.spark.process import Function, message_rows, output_columns
 from kmq_dagster.spark.sink import INPUT_COLUMNS, OUTPUT_COLUMNS, ParquetSink, StagedFile
 
 __all__ = ["Function", "Slice", "SparkMessage", "TaskConfig", "TaskReport", "run_task"]
@@ -45,9 +47,12 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class TaskConfig:
     """What every task of a job needs: the opened queue (where Kafka is, the queue, the retry
-    policy in use)."""
+    policy in use) and how many calls of a per-message function run at once, in what order
+    (see :mod:`~kmq_dagster.spark.concurrent_calls`)."""
 
     opened: OpenedQueue
+    concurrency: int = 1
+    ordering: Ordering = Ordering.PARTITION
 
     @property
     def settings(self) -> KmqSettings:
@@ -141,10 +146,16 @@ class _Task:
             INPUT_COLUMNS if function is None else OUTPUT_COLUMNS,
         )
         outcomes = {(o.topic, o.partition): o for o in self.report.slices}
+        config = self.config
+        calls = (
+            None
+            if function is None
+            else chunk_caller(function, config.concurrency, config.ordering)
+        )
         try:
             for work, records in self._timed(reader.chunks(), "read"):
                 outcome = outcomes[work.source]
-                done = self._chunk(work, records, function, outcome, rows)
+                done = self._chunk(work, records, calls, outcome, rows)
                 reader.used(done)
                 outcome.read += done
             for outcome in self.report.slices:
@@ -156,6 +167,8 @@ class _Task:
             rows.close()
             self.timings["write"] += time.perf_counter() - started
         finally:
+            if calls is not None:
+                calls.close()
             started = time.perf_counter()
             reader.close()
             self.timings["read"] += time.perf_counter() - started
@@ -168,7 +181,7 @@ class _Task:
         self,
         work: Slice,
         records: list[Record],
-        function: Function | None,
+        calls: ChunkCaller | None,
         slice_: SliceOutcome,
         rows: StagedFile,
     ) -> int:
@@ -181,7 +194,7 @@ class _Task:
         self._write_markers(work, runs, start=True)
         started = clock()
         messages = spark_messages(work.topic, work.partition, columns)
-        if function is None:
+        if calls is None:
             extend_runs(slice_.pending_acks, runs)
             timings["function"] += clock() - started
             started = clock()
@@ -189,7 +202,7 @@ class _Task:
             timings["write"] += clock() - started
             return len(records)
         check = _metadata_check(self.config) if work.gated or any(columns.raw_headers) else None
-        outcome = call_function(function, messages, self.stop_at, check)
+        outcome = calls(messages, self.stop_at, check)
         done = outcome.done
         timings["function"] += clock() - started
         done_offsets = columns.offsets[:done]
