@@ -17,6 +17,7 @@ from kmq_dagster.cli.options import (
     stop_on_signals,
 )
 from kmq_dagster.cli.progress import LiveLine, log_file_for
+from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.errors import KmqError
 
 if TYPE_CHECKING:
@@ -40,6 +41,22 @@ if TYPE_CHECKING:
     help="Messages per partition and batch at most [default: what a third of the visibility "
     "timeout allows].",
 )
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1024),
+    default=1,
+    show_default=True,
+    help="Calls of the function at once per Spark task, for a function that waits on I/O: "
+    "threads for a sync function, tasks on one event loop for an async one.",
+)
+@click.option(
+    "--ordering",
+    type=click.Choice([o.value for o in Ordering]),
+    default=Ordering.PARTITION.value,
+    show_default=True,
+    help="With --concurrency above 1: never two messages of one key at once (key), none "
+    "(unordered), or one at a time per partition (partition).",
+)
 @click.option("--forever", is_flag=True, help="Keep running batches (default: stop when idle).")
 @click.option("--non-retryable", metavar="NAMES", default="", help="Types that go to the DLQ.")
 @audit_url_option
@@ -54,6 +71,8 @@ def spark_command(
     output: str,
     master: str,
     max_per_partition: int | None,
+    concurrency: int,
+    ordering: str,
     forever: bool,
     non_retryable: str,
     audit_url: str | None,
@@ -92,6 +111,8 @@ def spark_command(
         function=function,
         output_path=output,
         max_messages_per_partition=max_per_partition,
+        concurrency=concurrency,
+        ordering=ordering,
     )
     metrics = serve_metrics_of(metrics_port, "spark", topic, group, lambda: spark_snapshot(live))
     store = AuditStore(audit_url)

@@ -81,7 +81,10 @@ def processing_asset(spec: QueueSpec) -> AssetsDefinition:
                 "messages it acknowledged",
             )
         ],
-        metadata={"path": MetadataValue.path(spec.output_path or "")},
+        metadata={
+            "path": MetadataValue.path(spec.output_path or ""),
+            **concurrency_metadata(spec),
+        },
         op_tags=spec.tags,
     )
     def process_queue(
@@ -103,6 +106,8 @@ def processing_asset(spec: QueueSpec) -> AssetsDefinition:
             transform=spec.transform,
             max_messages_per_partition=config.max_messages_per_partition
             or spec.max_messages_per_partition,
+            concurrency=spec.concurrency,
+            ordering=spec.ordering,
         )
 
         def log_batch(batch: BatchReport) -> None:
@@ -136,9 +141,17 @@ def _materialized(
         exact=spec.transform is None,
     )
     return MaterializeResult(
-        metadata=report_metadata(report),
+        metadata={**report_metadata(report), **concurrency_metadata(spec)},
         check_results=[check_result(outcome, spec.output_asset_key)],
     )
+
+
+def concurrency_metadata(spec: QueueSpec) -> dict[str, MetadataValue]:
+    """How many calls of the function run at once per Spark task, and in what order."""
+    return {
+        "concurrency": MetadataValue.int(spec.concurrency),
+        "ordering": MetadataValue.text(str(spec.ordering)),
+    }
 
 
 def report_metadata(report: ProcessingReport) -> dict[str, MetadataValue]:

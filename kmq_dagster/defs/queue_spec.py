@@ -19,8 +19,10 @@ from typing import Any
 from dagster import AssetKey, JobDefinition, OpDefinition, job
 
 from kmq_dagster.core.breaker import BreakerConfig
+from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.errors import ConfigError
+from kmq_dagster.spark.concurrent_calls import check_concurrency
 
 #: Seconds between backlog sensor ticks.
 DEFAULT_BACKLOG_INTERVAL_S = 30
@@ -53,6 +55,10 @@ class QueueSpec:
         transform: instead of ``function``, a DataFrame transform of each batch.
         output_path: the Parquet dataset the processing asset appends to.
         max_messages_per_partition: messages per partition and Spark batch.
+        concurrency: calls of ``function`` at once per Spark task, for functions that wait on
+            I/O (see :class:`SparkQueueJob`); 1 calls one at a time. Not for a ``transform``.
+        ordering: with ``concurrency`` above 1, ``"key"``, ``"unordered"`` or ``"partition"``
+            (one at a time per partition, the default); an :class:`Ordering` or its value.
         max_run_seconds: a processing run stops starting batches after this long.
         backlog_interval_s: seconds between backlog sensor ticks.
         observation_interval_s: seconds between observation sensor ticks.
@@ -74,6 +80,8 @@ class QueueSpec:
     transform: Callable[..., Any] | None = None
     output_path: str | None = None
     max_messages_per_partition: int = 50_000
+    concurrency: int = 1
+    ordering: Ordering | str = Ordering.PARTITION
     max_run_seconds: float = DEFAULT_MAX_RUN_SECONDS
     backlog_interval_s: int = DEFAULT_BACKLOG_INTERVAL_S
     observation_interval_s: int = DEFAULT_OBSERVATION_INTERVAL_S
@@ -101,6 +109,16 @@ class QueueSpec:
         ):
             if getattr(self, setting) < 1:
                 raise ConfigError(f"queue {self.queue}: {setting} must be at least 1")
+        try:
+            ordering = check_concurrency(
+                self.concurrency,
+                self.ordering,
+                function=self.function,
+                transform=self.transform is not None,
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"queue {self.queue}: {exc}", setting=exc.setting) from None
+        object.__setattr__(self, "ordering", ordering)
         if self.max_run_seconds <= 0 or self.dead_letter_window_ms <= 0:
             raise ConfigError(f"queue {self.queue}: durations must be positive")
         if self.dead_letter_threshold < 0:
