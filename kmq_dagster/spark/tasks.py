@@ -4,11 +4,12 @@ chunk, stage the output, report offsets and counts.
 The task's part of docs/design.md, "The protocol" (Spark variant), per chunk (a few hundred
 records of one partition, in offset order): step 1, read it
 (:class:`~kmq_dagster.kafka.slice_reader.SliceReader`); step 2, write its start markers; call
-the function per message (or, for a DataFrame transform, keep the messages as rows); step 4 for
-failures, once their retry or dead-letter copy is durable; append the successes to the task's
-staged Parquet file. Before it reports, the task waits until its start markers are durable, so
-that the driver's step 3 keeps invariant 2. Successes are acknowledged by the driver (step 4),
-after the batch's files are committed (invariant 3).
+the function per message, up to the job's concurrency at once in its ordering
+(:mod:`~kmq_dagster.spark.concurrent_calls`), or, for a DataFrame transform, keep the messages
+as rows; step 4 for failures, once their retry or dead-letter copy is durable; append the
+successes to the task's staged Parquet file. Before it reports, the task waits until its start
+markers are durable, so that the driver's step 3 keeps invariant 2. Successes are acknowledged
+by the driver (step 4), after the batch's files are committed (invariant 3).
 A task stops taking chunks when the batch's time is up, so a batch fits its visibility timeout.
 Payloads stay on the executors and in the sink; the driver gets offsets, counts and file names.
 """

@@ -16,7 +16,8 @@ from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import SparkQueueJob
 from kmq_dagster.spark.processing import ProcessingReport, run_processing
 from tests.integration import test_spark_processing
-from tests.kafka_helpers import new_queue
+from tests.kafka_helpers import LONGEST_WAIT_S, new_queue
+from tests.processes import run_kmq
 from tests.support.spark_concurrency import AwaitingEcho, KeyOverlapChecker, read_lines
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -100,3 +101,27 @@ def test_in_key_order_no_two_calls_of_a_key_overlap_and_a_key_starts_in_offset_o
             starts.setdefault(words[1], []).append(int(words[2]))
     assert len(starts) == 6
     assert all(offsets == sorted(offsets) and len(offsets) == 50 for offsets in starts.values())
+
+
+def test_kmq_spark_passes_concurrency_and_ordering_to_the_tasks(
+    spark: SparkSession, settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
+) -> None:
+    produce_keyed(settings, queue.topic, [f"k{i}" for i in range(100)])
+    record = tmp_path / "calls.txt"
+    output = tmp_path / "out"
+
+    done = run_kmq(
+        "spark", "--topic", queue.topic, "--group", queue.group, "--output", str(output),
+        "--function", "tests.support.spark_concurrency:awaiting_upper",
+        "--concurrency", "10", "--ordering", "unordered",
+        env={"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers, "KMQ_SESSION_TIMEOUT_MS": "6000",
+             "KMQ_TEST_CALLS_FILE": str(record)},
+        timeout_s=LONGEST_WAIT_S,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    assert "read 100, succeeded 100, failed 0" in done.stdout
+    rows = spark.read.parquet(str(output)).collect()
+    assert sorted(r["result"] for r in rows) == sorted(f'"M{i}"' for i in range(100))
+    peaks = [int(words[1]) for words in read_lines(record) if words[0] == "peak"]
+    assert 1 < max(peaks) <= 10

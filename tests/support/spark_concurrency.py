@@ -94,3 +94,13 @@ async def awaiting_price(message: SparkMessage) -> object:
 
     await asyncio.sleep(0.005)
     return price_order(message)
+
+
+#: For ``kmq spark --function tests.support.spark_concurrency:awaiting_upper``: notes its peaks
+#: in ``$KMQ_TEST_CALLS_FILE`` (the command's environment reaches its Python workers).
+_ECHO = AwaitingEcho(os.environ.get("KMQ_TEST_CALLS_FILE", os.devnull), wait_s=0.01)
+
+
+async def awaiting_upper(message: SparkMessage) -> str:
+    """:class:`AwaitingEcho` with 10 ms of awaited I/O, as a module-level function."""
+    return await _ECHO(message)
