@@ -12,13 +12,19 @@ from pyspark.sql import SparkSession
 
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.kafka.opened_queue import OpenedQueue
+from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import SparkQueueJob
 from kmq_dagster.spark.processing import ProcessingReport, run_processing
 from tests.integration import test_spark_processing
-from tests.kafka_helpers import LONGEST_WAIT_S, new_queue
+from tests.kafka_helpers import LONGEST_WAIT_S, new_queue, read_topic, running_service, wait_for
 from tests.processes import run_kmq
-from tests.support.spark_concurrency import AwaitingEcho, KeyOverlapChecker, read_lines
+from tests.support.spark_concurrency import (
+    AwaitingEcho,
+    KeyOverlapChecker,
+    awaiting_picky,
+    read_lines,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -101,6 +107,33 @@ def test_in_key_order_no_two_calls_of_a_key_overlap_and_a_key_starts_in_offset_o
             starts.setdefault(words[1], []).append(int(words[2]))
     assert len(starts) == 6
     assert all(offsets == sorted(offsets) and len(offsets) == 50 for offsets in starts.values())
+
+
+def test_failures_at_concurrency_go_to_the_dlq_one_by_one_and_everything_else_is_acknowledged(
+    spark: SparkSession, settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
+) -> None:
+    # given 300 messages of which every tenth fails, processed 16 at a time in key order
+    produce_keyed(settings, queue.topic, [f"k{i % 7}" for i in range(300)])
+    output = str(tmp_path / "out")
+    job = SparkQueueJob(spark, queue.with_non_retryable(["ValueError"]), output_path=output,
+                        function=awaiting_picky, concurrency=16, ordering="key")  # fmt: skip
+    try:
+        report = job.run_batch()
+    finally:
+        job.close()
+
+    # then the failures, and only they, are in the DLQ; the rest in the sink, once each
+    assert (report.read, report.succeeded, report.failed) == (300, 270, 30)
+    dead = read_topic(settings, queue.queue.dlq_topic, PARTITIONS, at_least=30)
+    assert sorted(int((r.value() or b"m-1")[1:]) for r in dead) == list(range(0, 300, 10))
+    rows = spark.read.parquet(output).collect()
+    assert sorted(int(r["result"].strip('"')) for r in rows) == [i for i in range(300) if i % 10]
+    # and every message was acknowledged: none is redelivered
+    with running_service(RedeliveryTracker(queue)) as tracker:
+        assert wait_for(
+            lambda: tracker.caught_up_partitions() == [0, 1] and tracker.inflight_count() == 0
+        )
+    assert tracker.stats.redelivered == 0
 
 
 def test_kmq_spark_passes_concurrency_and_ordering_to_the_tasks(

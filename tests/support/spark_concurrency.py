@@ -104,3 +104,13 @@ _ECHO = AwaitingEcho(os.environ.get("KMQ_TEST_CALLS_FILE", os.devnull), wait_s=0
 async def awaiting_upper(message: SparkMessage) -> str:
     """:class:`AwaitingEcho` with 10 ms of awaited I/O, as a module-level function."""
     return await _ECHO(message)
+
+
+async def awaiting_picky(message: SparkMessage) -> str:
+    """Awaits 5 ms, then fails every message whose index (value ``m<index>``) is a multiple of
+    ten with a ``ValueError``."""
+    await asyncio.sleep(0.005)
+    index = int((message.value or b"m-1")[1:])
+    if index % 10 == 0:
+        raise ValueError(f"{index} is not allowed")
+    return str(index)
