@@ -1,0 +1,199 @@
+"""Masking of secret-looking names in header values and in message text (pure, stdlib only).
+
+A name is sensitive when it *looks like* a secret's name, matched by pattern rather than by a
+fixed list: ``X-Auth-Token``, ``db_password``, ``aws_secret_access_key`` and ``sessionId`` are
+all caught by the default patterns. Names are compared case- and separator-insensitively (see
+:meth:`Masker.is_sensitive` for the exact rule).
+
+Values are masked as *text*, by a scanner that never parses a document into a tree and never
+recurses per nesting level, so it holds for any input: JSON at any depth, JSON cut at the stored
+limit, JSON behind a byte-order mark, NDJSON, JSON quoted inside a JSON string, JSON inside a
+log line, ``token=...`` in a URL, and bytes that are not UTF-8 at all (masked through
+``surrogateescape``, so the bytes around a secret are kept exactly).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+#: What a masked value shows (a JSON string, so masked JSON still parses).
+MASK = "****"
+#: Name patterns masked unless configured otherwise; ``KMQ_MASKED_FIELDS`` adds more.
+DEFAULT_SENSITIVE_PATTERNS = (
+    "token", "secret", "password", "passwd", "pwd", "key", "auth", "credential", "session",
+    "cookie", "signature", "private", "card_number", "cvv", "cvc", "iban", "ssn",
+)  # fmt: skip
+#: Extra name patterns, comma-separated (read by the console and the DLQ ingester alike).
+MASKED_FIELDS_ENV = "KMQ_MASKED_FIELDS"
+#: The console's older name for the same setting, still honoured.
+CONSOLE_MASKED_FIELDS_ENV = "KMQ_CONSOLE_MASKED_FIELDS"
+#: Patterns shorter than this match a whole word (or the end of the name), not any substring:
+#: ``key`` masks ``api_key`` and ``apikey`` but not ``keyboard``; ``ssn`` not ``business_name``.
+SHORT_PATTERN_CHARS = 4
+#: How many levels of JSON quoted inside JSON strings are unquoted and masked.
+MAX_QUOTED_DEPTH = 3
+
+_SEPARATORS = re.compile(r"[^0-9a-z]+")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_SPACE = re.compile(r"[ \t\r\n]*")
+_SCALAR = re.compile(r'[^,}\]\s"]*')
+#: ``name=value`` in text (query strings, log lines); the value stops at a delimiter.
+_ASSIGNMENT = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]{0,99})=([^\s&;,\"'<>]+)")
+
+
+def _words(name: str) -> list[str]:
+    return [word for word in _SEPARATORS.split(_CAMEL.sub(" ", name).lower()) if word]
+
+
+@dataclass(frozen=True)
+class Masker:
+    """Which names are sensitive, and the masking of header values and texts by them."""
+
+    patterns: frozenset[str]
+
+    @classmethod
+    def of(cls, patterns: Iterable[str]) -> Masker:
+        return cls(frozenset("".join(_words(p)) for p in patterns if "".join(_words(p))))
+
+    def is_sensitive(self, name: str) -> bool:
+        """Whether ``name`` looks like a secret's name: a pattern of 4 or more characters
+        occurs anywhere in it (``XAuthToken`` has ``auth`` and ``token``), a shorter one is one
+        of its words or ends it (``api-key``, ``apikey``, ``db_pwd``)."""
+        words = _words(name)
+        joined = "".join(words)
+        for pattern in self.patterns:
+            if len(pattern) >= SHORT_PATTERN_CHARS:
+                if pattern in joined:
+                    return True
+            elif pattern in words or joined.endswith(pattern):
+                return True
+        return False
+
+    def header_value(self, name: str, value: str | None) -> str | None:
+        """``value`` masked: all of it under a sensitive name, else the secrets inside it
+        (a header without a value stays without one)."""
+        if value is None:
+            return None
+        return MASK if self.is_sensitive(name) else self.text(value)[0]
+
+    def text(self, text: str) -> tuple[str, int]:
+        """``text`` with the value of every sensitive ``"name": value`` pair and ``name=value``
+        assignment masked, and how many were."""
+        masked, count = self._json_pairs(text, 0)
+        return self._assignments(masked, count)
+
+    def bytes(self, raw: bytes) -> tuple[bytes, int]:
+        """``raw`` masked like :meth:`text`; bytes that are not UTF-8 are kept as they were."""
+        masked, count = self.text(raw.decode("utf-8", errors="surrogateescape"))
+        return (masked.encode("utf-8", errors="surrogateescape"), count) if count else (raw, 0)
+
+    def _json_pairs(self, text: str, depth: int) -> tuple[str, int]:
+        """Every quoted name followed by ``:`` whose name is sensitive gets its value (a string,
+        a scalar, or a whole object or array, to its end or the end of the text) replaced."""
+        out: list[str] = []
+        count = 0
+        position, end_of_text = 0, len(text)
+        while position < end_of_text:
+            start = text.find('"', position)
+            if start < 0:
+                break
+            found = _STRING.match(text, start)
+            end = found.end() if found else end_of_text
+            token = text[start:end]
+            colon = _SPACE.match(text, end).end()  # type: ignore[union-attr]
+            if colon < end_of_text and text[colon] == ":" and self.is_sensitive(_unquoted(token)):
+                value_start = _SPACE.match(text, colon + 1).end()  # type: ignore[union-attr]
+                out += [text[position:value_start], f'"{MASK}"']
+                count += 1
+                position = _value_end(text, value_start)
+                continue
+            shown, inner = self._quoted(token, depth) if "\\" in token else (token, 0)
+            out += [text[position:start], shown]
+            count += inner
+            position = end
+        out.append(text[position:])
+        return "".join(out), count
+
+    def _quoted(self, token: str, depth: int) -> tuple[str, int]:
+        """A JSON string holding JSON (``"{\\"password\\": ...}"``), its inside masked."""
+        if depth >= MAX_QUOTED_DEPTH:
+            return token, 0
+        try:
+            inner = json.loads(token)
+        except ValueError:
+            return token, 0
+        if not isinstance(inner, str):
+            return token, 0
+        masked, count = self._json_pairs(inner, depth + 1)
+        return (json.dumps(masked, ensure_ascii=False), count) if count else (token, 0)
+
+    def _assignments(self, text: str, count: int) -> tuple[str, int]:
+        found = [0]
+
+        def masked(match: re.Match[str]) -> str:
+            if match.group(2) == MASK or not self.is_sensitive(match.group(1)):
+                return match.group(0)
+            found[0] += 1
+            return f"{match.group(1)}={MASK}"
+
+        if "=" not in text:
+            return text, count
+        return _ASSIGNMENT.sub(masked, text), count + found[0]
+
+
+def _unquoted(token: str) -> str:
+    try:
+        name = json.loads(token)
+    except ValueError:
+        return token.strip('"')
+    return name if isinstance(name, str) else token
+
+
+def _value_end(text: str, start: int) -> int:
+    """Where the JSON value starting at ``start`` ends (the end of the text if it is cut)."""
+    if start >= len(text):
+        return start
+    opener = text[start]
+    if opener == '"':
+        found = _STRING.match(text, start)
+        return found.end() if found else len(text)
+    if opener not in "[{":
+        return _SCALAR.match(text, start).end()  # type: ignore[union-attr]
+    depth, position = 0, start
+    while position < len(text):
+        char = text[position]
+        if char == '"':
+            found = _STRING.match(text, position)
+            position = found.end() if found else len(text)
+            continue
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+            if depth == 0:
+                return position + 1
+        position += 1
+    return len(text)
+
+
+#: The default patterns, nothing added.
+DEFAULT_MASKER = Masker.of(DEFAULT_SENSITIVE_PATTERNS)
+
+
+def masker_from_env(environ: Mapping[str, str]) -> Masker:
+    """The default patterns plus those ``KMQ_MASKED_FIELDS`` (or the console's older
+    ``KMQ_CONSOLE_MASKED_FIELDS``) adds, comma-separated."""
+    extra = ",".join(
+        environ.get(name, "") for name in (MASKED_FIELDS_ENV, CONSOLE_MASKED_FIELDS_ENV)
+    )
+    return _masker_with(extra)
+
+
+@functools.lru_cache(maxsize=8)
+def _masker_with(extra: str) -> Masker:
+    return Masker.of([*DEFAULT_SENSITIVE_PATTERNS, *extra.split(",")])
