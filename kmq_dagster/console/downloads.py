@@ -5,9 +5,10 @@ or cookie check, for as long as the file is kept. So an export here is never pla
 advance: the button carries a callable, which Streamlit runs only when the session that drew
 the button asks for it over its own websocket, and which refuses to make the file unless that
 session is still logged in (not logged out, not idle past its limit, its user still in the
-users file). The file it makes is then served once: the first request for it (the browser's
-download) removes it, so its URL is worthless to anyone who reads it afterwards, logged in or
-not.
+users file). The file it makes is then served for a moment only: the first request for it (the
+browser's download; Chromium may ask twice for one download) removes it
+:data:`SERVED_FOR_S` seconds later, so its URL is worthless to anyone who reads it afterwards,
+logged in or not.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from streamlit.runtime import Runtime
 from streamlit.runtime.media_file_storage import MediaFileKind
 
 from kmq_dagster.errors import PermissionDeniedError
+
+#: How long a downloadable file stays after the first request for it, in seconds.
+SERVED_FOR_S = 3.0
 
 _looking_up_url = threading.local()
 
@@ -64,6 +68,7 @@ def _serve_once(manager: Any) -> None:
     # Streamlit keeps its file store private; it is the one place every /media request reads.
     storage = manager._storage
     get_file, get_url = storage.get_file, storage.get_url
+    leaving: set[str] = set()
 
     def get_url_keeping(file_id: str) -> str:
         _looking_up_url.active = True
@@ -77,8 +82,17 @@ def _serve_once(manager: Any) -> None:
         if found.kind == MediaFileKind.DOWNLOADABLE and not getattr(
             _looking_up_url, "active", False
         ):
-            storage.delete_file(os.path.splitext(filename)[0])
+            file_id = os.path.splitext(filename)[0]
+            if file_id not in leaving:
+                leaving.add(file_id)
+                timer = threading.Timer(SERVED_FOR_S, remove, args=(file_id,))
+                timer.daemon = True
+                timer.start()
         return found
+
+    def remove(file_id: str) -> None:
+        storage.delete_file(file_id)
+        leaving.discard(file_id)
 
     storage.get_url = get_url_keeping
     storage.get_file = get_file_once

@@ -180,7 +180,7 @@ def test_two_concurrent_add_users_keep_both_users_in_a_0600_file(tmp_path: Path)
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
-        )  # fmt: skip
+        )
         for name in names
     ]
     for process in processes:
