@@ -78,17 +78,11 @@ def dead_letter_row(
     }
 
 
-#: How far past the stored limit masking reads: a secret's value starts after its name, so what
-#: the stored part shows is masked exactly as masking the whole (maybe huge) value would.
-MASKING_LOOKAHEAD_BYTES = 4_096
-
-
 def stored_value(value: bytes | None, masker: Masker) -> bytes | None:
     """``value`` masked, then cut at :data:`MAX_STORED_VALUE_BYTES`."""
     if value is None:
         return None
-    masked, _count = masker.bytes(value[: MAX_STORED_VALUE_BYTES + MASKING_LOOKAHEAD_BYTES])
-    return masked[:MAX_STORED_VALUE_BYTES]
+    return masker.cut(value, MAX_STORED_VALUE_BYTES)
 
 
 def _text(headers: Headers, name: str) -> str | None:
@@ -115,7 +109,7 @@ def _header_json(name: str, raw: bytes | None, masker: Masker) -> list[object]:
     if raw is None:
         return [name, None, False]
     if not name.lower().startswith(KMQ_HEADER_PREFIX):
-        raw = MASK.encode() if masker.is_sensitive(name) else masker.bytes(raw)[0]
+        raw = MASK.encode() if masker.is_sensitive(name) else masker.mask_bytes(raw)[0]
     try:
         return [name, raw.decode("utf-8"), False]
     except UnicodeDecodeError:

@@ -66,7 +66,7 @@ def view_value(raw: bytes | None, masker: Masker) -> ValueView:
     raises on any input, whatever its size, shape or encoding."""
     if raw is None or raw == b"":
         return ValueView(EMPTY, None, "", b"")
-    shown, count = masker.bytes(raw)
+    shown, count = masker.mask_bytes(raw)
     try:
         text = shown.decode("utf-8")
     except UnicodeDecodeError:

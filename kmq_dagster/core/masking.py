@@ -34,6 +34,9 @@ CONSOLE_MASKED_FIELDS_ENV = "KMQ_CONSOLE_MASKED_FIELDS"
 #: Patterns shorter than this match a whole word (or the end of the name), not any substring:
 #: ``key`` masks ``api_key`` and ``apikey`` but not ``keyboard``; ``ssn`` not ``business_name``.
 SHORT_PATTERN_CHARS = 4
+#: How far past a cut masking reads: a secret's value starts after its name, so the part kept
+#: is masked exactly as masking the whole (maybe huge) value would mask it.
+MASKING_LOOKAHEAD_BYTES = 4_096
 #: How many levels of JSON quoted inside JSON strings are unquoted and masked.
 MAX_QUOTED_DEPTH = 3
 
@@ -79,18 +82,23 @@ class Masker:
         (a header without a value stays without one)."""
         if value is None:
             return None
-        return MASK if self.is_sensitive(name) else self.text(value)[0]
+        return MASK if self.is_sensitive(name) else self.mask_text(value)[0]
 
-    def text(self, text: str) -> tuple[str, int]:
+    def mask_text(self, text: str) -> tuple[str, int]:
         """``text`` with the value of every sensitive ``"name": value`` pair and ``name=value``
         assignment masked, and how many were."""
         masked, count = self._json_pairs(text, 0)
         return self._assignments(masked, count)
 
-    def bytes(self, raw: bytes) -> tuple[bytes, int]:
-        """``raw`` masked like :meth:`text`; bytes that are not UTF-8 are kept as they were."""
-        masked, count = self.text(raw.decode("utf-8", errors="surrogateescape"))
+    def mask_bytes(self, raw: bytes) -> tuple[bytes, int]:
+        """``raw`` masked like :meth:`mask_text`; bytes that are not UTF-8 are kept as they were."""
+        masked, count = self.mask_text(raw.decode("utf-8", errors="surrogateescape"))
         return (masked.encode("utf-8", errors="surrogateescape"), count) if count else (raw, 0)
+
+    def cut(self, raw: bytes, max_bytes: int) -> bytes:
+        """The first ``max_bytes`` of ``raw`` *masked before the cut*: a JSON value cut short
+        no longer parses, and its secrets must not be kept or shown in clear."""
+        return self.mask_bytes(raw[: max_bytes + MASKING_LOOKAHEAD_BYTES])[0][:max_bytes]
 
     def _json_pairs(self, text: str, depth: int) -> tuple[str, int]:
         """Every quoted name followed by ``:`` whose name is sensitive gets its value (a string,

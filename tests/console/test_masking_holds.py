@@ -26,6 +26,7 @@ from kmq_dagster.console.rendering import (
     preview,
     view_value,
 )
+from kmq_dagster.core.rendering import render_bytes
 from kmq_dagster.errors import ConfigError
 from tests.console.conftest import stored_row
 from tests.console.test_rendering import stored
@@ -188,3 +189,14 @@ def test_any_value_renders_in_every_view_and_export_and_its_secrets_stay_masked(
 
 def test_masker_of_ignores_blank_patterns() -> None:
     assert Masker.of(["", " ", "-"]).patterns == frozenset()
+
+
+def test_the_cli_rendering_masks_before_it_cuts_and_prints_deep_json_as_text() -> None:
+    cut = json.dumps({"password": SECRET, "pad": "x" * 10_000}).encode()
+
+    assert SECRET not in render_bytes(cut)[1] and "more bytes" in render_bytes(cut)[1]
+    assert render_bytes(b"[" * 499 + b"]" * 499)[0] == "text"
+    assert render_bytes(json.dumps({"token": SECRET}).encode()) == (
+        "json",
+        '{\n  "token": "****"\n}',
+    )
