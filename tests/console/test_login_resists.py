@@ -5,6 +5,7 @@ concurrent ``kmq console add-user`` both write into."""
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import stat
@@ -33,6 +34,7 @@ from kmq_dagster.core.login_throttle import (
 )
 from tests.console.apps import APP, enroll, has_button, open_app, texts
 from tests.console.test_auth import PASSWORD, ROOT
+from tests.kafka_helpers import wait_for
 from tests.processes import kmq_argv
 
 
@@ -169,10 +171,16 @@ def test_a_locked_out_login_page_says_when_to_try_again(console_env: Path) -> No
     assert "too many failed logins: try again in" in texts(app)
 
 
-def test_two_concurrent_add_users_keep_both_users_in_a_0600_file(tmp_path: Path) -> None:
+def test_concurrent_add_users_wait_for_the_lock_and_keep_every_user_in_a_0600_file(
+    tmp_path: Path,
+) -> None:
     users_file = tmp_path / "kmq" / "users.json"
+    users_file.parent.mkdir()
     env = {**os.environ, "KMQ_CONSOLE_USERS_FILE": str(users_file), "HOME": str(tmp_path)}
     names = [f"user-{n}" for n in range(4)]
+    # given: the writers' lock held here, so that all four reach it and queue on it at once
+    held = os.open(users_file.with_name("users.json.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)
     processes = [
         subprocess.Popen(
             kmq_argv("console", "add-user", name, "--role", "viewer", "--password-stdin"),
@@ -183,9 +191,25 @@ def test_two_concurrent_add_users_keep_both_users_in_a_0600_file(tmp_path: Path)
         )
         for name in names
     ]
+    try:
+        for process in processes:
+            assert process.stdin is not None
+            process.stdin.write(f"{PASSWORD}\n".encode())
+            process.stdin.close()
+        assert wait_for(lambda: all(_waits_for_a_lock(p.pid) for p in processes), timeout_s=120)
+        assert not users_file.exists()
+    finally:
+        os.close(held)  # when: released, they write one after another
     for process in processes:
-        _out, err = process.communicate(f"{PASSWORD}\n".encode(), timeout=120)
-        assert process.returncode == 0, err
+        assert process.wait(timeout=120) == 0, process.stderr.read() if process.stderr else ""
 
     assert sorted(UsersFile(users_file).entries()) == names
     assert stat.S_IMODE(users_file.stat().st_mode) == 0o600
+
+
+def _waits_for_a_lock(pid: int) -> bool:
+    """Whether process ``pid`` is blocked in ``flock`` (its kernel wait channel says so)."""
+    try:
+        return "lock" in Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
