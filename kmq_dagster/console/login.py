@@ -32,8 +32,8 @@ from kmq_dagster.console.session import (
 )
 
 __all__ = ["log_out", "logged_in", "login_page", "oidc_providers"]
-#: Shown as the client of a session whose address Streamlit does not know.
-UNKNOWN_CLIENT = "unknown client"
+#: The client of a session Streamlit gives no address (it hides loopback addresses).
+UNKNOWN_CLIENT = "localhost"
 
 
 def logged_in(config: ConsoleConfig) -> Principal | None:

@@ -26,8 +26,10 @@ from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.broker.ports import free_port
 from kmq_dagster.console.auth import ADMIN, OPERATOR, VIEWER, Principal, UsersFile
+from kmq_dagster.console.login_guard import LOGIN_FAILED
 from kmq_dagster.console.operations import ReplayPlan, start_replay
 from kmq_dagster.core.headers import replace_headers
+from kmq_dagster.core.login_throttle import FREE_FAILURES
 from kmq_dagster.core.naming import dlq_topic, retry_topic
 from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
 from kmq_dagster.errors import PermissionDeniedError
@@ -350,3 +352,26 @@ def _healthy(url: str) -> bool:
             return bool(response.read() == b"ok")
     except OSError:
         return False
+
+
+def test_failed_logins_are_throttled_and_audited_in_the_real_console(
+    console: str, browser: Browser, audit_url: str
+) -> None:
+    """Last in this module: it locks this machine out of the console for a while."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page.goto(console)
+    messages = []
+    for _ in range(FREE_FAILURES + 2):
+        page.get_by_role("textbox", name="User name").fill("victor")
+        page.get_by_role("textbox", name="Password").fill("not the password")
+        page.get_by_role("button", name="Log in").click()
+        settle(page)
+        messages.append(page.get_by_role("alert").last.inner_text())
+
+    assert messages[: FREE_FAILURES + 1] == ["Wrong user name or password."] * (FREE_FAILURES + 1)
+    assert "too many failed logins: try again in" in messages[-1]
+    store = AuditStore(audit_url)
+    failed = [a.actor for a in store.actions() if a.kind == LOGIN_FAILED]
+    assert failed == ["victor from localhost"] * (FREE_FAILURES + 1)
+    store.close()
+    page.close()
