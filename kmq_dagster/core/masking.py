@@ -43,6 +43,8 @@ MAX_QUOTED_DEPTH = 3
 _SEPARATORS = re.compile(r"[^0-9a-z]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+#: A complete string, and the colon after it when it is an object's name.
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"(?P<colon>[ \t\r\n]*:)?', re.DOTALL)
 _SPACE = re.compile(r"[ \t\r\n]*")
 _SCALAR = re.compile(r'[^,}\]\s"]*')
 #: ``name=value`` in text (query strings, log lines); the value stops at a delimiter.
@@ -59,6 +61,11 @@ class Masker:
 
     patterns: frozenset[str]
 
+    def __post_init__(self) -> None:
+        # Field names repeat from message to message: decide each name once.
+        cached = functools.lru_cache(maxsize=4_096)(self._looks_secret)
+        object.__setattr__(self, "_cached_is_sensitive", cached)
+
     @classmethod
     def of(cls, patterns: Iterable[str]) -> Masker:
         return cls(frozenset("".join(_words(p)) for p in patterns if "".join(_words(p))))
@@ -67,6 +74,9 @@ class Masker:
         """Whether ``name`` looks like a secret's name: a pattern of 4 or more characters
         occurs anywhere in it (``XAuthToken`` has ``auth`` and ``token``), a shorter one is one
         of its words or ends it (``api-key``, ``apikey``, ``db_pwd``)."""
+        return bool(self._cached_is_sensitive(name))  # type: ignore[attr-defined]
+
+    def _looks_secret(self, name: str) -> bool:
         words = _words(name)
         joined = "".join(words)
         for pattern in self.patterns:
@@ -87,6 +97,8 @@ class Masker:
     def mask_text(self, text: str) -> tuple[str, int]:
         """``text`` with the value of every sensitive ``"name": value`` pair and ``name=value``
         assignment masked, and how many were."""
+        if "\\" not in text and not self._may_name_a_secret(text):
+            return text, 0  # the common case, decided at C speed
         masked, count = self._json_pairs(text, 0)
         return self._assignments(masked, count)
 
@@ -95,6 +107,14 @@ class Masker:
         masked, count = self.mask_text(raw.decode("utf-8", errors="surrogateescape"))
         return (masked.encode("utf-8", errors="surrogateescape"), count) if count else (raw, 0)
 
+    def _may_name_a_secret(self, text: str) -> bool:
+        """Whether a pattern occurs in ``text`` squeezed like a name (lower case, letters and
+        digits only). A sensitive name's squeezed form holds its pattern, and a name is a
+        contiguous part of the text, so ``False`` proves no name in it is sensitive (a name
+        spelled with escapes is not squeezed the same way: the caller checks for backslashes)."""
+        squeezed = _SEPARATORS.sub("", text.lower())
+        return any(pattern in squeezed for pattern in self.patterns)
+
     def cut(self, raw: bytes, max_bytes: int) -> bytes:
         """The first ``max_bytes`` of ``raw`` *masked before the cut*: a JSON value cut short
         no longer parses, and its secrets must not be kept or shown in clear."""
@@ -102,29 +122,31 @@ class Masker:
 
     def _json_pairs(self, text: str, depth: int) -> tuple[str, int]:
         """Every quoted name followed by ``:`` whose name is sensitive gets its value (a string,
-        a scalar, or a whole object or array, to its end or the end of the text) replaced."""
+        a scalar, or a whole object or array, to its end or the end of the text) replaced.
+
+        The scan jumps from one complete string to the next (a string cut short ends the
+        text, and nothing after it can be a name)."""
         out: list[str] = []
-        count = 0
-        position, end_of_text = 0, len(text)
-        while position < end_of_text:
-            start = text.find('"', position)
-            if start < 0:
-                break
-            found = _STRING.match(text, start)
-            end = found.end() if found else end_of_text
-            token = text[start:end]
-            colon = _SPACE.match(text, end).end()  # type: ignore[union-attr]
-            if colon < end_of_text and text[colon] == ":" and self.is_sensitive(_unquoted(token)):
-                value_start = _SPACE.match(text, colon + 1).end()  # type: ignore[union-attr]
-                out += [text[position:value_start], f'"{MASK}"']
+        count = copied = scan = 0
+        search = _TOKEN.search
+        while (found := search(text, scan)) is not None:
+            start, end = found.span()
+            is_name = found.group("colon") is not None
+            token = text[start : found.start("colon")] if is_name else text[start:end]
+            if is_name and self.is_sensitive(_unquoted(token)):
+                value_start = _SPACE.match(text, end).end()  # type: ignore[union-attr]
+                out += [text[copied:value_start], f'"{MASK}"']
                 count += 1
-                position = _value_end(text, value_start)
+                copied = scan = _value_end(text, value_start)
                 continue
-            shown, inner = self._quoted(token, depth) if "\\" in token else (token, 0)
-            out += [text[position:start], shown]
-            count += inner
-            position = end
-        out.append(text[position:])
+            if not is_name and "\\" in token:
+                shown, inner = self._quoted(token, depth)
+                if inner:
+                    out += [text[copied:start], shown]
+                    count += inner
+                    copied = end
+            scan = end
+        out.append(text[copied:])
         return "".join(out), count
 
     def _quoted(self, token: str, depth: int) -> tuple[str, int]:
@@ -155,6 +177,8 @@ class Masker:
 
 
 def _unquoted(token: str) -> str:
+    if "\\" not in token:
+        return token[1:-1]
     try:
         name = json.loads(token)
     except ValueError:
