@@ -1,9 +1,10 @@
 """A dead-letter record as a row of the audit store: whatever its headers hold, it gets a row.
 
-The store keeps values and user headers *masked* (:mod:`kmq_dagster.core.masking`), masked
-before they are cut at the stored limit: a JSON value cut short can no longer be parsed, and
-must not reach the console, its exports or its text search in clear. Nothing needs the raw bytes
-from the store: a replay copies the record from the DLQ topic itself.
+The store keeps values, headers and error messages *masked*
+(:mod:`kmq_dagster.core.masking`), values masked before they are cut at the stored limit: a
+JSON value cut short can no longer be parsed, and must not reach the console, its exports or
+its text search in clear. Nothing needs the raw bytes from the store: a replay copies the
+record from the DLQ topic itself.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def dead_letter_row(
         "value_truncated": size > MAX_STORED_VALUE_BYTES,
         "headers": [_header_json(name, raw, masker) for name, raw in headers],
         "error_type": (_text(headers, ERROR_TYPE) or UNKNOWN)[:256],
-        "error_message": _text(headers, ERROR_MESSAGE) or "",
+        "error_message": masker.mask_text(_text(headers, ERROR_MESSAGE) or "")[0],
         "reason": _text(headers, DLQ_REASON) or UNKNOWN,
         "attempts": _int(headers, ATTEMPT) or 1,
         "original_topic": _text(headers, ORIGINAL_TOPIC),
@@ -105,11 +106,12 @@ def _int(headers: Headers, name: str) -> int | None:
 
 def _header_json(name: str, raw: bytes | None, masker: Masker) -> list[object]:
     """``[name, value, is_base64]``: UTF-8 values as text, anything else as base64; a user
-    header with a secret's name as the mask, secrets inside other values masked."""
+    header with a secret's name as the mask, secrets inside other values (error messages and
+    tracebacks too) masked."""
     if raw is None:
         return [name, None, False]
-    if not name.lower().startswith(KMQ_HEADER_PREFIX):
-        raw = MASK.encode() if masker.is_sensitive(name) else masker.mask_bytes(raw)[0]
+    by_name = masker.is_sensitive(name) and not name.lower().startswith(KMQ_HEADER_PREFIX)
+    raw = MASK.encode() if by_name else masker.mask_bytes(raw)[0]
     try:
         return [name, raw.decode("utf-8"), False]
     except UnicodeDecodeError:

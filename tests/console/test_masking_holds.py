@@ -27,6 +27,7 @@ from kmq_dagster.console.rendering import (
     view_value,
 )
 from kmq_dagster.core.rendering import render_bytes
+from kmq_dagster.core.retry_headers import TRACEBACK
 from kmq_dagster.errors import ConfigError
 from tests.console.conftest import stored_row
 from tests.console.test_rendering import stored
@@ -121,6 +122,21 @@ def test_the_store_keeps_values_masked_before_the_cut_and_search_cannot_probe_th
     assert SECRET[:6] not in shown_everywhere(letter.value or b"", letter.headers)
     assert [store.count_dead_letters(DeadLetterFilter(search=p)) for p in probes] == [0, 0, 0]
     assert store.count_dead_letters(DeadLetterFilter(search='"pad": "xxx')) == 1
+
+
+def test_error_messages_and_tracebacks_are_stored_masked(tmp_path: Path) -> None:
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    message = f'login to the payments API failed: {{"user": "svc", "password": "{SECRET}"}}'
+    traceback = f"Traceback ...\nConnectionError: https://pay.example/?token={SECRET}"
+    store.add_dead_letters([stored_row(1, message=message,
+                                       headers=[(TRACEBACK, traceback.encode())])])  # fmt: skip
+
+    [letter] = page(store, DeadLetterFilter(), after=None, size=10).rows
+
+    assert SECRET not in letter.error_message and '"password": "****"' in letter.error_message
+    assert SECRET not in json.dumps(letter.headers) and "token=****" in json.dumps(letter.headers)
+    assert store.count_dead_letters(DeadLetterFilter(search=SECRET[:4])) == 0
+    assert store.count_dead_letters(DeadLetterFilter(search="payments API failed")) == 1
 
 
 def test_a_viewer_cannot_filter_a_masked_header_by_its_value() -> None:
