@@ -90,7 +90,7 @@ def _login_form(config: ConsoleConfig) -> None:
         submitted = st.form_submit_button("Log in", type="primary")
     if submitted:
         client = st.context.ip_address or UNKNOWN_CLIENT
-        principal = log_in(users, name, password, client, session.attempt(session.store))
+        principal = log_in(users, name, password, client, session.attempt(session.audit_store))
         if principal is None:
             st.error("Wrong user name or password.")
         else:

@@ -59,6 +59,13 @@ def _store(url: str) -> tuple[AuditStore, list[float]]:
 
 
 def store() -> AuditStore:
+    """The audit store, for a session whose principal is still valid: pages *and* their timed
+    fragments read through here, so an idle or removed user's screen stops refreshing."""
+    principal()
+    return audit_store()
+
+
+def audit_store() -> AuditStore:
     """The audit store (one per URL and console process), its statistics refreshed hourly."""
     found, refreshed = _store(config().audit_url)
     if time.monotonic() - refreshed[0] > STATISTICS_EVERY_S:
