@@ -14,6 +14,7 @@ logged in or not.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from kmq_dagster.errors import PermissionDeniedError
 SERVED_FOR_S = 3.0
 
 _looking_up_url = threading.local()
+_log = logging.getLogger(__name__)
 
 
 def download_button(
@@ -66,7 +68,12 @@ def serve_downloads_once() -> None:
 @functools.cache
 def _serve_once(manager: Any) -> None:
     # Streamlit keeps its file store private; it is the one place every /media request reads.
-    storage = manager._storage
+    storage = getattr(manager, "_storage", None)
+    if storage is None or not hasattr(storage, "get_file") or not hasattr(storage, "get_url"):
+        # A Streamlit that stores files differently: files are still made only on click, but
+        # live until Streamlit drops them (the browser test catches this on an upgrade).
+        _log.warning("cannot serve console downloads once with this Streamlit version")
+        return
     get_file, get_url = storage.get_file, storage.get_url
     leaving: set[str] = set()
 
