@@ -1,11 +1,20 @@
-"""A dead-letter record as a row of the audit store: whatever its headers hold, it gets a row."""
+"""A dead-letter record as a row of the audit store: whatever its headers hold, it gets a row.
+
+The store keeps values, headers and error messages *masked*
+(:mod:`kmq_dagster.core.masking`), values masked before they are cut at the stored limit: a
+JSON value cut short can no longer be parsed, and must not reach the console, its exports or
+its text search in clear. Nothing needs the raw bytes from the store: a replay copies the
+record from the DLQ topic itself.
+"""
 
 from __future__ import annotations
 
 import base64
+import os
 from datetime import UTC, datetime
 from typing import Any
 
+from kmq_dagster.audit.filters import KMQ_HEADER_PREFIX
 from kmq_dagster.audit.models import MAX_STORED_VALUE_BYTES
 from kmq_dagster.core.headers import (
     DLQ_REASON,
@@ -19,6 +28,7 @@ from kmq_dagster.core.headers import (
     header_value,
     int_header,
 )
+from kmq_dagster.core.masking import MASK, Masker, masker_from_env
 from kmq_dagster.core.retry_headers import ATTEMPT, read_first_failure_ms
 
 UNKNOWN = "unknown"
@@ -36,8 +46,13 @@ def dead_letter_row(
     queue_topic: str,
     group_id: str,
     ingested_at: datetime,
+    masker: Masker | None = None,
 ) -> dict[str, Any]:
-    """The ``dead_letters`` row of one DLQ record; unreadable headers read as unknown."""
+    """The ``dead_letters`` row of one DLQ record; unreadable headers read as unknown.
+
+    ``masker``: which names are secret (default: the patterns ``KMQ_MASKED_FIELDS`` extends).
+    """
+    masker = masker or masker_from_env(os.environ)
     size = len(value) if value is not None else 0
     return {
         "dlq_topic": dlq_topic,
@@ -46,12 +61,12 @@ def dead_letter_row(
         "queue_topic": queue_topic,
         "group_id": _text(headers, GROUP) or group_id,
         "key": key,
-        "value": value[:MAX_STORED_VALUE_BYTES] if value is not None else None,
+        "value": stored_value(value, masker),
         "value_size": size,
         "value_truncated": size > MAX_STORED_VALUE_BYTES,
-        "headers": [_header_json(name, raw) for name, raw in headers],
+        "headers": [_header_json(name, raw, masker) for name, raw in headers],
         "error_type": (_text(headers, ERROR_TYPE) or UNKNOWN)[:256],
-        "error_message": _text(headers, ERROR_MESSAGE) or "",
+        "error_message": masker.mask_text(_text(headers, ERROR_MESSAGE) or "")[0],
         "reason": _text(headers, DLQ_REASON) or UNKNOWN,
         "attempts": _int(headers, ATTEMPT) or 1,
         "original_topic": _text(headers, ORIGINAL_TOPIC),
@@ -62,6 +77,13 @@ def dead_letter_row(
         "status": "new",
         "ingested_at": ingested_at,
     }
+
+
+def stored_value(value: bytes | None, masker: Masker) -> bytes | None:
+    """``value`` masked, then cut at :data:`MAX_STORED_VALUE_BYTES`."""
+    if value is None:
+        return None
+    return masker.cut(value, MAX_STORED_VALUE_BYTES)
 
 
 def _text(headers: Headers, name: str) -> str | None:
@@ -82,10 +104,14 @@ def _int(headers: Headers, name: str) -> int | None:
         return None
 
 
-def _header_json(name: str, raw: bytes | None) -> list[object]:
-    """``[name, value, is_base64]``: UTF-8 values as text, anything else as base64."""
+def _header_json(name: str, raw: bytes | None, masker: Masker) -> list[object]:
+    """``[name, value, is_base64]``: UTF-8 values as text, anything else as base64; a user
+    header with a secret's name as the mask, secrets inside other values (error messages and
+    tracebacks too) masked."""
     if raw is None:
         return [name, None, False]
+    by_name = masker.is_sensitive(name) and not name.lower().startswith(KMQ_HEADER_PREFIX)
+    raw = MASK.encode() if by_name else masker.mask_bytes(raw)[0]
     try:
         return [name, raw.decode("utf-8"), False]
     except UnicodeDecodeError:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from kmq_dagster.console import login
+from kmq_dagster.console import login, session
 from kmq_dagster.console.rendering import escape_markdown
 from kmq_dagster.console.session import PRINCIPAL_KEY, config
 from kmq_dagster.errors import KmqError
@@ -29,6 +29,7 @@ def main() -> None:
         st.navigation([st.Page(login.login_page, title="Log in")], position="hidden").run()
         return
     st.session_state[PRINCIPAL_KEY] = principal
+    session.touch()
     pages = st.navigation(
         [
             st.Page(VIEWS / "overview.py", title="Overview", icon=":material/monitoring:",

@@ -10,15 +10,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kmq_dagster.console.auth import check_role
-from kmq_dagster.console.masking import DEFAULT_MASKED_NAMES, Masker
+from kmq_dagster.console.masking import Masker, masker_from_env
 from kmq_dagster.errors import ConfigError
 
 #: ``none``: no login (loopback only); anything else: OIDC or the users file.
 AUTH_ENV = "KMQ_CONSOLE_AUTH"
 NO_AUTH = "none"
 USERS_FILE_ENV = "KMQ_CONSOLE_USERS_FILE"
-#: Extra sensitive header and JSON field names, comma-separated (added to the defaults).
+#: Extra secret-name patterns, comma-separated (added to the defaults); ``KMQ_MASKED_FIELDS``
+#: is the same setting for the console and the DLQ ingester alike.
 MASKED_FIELDS_ENV = "KMQ_CONSOLE_MASKED_FIELDS"
+#: Seconds a logged-in session may stay idle before it has to log in again.
+IDLE_TIMEOUT_ENV = "KMQ_CONSOLE_IDLE_TIMEOUT_S"
+DEFAULT_IDLE_TIMEOUT_S = 1_800
 #: The role of an OIDC identity the users file does not name.
 OIDC_DEFAULT_ROLE_ENV = "KMQ_CONSOLE_OIDC_DEFAULT_ROLE"
 #: Seconds between two refreshes of the Overview.
@@ -42,33 +46,35 @@ class ConsoleConfig:
     masker: Masker
     oidc_default_role: str = "viewer"
     refresh_s: float = DEFAULT_REFRESH_S
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ConsoleConfig:
         from kmq_dagster.audit.store import default_url
 
         env = os.environ if environ is None else environ
-        extra = [name for name in env.get(MASKED_FIELDS_ENV, "").split(",") if name.strip()]
         users_file = env.get(USERS_FILE_ENV)
         return cls(
             audit_url=env.get("KMQ_AUDIT_URL") or default_url(),
             no_auth=env.get(AUTH_ENV, "").strip().lower() == NO_AUTH,
             users_file=Path(users_file) if users_file else default_users_file(),
-            masker=Masker.of([*DEFAULT_MASKED_NAMES, *extra]),
+            masker=masker_from_env(env),
             oidc_default_role=check_role(env.get(OIDC_DEFAULT_ROLE_ENV, "viewer")),
-            refresh_s=_seconds(env.get(REFRESH_ENV)),
+            refresh_s=_seconds(env, REFRESH_ENV, DEFAULT_REFRESH_S),
+            idle_timeout_s=_seconds(env, IDLE_TIMEOUT_ENV, DEFAULT_IDLE_TIMEOUT_S),
         )
 
 
-def _seconds(raw: str | None) -> float:
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
     if raw is None:
-        return DEFAULT_REFRESH_S
+        return default
     try:
         seconds = float(raw)
     except ValueError:
         seconds = 0
-    if seconds <= 0:
-        raise ConfigError(f"{REFRESH_ENV} must be a positive number of seconds, got {raw!r}")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(f"{name} must be a positive number of seconds, got {raw!r}")
     return seconds
 
 

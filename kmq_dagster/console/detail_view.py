@@ -4,6 +4,7 @@ and its history. Every piece of message data goes through a literal element."""
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime
 
 import pandas as pd
@@ -15,6 +16,7 @@ from kmq_dagster.audit.models import DeadLetter
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.console import session
 from kmq_dagster.console.copies import copy_fates
+from kmq_dagster.console.downloads import download_button
 from kmq_dagster.console.masking import Masker
 from kmq_dagster.console.rendering import (
     BINARY,
@@ -28,6 +30,7 @@ from kmq_dagster.console.rendering import (
 from kmq_dagster.core.retry_headers import TRACEBACK
 
 FORMATS = ("JSON", "Text", "Hex")
+_log = logging.getLogger(__name__)
 #: Height of a table row in pixels (Streamlit's default), to show short tables whole.
 _ROW_PX = 35
 
@@ -40,7 +43,11 @@ def show_detail(store: AuditStore, dead_letter: DeadLetter, masker: Masker) -> N
         ["Value", "Headers", "Error", "History"]
     )
     with value_tab:
-        _value(dead_letter, masker)
+        try:
+            _value(dead_letter, masker)
+        except Exception as exc:  # the rest of the dead letter (and Discard) must still show
+            _log.warning("cannot show dead letter #%s", dead_letter.id, exc_info=True)
+            st.warning(f"This value cannot be shown ({type(exc).__name__}).")
     with headers_tab:
         rows = header_rows(dead_letter, masker)
         st.dataframe(pd.DataFrame(rows, columns=["name", "value", "encoding"]), hide_index=True)
@@ -58,12 +65,13 @@ def show_detail(store: AuditStore, dead_letter: DeadLetter, masker: Masker) -> N
         fate_of = fates or {}
         steps = [_history_row(e, dead_letter.id, fate_of.get(i)) for i, e in enumerate(entries)]
         st.dataframe(pd.DataFrame(steps), hide_index=True)
-    st.download_button(
+    download_button(
         "Download as JSON (masked)",
-        json.dumps(export(dead_letter, masker), indent=2, ensure_ascii=False),
+        lambda: json.dumps(export(dead_letter, masker), indent=2, ensure_ascii=False),
         file_name=f"dead-letter-{dead_letter.id}.json",
         mime="application/json",
         key=f"export-{dead_letter.id}",
+        allowed=session.may_download(session.config()),
     )
 
 
@@ -99,6 +107,8 @@ def _value(dead_letter: DeadLetter, masker: Masker) -> None:
     shown = st.selectbox("Show as", FORMATS, index=default, key=f"format-{dead_letter.id}")
     if view.masked_fields:
         st.caption(f"{view.masked_fields} sensitive field(s) masked")
+    if view.note:
+        st.caption(view.note)
     if shown == "JSON" and view.kind == JSON:
         st.json(view.document)
     elif shown == "Hex":

@@ -15,8 +15,10 @@ import streamlit as st
 
 from kmq_dagster.audit.browse import Cursor
 from kmq_dagster.audit.filters import DeadLetterFilter
-from kmq_dagster.console.session import attempt
+from kmq_dagster.console.masking import Masker
+from kmq_dagster.console.session import attempt, config
 from kmq_dagster.core.replay import parse_time_ms
+from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import wall_clock_ms
 
 FILTER_KEY = "kmq_filter"
@@ -51,11 +53,14 @@ def cursors() -> list[Cursor | None]:
     return stack if isinstance(stack, list) else [None]
 
 
-def filter_of(form: Mapping[str, Any], now_ms: int) -> DeadLetterFilter:
+def filter_of(
+    form: Mapping[str, Any], now_ms: int, *, masker: Masker | None = None
+) -> DeadLetterFilter:
     """The filter the form's values describe (blank fields do not filter).
 
     Raises:
-        ConfigError: a time, status or header the filter refuses.
+        ConfigError: a time, status or header the filter refuses, or a value asked of a
+            header ``masker`` masks (its value could be guessed by filtering for it).
     """
 
     def text(name: str) -> str | None:
@@ -70,6 +75,8 @@ def filter_of(form: Mapping[str, Any], now_ms: int) -> DeadLetterFilter:
     topic, group = queue.split(" / ", 1) if queue and queue != ALL_QUEUES else (None, None)
     header = text("header")
     name, sep, value = (header or "").partition("=")
+    if sep and masker is not None and masker.is_sensitive(name.strip()):
+        raise ConfigError(f"{name.strip()} is masked: filter by the header's name only")
     key = text("key")
     return DeadLetterFilter(
         queue_topic=topic,
@@ -104,7 +111,8 @@ def show_form(queues: list[tuple[str, str]]) -> None:
         submitted = st.form_submit_button("Apply filters", type="primary")
     if submitted:
         form = {name: st.session_state.get(widget_key(name)) for name in FIELDS}
-        where = attempt(lambda: filter_of(form, wall_clock_ms()))
+        masker = config().masker
+        where = attempt(lambda: filter_of(form, wall_clock_ms(), masker=masker))
         if where is not None:
             apply(where)
 

@@ -6,36 +6,58 @@ Three ways in, in this order:
    to it when it serves on a loopback address.
 2. OIDC through ``st.login`` when Streamlit's ``secrets.toml`` has an ``[auth]`` section; the
    users file may give an identity (its e-mail) a role, others get the default role.
-3. Otherwise a name and password checked against the users file (argon2 hashes).
+3. Otherwise a name and password checked against the users file (argon2 hashes), throttled
+   and audited by :mod:`kmq_dagster.console.login_guard`.
+
+Whatever the way in, the principal is checked again on every run (see
+:mod:`kmq_dagster.console.session`): role re-read, removal and idle expiry take effect at once.
 """
 
 from __future__ import annotations
 
 import getpass
 import socket
-from typing import Any
 
 import streamlit as st
 
+from kmq_dagster.console import session
 from kmq_dagster.console.auth import ADMIN, Principal, UsersFile
 from kmq_dagster.console.config import ConsoleConfig, is_loopback
-from kmq_dagster.console.session import PRINCIPAL_KEY, reported_errors
+from kmq_dagster.console.login_guard import log_in
+from kmq_dagster.console.session import (
+    ENDED_KEY,
+    PRINCIPAL_KEY,
+    oidc_providers,
+    reported_errors,
+)
+
+__all__ = ["log_out", "logged_in", "login_page", "oidc_providers"]
+#: The client of a session Streamlit gives no address (it hides loopback addresses).
+UNKNOWN_CLIENT = "localhost"
 
 
 def logged_in(config: ConsoleConfig) -> Principal | None:
-    """The principal of this session, or ``None`` after rendering what it takes to log in."""
+    """The principal of this session as it stands now, or ``None`` (then the login page)."""
     if config.no_auth:
         return _local_admin()
     providers = oidc_providers()
-    if providers is not None:
-        return _oidc(config)
-    found = st.session_state.get(PRINCIPAL_KEY)
-    return found if isinstance(found, Principal) else None
+    found = _oidc(config) if providers is not None else st.session_state.get(PRINCIPAL_KEY)
+    if not isinstance(found, Principal):
+        return None
+    current = session.current_principal(config, found)
+    if current is None:
+        reason = st.session_state.get(ENDED_KEY)
+        log_out(config)
+        st.session_state[ENDED_KEY] = reason
+    return current
 
 
 def login_page() -> None:
     """The page shown to a session without a principal."""
     st.title("kmq console")
+    ended = st.session_state.pop(ENDED_KEY, None)
+    if ended:
+        st.info(ended)
     with reported_errors():
         _login_form(ConsoleConfig.from_env())
 
@@ -67,30 +89,19 @@ def _login_form(config: ConsoleConfig) -> None:
         password = st.text_input("Password", type="password")
         submitted = st.form_submit_button("Log in", type="primary")
     if submitted:
-        principal = users.authenticate(name, password)
+        client = st.context.ip_address or UNKNOWN_CLIENT
+        principal = log_in(users, name, password, client, session.attempt(session.audit_store))
         if principal is None:
             st.error("Wrong user name or password.")
         else:
-            st.session_state[PRINCIPAL_KEY] = principal
+            session.start_session(principal)
             st.rerun()
 
 
 def log_out(config: ConsoleConfig) -> None:
-    st.session_state.pop(PRINCIPAL_KEY, None)
+    session.end_session(None)
     if oidc_providers() is not None and not config.no_auth:
         st.logout()
-
-
-def oidc_providers() -> list[str] | None:
-    """``None`` without an ``[auth]`` secrets section; else the named providers (``[]``: one
-    unnamed provider configured directly under ``[auth]``)."""
-    try:
-        section: Any = st.secrets.get("auth")
-    except Exception:  # no secrets file at all is the common case, not an error
-        return None
-    if not section:
-        return None
-    return sorted(name for name, value in dict(section).items() if hasattr(value, "keys"))
 
 
 def _local_admin() -> Principal | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,13 +21,22 @@ JSON, TEXT, BINARY, EMPTY = "json", "text", "binary", "empty"
 HEX_WIDTH = 16
 #: Longest value preview in a table cell.
 PREVIEW_CHARS = 120
+#: How much of a value a table cell's preview reads: masking its start masks what the cell
+#: shows exactly as masking the whole value would (a secret's value starts after its name).
+PREVIEW_SOURCE_BYTES = 4_096
+#: Deepest JSON shown as a tree or exported as a document; deeper JSON is shown as (masked)
+#: text, so no renderer, encoder or browser walks 500 levels of nesting.
+MAX_TREE_DEPTH = 64
+BYTE_ORDER_MARK = "\N{ZERO WIDTH NO-BREAK SPACE}"
 
 #: Characters Streamlit's markdown gives a meaning (markdown, HTML tags, LaTeX, emoji codes).
 _MARKDOWN_SPECIAL = set("\\`*_{}[]()#+-.!|<>~$:=&")
 
 #: Control characters no text value holds: a value with one is shown as binary.
-_BINARY_CONTROL = frozenset(code for code in [*range(32), 127] if chr(code) not in "\t\n\r")
+_BINARY_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _CONTROL = {code: "\N{REPLACEMENT CHARACTER}" for code in [*range(32), 127] if code not in (9,)}
+_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+_SPACES = re.compile(r"\s+")
 
 
 @dataclass(frozen=True)
@@ -38,46 +48,87 @@ class ValueView:
     document: Any
     #: Text (pretty JSON for JSON values), masked.
     text: str
-    #: Hex dump of the shown bytes (the masked JSON for a masked JSON value).
-    hex: str
+    #: The value's bytes with sensitive fields masked: what the hex view and exports show.
+    shown: bytes = b""
     masked_fields: int = 0
+    #: Why the value is shown the way it is, when that is not obvious (deep nesting, a BOM).
+    note: str = ""
+
+    @property
+    def hex(self) -> str:
+        """Hex dump of the masked bytes (made only when a page asks for it)."""
+        return hex_dump(self.shown)
 
 
 def view_value(raw: bytes | None, masker: Masker) -> ValueView:
-    """The views of a stored value: JSON if it parses, text if it is UTF-8, else binary."""
+    """The views of a stored value, masked first: JSON if it parses (behind a byte-order mark
+    too) and is at most :data:`MAX_TREE_DEPTH` deep, text if it is UTF-8, else binary. Never
+    raises on any input, whatever its size, shape or encoding."""
     if raw is None or raw == b"":
-        return ValueView(EMPTY, None, "", "")
+        return ValueView(EMPTY, None, "", b"")
+    shown, count = masker.mask_bytes(raw)
     try:
-        text = raw.decode("utf-8")
+        text = shown.decode("utf-8")
     except UnicodeDecodeError:
         text = None
-    if text is None or any(ord(char) in _BINARY_CONTROL for char in text):
-        return ValueView(BINARY, None, raw.decode("utf-8", errors="replace"), hex_dump(raw))
+    if text is None or _BINARY_CONTROL.search(text):
+        readable = shown.decode("utf-8", errors="replace")
+        return ValueView(BINARY, None, readable, shown, count, "not UTF-8 text: shown as hex")
+    body = text.removeprefix(BYTE_ORDER_MARK)
+    bom_note = "JSON behind a byte-order mark" if text.startswith(BYTE_ORDER_MARK) else ""
+    if json_depth(body, MAX_TREE_DEPTH) > MAX_TREE_DEPTH:
+        note = f"JSON nested more than {MAX_TREE_DEPTH} levels deep: shown as text"
+        return ValueView(TEXT, None, text, shown, count, note)
     try:
-        document = json.loads(text)
-    except ValueError:
-        return ValueView(TEXT, None, text, hex_dump(raw))
-    masked, count = masker.json(document)
-    pretty = json.dumps(masked, indent=2, ensure_ascii=False)
-    shown = raw if count == 0 else json.dumps(masked, ensure_ascii=False).encode()
-    return ValueView(JSON, masked, pretty, hex_dump(shown), count)
+        document = json.loads(body)
+        pretty = json.dumps(document, indent=2, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return ValueView(TEXT, None, text, shown, count)
+    return ValueView(JSON, document, pretty, shown, count, bom_note)
+
+
+def json_depth(text: str, limit: int) -> int:
+    """How deep the brackets of ``text`` nest (strings skipped), counted up to ``limit + 1``."""
+    depth = deepest = 0
+    for found in _STRUCTURE.finditer(text):
+        char = found.group()
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                break
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 def preview(raw: bytes | None, masker: Masker) -> str:
     """One line for a table cell: compact masked JSON, text, or the start of a hex dump."""
-    view = view_value(raw, masker)
+    cut = raw is not None and len(raw) > PREVIEW_SOURCE_BYTES
+    view = view_value(utf8_prefix(raw, PREVIEW_SOURCE_BYTES) if cut else raw, masker)
     if view.kind == JSON:
         line = json.dumps(view.document, ensure_ascii=False)
     elif view.kind == BINARY:
-        line = "0x" + (raw or b"")[: PREVIEW_CHARS // 2].hex()
+        line = "0x" + view.shown[: PREVIEW_CHARS // 2].hex()
     else:
-        line = view.text
+        line = _SPACES.sub(" ", view.text) if cut or view.note else view.text
     line = line.translate(_CONTROL)
     return (
         line
         if len(line) <= PREVIEW_CHARS
         else line[: PREVIEW_CHARS - 1] + "\N{HORIZONTAL ELLIPSIS}"
     )
+
+
+def utf8_prefix(raw: bytes | None, size: int) -> bytes:
+    """The first ``size`` bytes of ``raw`` or fewer, never ending inside a UTF-8 character."""
+    data = raw or b""
+    if len(data) <= size:
+        return data
+    end = size
+    while end > size - 3 and end > 0 and data[end] & 0xC0 == 0x80:
+        end -= 1
+    return data[:end]
 
 
 def escape_markdown(text: str) -> str:
@@ -124,7 +175,7 @@ def export(dead_letter: DeadLetter, masker: Masker) -> dict[str, Any]:
     if view.kind == JSON:
         value = view.document
     elif view.kind == BINARY:
-        value = {"base64": base64.b64encode(dead_letter.value or b"").decode("ascii")}
+        value = {"base64": base64.b64encode(view.shown).decode("ascii")}
     else:
         value = view.text
     return {
@@ -136,6 +187,7 @@ def export(dead_letter: DeadLetter, masker: Masker) -> dict[str, Any]:
         "value": value,
         "value_size": dead_letter.value_size,
         "value_truncated": dead_letter.value_truncated,
+        "value_masked_fields": view.masked_fields,
         "headers": header_rows(dead_letter, masker),
         "error_type": dead_letter.error_type,
         "error_message": dead_letter.error_message,

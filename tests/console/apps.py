@@ -3,12 +3,15 @@ principal, and helpers to find what a page shows."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
 from kmq_dagster.console.auth import Principal
+from kmq_dagster.console.config import USERS_FILE_ENV
 from kmq_dagster.console.session import PRINCIPAL_KEY
 
 APP = Path(__file__).resolve().parents[2] / "kmq_dagster" / "console" / "app.py"
@@ -24,12 +27,22 @@ def open_app(principal: Principal | None = None, page: str = "overview") -> AppT
     """The app, run once on ``page`` (logged in as ``principal`` when given)."""
     app = AppTest.from_file(str(APP), default_timeout=60)
     if principal is not None:
+        enroll(principal)
         app.session_state[PRINCIPAL_KEY] = principal
     app.run()
     if page != "overview":
         app.switch_page(PAGES[page]).run()
     assert not app.exception, [e.value for e in app.exception]
     return app
+
+
+def enroll(principal: Principal) -> None:
+    """Put ``principal`` in the users file the console reads (every action re-reads it), with
+    a placeholder hash: these sessions are logged in without a password."""
+    path = Path(os.environ[USERS_FILE_ENV])
+    content = json.loads(path.read_text()) if path.exists() else {"users": {}}
+    content["users"][principal.name] = {"role": principal.role, "password_hash": "placeholder"}
+    path.write_text(json.dumps(content))
 
 
 def texts(app: AppTest) -> str:

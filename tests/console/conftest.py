@@ -14,6 +14,7 @@ from streamlit import config as streamlit_config
 from kmq_dagster.audit.dead_letters import dead_letter_row
 from kmq_dagster.audit.local_postgres import fresh_database
 from kmq_dagster.console.config import AUTH_ENV, USERS_FILE_ENV
+from kmq_dagster.console.login_guard import reset_throttle
 from kmq_dagster.core.headers import (
     DLQ_REASON,
     ERROR_MESSAGE,
@@ -78,6 +79,7 @@ def console_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     users = tmp_path / "users.json"
     monkeypatch.setenv(USERS_FILE_ENV, str(users))
     monkeypatch.delenv(AUTH_ENV, raising=False)
+    reset_throttle()
     before = streamlit_config.get_option("server.address")
     streamlit_config.set_option("server.address", "127.0.0.1")
     yield users

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -25,8 +26,10 @@ from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.broker.ports import free_port
 from kmq_dagster.console.auth import ADMIN, OPERATOR, VIEWER, Principal, UsersFile
+from kmq_dagster.console.login_guard import LOGIN_FAILED
 from kmq_dagster.console.operations import ReplayPlan, start_replay
 from kmq_dagster.core.headers import replace_headers
+from kmq_dagster.core.login_throttle import FREE_FAILURES
 from kmq_dagster.core.naming import dlq_topic, retry_topic
 from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
 from kmq_dagster.errors import PermissionDeniedError
@@ -254,6 +257,45 @@ def test_a_viewer_gets_no_replay_control_and_the_action_refuses_them(
     page.close()
 
 
+def test_a_499_deep_dead_letter_renders_exports_once_and_can_be_discarded(
+    console: str, browser: Browser, settings: KmqSettings, topic_name: str, audit_url: str
+) -> None:
+    deep = b"[" * 499 + b"]" * 499
+    produce(settings, topic_name, [(b"deep", "RecursionBomb", "499 arrays deep", deep)],
+            [("X-Auth-Token", b"tok-secret-1")])  # fmt: skip
+    store = AuditStore(audit_url)
+    ingester = DlqIngester(open_queue(settings, topic_name, GROUP), store)
+    ingester.ingest_available()
+    ingester.close()
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    log_in(page, console, "olivia")
+    page.get_by_role("link", name="Dead letters").click()
+    settle(page)
+    apply_filter(page, "Error type", "RecursionBomb")
+    expect(page.get_by_text("Page 1: 1 of 1 matching")).to_be_visible()
+    choose(page, "Open dead letter", "RecursionBomb")
+    expect(page.get_by_text(re.compile("nested more than 64 levels"))).to_be_visible()
+
+    assert page.locator("a[href*='/media/']").count() == 0  # no file before the click
+    with page.expect_download() as started:
+        page.get_by_role("button", name="Download as JSON (masked)").click()
+    download = started.value
+    exported = json.loads(Path(download.path()).read_text())
+    assert exported["value"] == deep.decode() and "tok-secret-1" not in json.dumps(exported)
+    # The URL the operator got, fetched later without their session: gone.
+    assert wait_for(lambda: _status(download.url) == 404, timeout_s=30), _status(download.url)
+
+    page.get_by_role("button", name="Discard all matching (1)").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_label("Reason (required; kept in the audit log)").fill("poison: 499 deep")
+    dialog.get_by_role("button", name="Discard 1 dead letters").click()
+    expect(page.get_by_text("Discarded 1 dead letters.")).to_be_visible()
+    done = DeadLetterFilter(error_type="RecursionBomb", status="discarded")
+    assert store.count_dead_letters(done) == 1
+    store.close()
+    page.close()
+
+
 def log_in(page: Page, url: str, name: str) -> None:
     page.goto(url)
     page.get_by_role("textbox", name="User name").fill(name)
@@ -295,9 +337,41 @@ def shoot(page: Page, name: str) -> None:
         (IMAGES / f"console-{name}.png").write_bytes(image)
 
 
+def _status(url: str) -> int:
+    """The HTTP status of an unauthenticated GET of ``url``."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
 def _healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
             return bool(response.read() == b"ok")
     except OSError:
         return False
+
+
+def test_failed_logins_are_throttled_and_audited_in_the_real_console(
+    console: str, browser: Browser, audit_url: str
+) -> None:
+    """Last in this module: it locks this machine out of the console for a while."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page.goto(console)
+    messages = []
+    for _ in range(FREE_FAILURES + 2):
+        page.get_by_role("textbox", name="User name").fill("victor")
+        page.get_by_role("textbox", name="Password").fill("not the password")
+        page.get_by_role("button", name="Log in").click()
+        settle(page)
+        messages.append(page.get_by_role("alert").last.inner_text())
+
+    assert messages[: FREE_FAILURES + 1] == ["Wrong user name or password."] * (FREE_FAILURES + 1)
+    assert "too many failed logins: try again in" in messages[-1]
+    store = AuditStore(audit_url)
+    failed = [a.actor for a in store.actions() if a.kind == LOGIN_FAILED]
+    assert failed == ["victor from localhost"] * (FREE_FAILURES + 1)
+    store.close()
+    page.close()

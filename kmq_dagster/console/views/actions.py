@@ -8,9 +8,11 @@ import streamlit as st
 
 from kmq_dagster.console import jobs, operations, queries, session
 from kmq_dagster.console.auth import OPERATOR
+from kmq_dagster.console.downloads import download_button
 from kmq_dagster.console.jobs import RUNNING
+from kmq_dagster.console.login_guard import LOGIN_FAILED
 
-KINDS = ("any", "replay", "discard")
+KINDS = ("any", "replay", "discard", LOGIN_FAILED)
 
 
 def show_jobs() -> None:
@@ -56,9 +58,9 @@ def show_trail() -> None:
           "outcome": a.outcome, "selection": a.selection} for a in found]
     )  # fmt: skip
     st.dataframe(table, hide_index=True)
-    st.download_button(
-        "Download as CSV", table.to_csv(index=False), file_name="kmq-actions.csv",
-        mime="text/csv", key="actions-csv",
+    download_button(
+        "Download as CSV", lambda: table.to_csv(index=False), file_name="kmq-actions.csv",
+        mime="text/csv", key="actions-csv", allowed=session.may_download(session.config()),
     )  # fmt: skip
 
 

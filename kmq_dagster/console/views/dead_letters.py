@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pandas as pd
 import streamlit as st
 
@@ -13,6 +15,7 @@ from kmq_dagster.audit.models import DeadLetter
 from kmq_dagster.console import action_dialogs, filter_form, session
 from kmq_dagster.console.auth import OPERATOR
 from kmq_dagster.console.detail_view import show_detail
+from kmq_dagster.console.downloads import download_button
 from kmq_dagster.console.rendering import escape_markdown, key_text, preview
 
 PAGE_SIZE = 50
@@ -32,7 +35,20 @@ def _causes(url: str, where: DeadLetterFilter) -> list[CauseCount]:
     return browse.cause_counts(session.store(), where)
 
 
+_log = logging.getLogger(__name__)
+
+
 def table_row(dead_letter: DeadLetter) -> dict[str, object]:
+    """One row of the table; a row that cannot be shown says so instead of failing the page."""
+    try:
+        return _row(dead_letter)
+    except Exception as exc:  # one bad row must never take the page down for everyone
+        _log.warning("cannot show dead letter #%s", dead_letter.id, exc_info=True)
+        placeholder = f"(cannot be shown: {type(exc).__name__})"
+        return dict.fromkeys(table_row_columns(), placeholder) | {"id": dead_letter.id}
+
+
+def _row(dead_letter: DeadLetter) -> dict[str, object]:
     masker = session.config().masker
     return {
         "id": dead_letter.id,
@@ -102,9 +118,10 @@ def show_list(where: DeadLetterFilter, total: int) -> None:
         stack.append(result.next_cursor)
         st.rerun()
     actions(where, selected, total)
-    st.download_button(
-        "Download this page as CSV (masked)", table.to_csv(index=False),
+    download_button(
+        "Download this page as CSV (masked)", lambda: table.to_csv(index=False),
         file_name="dead-letters.csv", mime="text/csv", key=f"csv-{page_key}",
+        allowed=session.may_download(session.config()),
     )  # fmt: skip
     detail(result.rows, selected, page_key)
 
