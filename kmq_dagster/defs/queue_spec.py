@@ -54,6 +54,9 @@ class QueueSpec:
         output_path: the Parquet dataset the processing asset appends to.
         max_messages_per_partition: messages per partition and Spark batch.
         max_run_seconds: a processing run stops starting batches after this long.
+        freshness_minutes: the output is expected processed within this many minutes of
+            arrival: the output asset carries a Dagster freshness policy that fails once its
+            last materialization is older; ``None``: no policy.
         backlog_interval_s: seconds between backlog sensor ticks.
         observation_interval_s: seconds between observation sensor ticks.
         dead_letter_threshold: ``dead_letters_not_growing`` warns above this many new dead
@@ -75,6 +78,7 @@ class QueueSpec:
     output_path: str | None = None
     max_messages_per_partition: int = 50_000
     max_run_seconds: float = DEFAULT_MAX_RUN_SECONDS
+    freshness_minutes: int | None = None
     backlog_interval_s: int = DEFAULT_BACKLOG_INTERVAL_S
     observation_interval_s: int = DEFAULT_OBSERVATION_INTERVAL_S
     dead_letter_threshold: int = DEFAULT_DEAD_LETTER_THRESHOLD
