@@ -166,7 +166,6 @@ class QueueModel(dg.Resolvable, dg.Model):
             "dead_letter_threshold": self.dead_letter_threshold,
             "dead_letter_window_ms": _duration_ms("dead_letter_window", self.dead_letter_window),
             "ingest_per_tick": self.ingest_per_tick,
-            "breaker": self._breaker(),
             "breaker_interval_s": self.breaker_interval_s,
             "keep_tracker": self.keep_tracker,
             "keepalive_interval_s": self.keepalive_interval_s,
@@ -174,7 +173,8 @@ class QueueModel(dg.Resolvable, dg.Model):
             "name": self.name,
         }
         spec_fields.update(self._worker_fields())
-        spec = QueueSpec(queue, **_without_none(spec_fields))
+        # breaker=None is a choice (no breaker sensor), not a value left out
+        spec = QueueSpec(queue, breaker=self._breaker(), **_without_none(spec_fields))
         if self.freshness_minutes is None:
             return spec
         minutes = (
