@@ -198,9 +198,10 @@ class QueueModel(dg.Resolvable, dg.Model):
         known = {f.name for f in dataclasses.fields(QueueSpec)}
         unknown = sorted(set(given) - known)
         if unknown:
-            # TODO(lead): drop this guard once the concurrent worker's QueueSpec fields merge.
+            # TODO(lead): once QueueSpec has concurrency and ordering (being added in parallel)
+            # this guard never fires; drop it then.
             raise ConfigError(
-                f"{', '.join(unknown)}: this kmq-dagster does not run queues concurrently yet",
+                f"{', '.join(unknown)}: this kmq-dagster's QueueSpec has no such field yet",
                 setting=unknown[0],
             )
         return given

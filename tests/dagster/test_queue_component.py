@@ -186,7 +186,7 @@ def test_concurrency_reaches_the_spec_or_is_refused_by_name() -> None:
     else:
         with pytest.raises(Exception) as raised, loaded({"queues": [queue]}):
             pass
-        assert "concurrency, ordering: this kmq-dagster does not run" in causes(raised.value)
+        assert "concurrency, ordering: this kmq-dagster's QueueSpec has no" in causes(raised.value)
 
 
 def output_policy(defs: Definitions) -> FreshnessPolicy | None:
