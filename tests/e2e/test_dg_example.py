@@ -245,3 +245,6 @@ def test_the_example_in_dg_dev_processes_terminates_and_goes_stale(tmp_path: Pat
             assert wait_for(lambda: client.freshness(OUTPUT) == "DEGRADED",
                             timeout_s=240, interval_s=2)  # fmt: skip
             assert len(client.runs(PROCESS)) == runs_before
+
+    # the code server and run workers print their warnings to dg dev's log: none of ours
+    assert own_warnings((tmp_path / "home" / "dg-dev.log").read_text()) == []
