@@ -36,7 +36,10 @@ def test_dg_list_components_shows_the_kmq_component() -> None:
     assert result.returncode == 0, result.stdout
     listed = json.loads(result.stdout[result.stdout.index("{") :])
     summaries = {item["key"]: item["summary"] for item in listed["items"]}
-    assert "kmq_dagster.KmqQueueComponent" in summaries, sorted(summaries)
+    assert "kmq_dagster.KmqQueueComponent" in summaries, (
+        "kmq-dagster's dagster_dg_cli.registry_modules entry point is not installed "
+        f"(pip install -e '.[test]' again): {sorted(summaries)}"
+    )
     assert "Kafka" in summaries["kmq_dagster.KmqQueueComponent"]
 
 
