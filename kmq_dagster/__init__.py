@@ -72,6 +72,7 @@ _LAZY = {
     "EmbeddedBroker": "kmq_dagster.broker.embedded",
     "SparkQueueJob": "kmq_dagster.spark.job",
     "SparkMessage": "kmq_dagster.spark.tasks",
+    "KmqQueueComponent": "kmq_dagster.components.queue_component",
 }
 
 __all__ = [
@@ -92,6 +93,7 @@ __all__ = [
     "KmqError",
     "KmqMessage",
     "KmqProducer",
+    "KmqQueueComponent",
     "KmqSettings",
     "KmqTimeoutError",
     "MarkerDecodeError",
@@ -137,6 +139,7 @@ if TYPE_CHECKING:
     from kmq_dagster.audit.shared_breaker import SharedBreaker, breaker_config
     from kmq_dagster.audit.store import AuditStore, DeadLetterFilter
     from kmq_dagster.broker.embedded import EmbeddedBroker
+    from kmq_dagster.components.queue_component import KmqQueueComponent
     from kmq_dagster.core.breaker import BreakerConfig
     from kmq_dagster.core.queue import Queue
     from kmq_dagster.core.replay import ReplaySelection

@@ -4,12 +4,15 @@ No ``from __future__ import annotations`` here: Dagster reads the signatures of 
 functions (config and resource parameters) at run time.
 """
 
+from datetime import timedelta
+
 from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetsDefinition,
     AssetSpec,
     Config,
+    FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -23,6 +26,7 @@ from kmq_dagster.defs.observations import check_result
 from kmq_dagster.defs.processing import ensure_queue
 from kmq_dagster.defs.queue_spec import QueueSpec
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
+from kmq_dagster.errors import ConfigError
 from kmq_dagster.spark.job import BatchReport, SparkQueueJob
 from kmq_dagster.spark.processing import ProcessingReport, run_processing
 
@@ -86,6 +90,7 @@ def processing_asset(spec: QueueSpec) -> AssetsDefinition:
             **concurrency_metadata(spec),
         },
         op_tags=spec.tags,
+        freshness_policy=output_freshness_policy(spec),
     )
     def process_queue(
         context: AssetExecutionContext,
@@ -128,6 +133,23 @@ def processing_asset(spec: QueueSpec) -> AssetsDefinition:
         return _materialized(context, spec, queue, report)
 
     return process_queue
+
+
+def output_freshness_policy(spec: QueueSpec) -> FreshnessPolicy | None:
+    """Processed within ``freshness_minutes`` of arrival, as Dagster's time-window policy:
+    FAIL once the output's last materialization is older (Dagster's windows are 1 minute at
+    least). A queue with no arrivals fails it too: its backlog sensor launches no run.
+
+    Raises:
+        ConfigError: ``freshness_minutes`` is below 1.
+    """
+    if spec.freshness_minutes is None:
+        return None
+    if spec.freshness_minutes < 1:
+        raise ConfigError(
+            f"queue {spec.queue}: freshness_minutes must be at least 1", setting="freshness_minutes"
+        )
+    return FreshnessPolicy.time_window(fail_window=timedelta(minutes=spec.freshness_minutes))
 
 
 def _materialized(

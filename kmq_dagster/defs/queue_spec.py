@@ -60,6 +60,9 @@ class QueueSpec:
         ordering: with ``concurrency`` above 1, ``"key"``, ``"unordered"`` or ``"partition"``
             (one at a time per partition, the default); an :class:`Ordering` or its value.
         max_run_seconds: a processing run stops starting batches after this long.
+        freshness_minutes: the output is expected processed within this many minutes of
+            arrival: the output asset carries a Dagster freshness policy that fails once its
+            last materialization is older; ``None``: no policy.
         backlog_interval_s: seconds between backlog sensor ticks.
         observation_interval_s: seconds between observation sensor ticks.
         dead_letter_threshold: ``dead_letters_not_growing`` warns above this many new dead
@@ -83,6 +86,7 @@ class QueueSpec:
     concurrency: int = 1
     ordering: Ordering | str = Ordering.PARTITION
     max_run_seconds: float = DEFAULT_MAX_RUN_SECONDS
+    freshness_minutes: int | None = None
     backlog_interval_s: int = DEFAULT_BACKLOG_INTERVAL_S
     observation_interval_s: int = DEFAULT_OBSERVATION_INTERVAL_S
     dead_letter_threshold: int = DEFAULT_DEAD_LETTER_THRESHOLD

@@ -33,6 +33,20 @@ query($selector: SensorSelector!) {
     ... on Sensor { sensorState { ticks(limit: 20) { status skipReason runIds timestamp } } }
   }
 }"""
+SENSOR_STATE = """
+query($selector: SensorSelector!) {
+  sensorOrError(sensorSelector: $selector) { ... on Sensor { sensorState { id status } } }
+}"""
+STOP_SENSOR = """
+mutation($id: String!) {
+  stopSensor(id: $id) { __typename ... on PythonError { message } }
+}"""
+FRESHNESS = """
+query($path: [String!]!) {
+  assetNodeOrError(assetKey: {path: $path}) {
+    ... on AssetNode { freshnessStatusInfo { freshnessStatus } }
+  }
+}"""
 MATERIALIZATIONS = """
 query($path: [String!]!) {
   assetOrError(assetKey: {path: $path}) {
@@ -89,3 +103,21 @@ class DagsterClient:
             {e["label"]: e["intValue"] for e in m["metadataEntries"] if "intValue" in e}
             for m in (found or {}).get("assetMaterializations", [])
         ]
+
+    def stop_sensor(self, sensor: str) -> None:
+        """Stop ``sensor`` as its page's toggle does."""
+        selector = {
+            "repositoryLocationName": self.location,
+            "repositoryName": REPOSITORY,
+            "sensorName": sensor,
+        }
+        found = self.service.graphql(SENSOR_STATE, {"selector": selector})
+        state = found["sensorOrError"]["sensorState"]
+        answer = self.service.graphql(STOP_SENSOR, {"id": state["id"]})["stopSensor"]
+        assert answer["__typename"] == "StopSensorMutationResult", answer
+
+    def freshness(self, path: list[str]) -> str:
+        """The asset's freshness as its page shows it: ``HEALTHY``, ``WARNING``, ``DEGRADED``
+        (its freshness policy fails) or ``UNKNOWN`` (not evaluated yet)."""
+        found = self.service.graphql(FRESHNESS, {"path": path})["assetNodeOrError"]
+        return str(found["freshnessStatusInfo"]["freshnessStatus"])

@@ -1,0 +1,253 @@
+"""kmq-dagster in a dg project, end to end with Dagster's own tools: ``dg list components``
+finds the component, ``dg check defs`` and ``dg list defs`` load the example project cleanly,
+``dagster definitions validate`` loads workspace.yaml cleanly, and ``dg dev`` (a real webserver
+and daemon, driven over GraphQL) operates the example's queue: provision, a processing run the
+backlog sensor launches, the tracker terminated (CANCELED), and the output's freshness policy
+failing once the backlog sensor is stopped."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from kmq_dagster.broker import EmbeddedBroker
+from kmq_dagster.demo.orders import is_poison
+from kmq_dagster.demo.pipeline import produce_orders
+from kmq_dagster.settings import KmqSettings
+from tests.e2e.dagster_graphql import DagsterClient
+from tests.e2e.dg_project import EXAMPLE, ROOT, DgDev, own_warnings, project_env, run_dg
+from tests.kafka_helpers import wait_for
+
+QUEUE = "orders__invoicing"
+PROVISION, PROCESS, TRACK = (f"{what}_{QUEUE}" for what in ("provision", "process", "track"))
+BACKLOG = f"backlog_{QUEUE}"
+OUTPUT = ["kmq", QUEUE, "output"]
+
+
+def test_dg_list_components_shows_the_kmq_component() -> None:
+    result = run_dg("list", "components", "--json")
+
+    assert result.returncode == 0, result.stdout
+    listed = json.loads(result.stdout[result.stdout.index("{") :])
+    summaries = {item["key"]: item["summary"] for item in listed["items"]}
+    assert "kmq_dagster.KmqQueueComponent" in summaries, (
+        "kmq-dagster's dagster_dg_cli.registry_modules entry point is not installed "
+        f"(pip install -e '.[test]' again): {sorted(summaries)}"
+    )
+    assert "Kafka" in summaries["kmq_dagster.KmqQueueComponent"]
+
+
+def test_dg_scaffold_defs_writes_a_queue_that_dg_checks_and_lists(tmp_path: Path) -> None:
+    project = tmp_path / "kmq-orders"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("orders", "__pycache__"))
+
+    scaffolded = run_dg(
+        "scaffold", "defs", "kmq_dagster.KmqQueueComponent", "payments", "--group", "billing",
+        project=project,
+    )  # fmt: skip
+
+    assert scaffolded.returncode == 0, scaffolded.stdout
+    written = (project / "src/kmq_orders/defs/payments/defs.yaml").read_text()
+    assert written.startswith("type: kmq_dagster.KmqQueueComponent\n"), written
+    for line in ("- topic: payments", "group: billing", "bootstrap_servers: '{{ env.KMQ_BOOTS"):
+        assert line in written, written
+    checked = run_dg("check", "defs", project=project)
+    assert checked.returncode == 0, checked.stdout
+    listed = run_dg("list", "defs", "--json", project=project)
+    assert "provision_payments__billing" in listed.stdout
+
+
+def test_dg_check_defs_loads_the_example_cleanly() -> None:
+    result = run_dg("check", "defs")
+
+    assert result.returncode == 0, result.stdout
+    assert "All definitions loaded successfully" in result.stdout
+    assert own_warnings(result.stdout) == []
+
+
+def test_dg_list_defs_lists_the_queues_assets_checks_jobs_and_sensors() -> None:
+    result = run_dg("list", "defs", "--json")
+
+    assert result.returncode == 0, result.stdout
+    listed = json.loads(result.stdout[result.stdout.index("{") :])
+    assert sorted(a["asset_key"] for a in listed["assets"]) == [
+        f"kmq/{QUEUE}/output",
+        f"kmq/{QUEUE}/queue",
+    ]
+    assert {c["key"] for c in listed["asset_checks"]} >= {
+        f"kmq/{QUEUE}/queue:breaker_closed",
+        f"kmq/{QUEUE}/output:output_matches_acks",
+    }
+    assert {j["name"] for j in listed["jobs"]} >= {PROVISION, PROCESS, TRACK, f"replay_{QUEUE}"}
+    assert {s["name"] for s in listed["sensors"]} == {
+        BACKLOG,
+        f"breaker_{QUEUE}",
+        f"keep_tracker_{QUEUE}",
+        f"observe_{QUEUE}",
+        "kmq_run_failures",
+    }
+    assert {r["name"] for r in listed["resources"]} == {"kmq", "audit", "pyspark", "alerts"}
+    assert own_warnings(result.stdout) == []
+
+
+def test_dagster_definitions_validate_loads_workspace_yaml_cleanly() -> None:
+    dagster = Path(sys.executable).parent / "dagster"
+    result = subprocess.run(
+        [str(dagster), "definitions", "validate", "-w", str(ROOT / "workspace.yaml")],
+        cwd=ROOT,
+        env=project_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stdout
+    assert "All code locations passed validation" in result.stdout
+    assert own_warnings(result.stdout) == []
+
+
+#: A dg project with one of each thing kmq makes (asset, check, job, sensor) and nothing of
+#: kmq: what Dagster warns about while loading it is Dagster's own business.
+BASELINE_DEFS = """
+import dagster as dg
+
+@dg.asset
+def thing() -> None: ...
+
+@dg.asset_check(asset=thing)
+def thing_is_fine() -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(passed=True)
+
+job = dg.define_asset_job("thing_job", selection=[thing])
+
+@dg.sensor(job=job)
+def thing_sensor(context: dg.SensorEvaluationContext) -> None: ...
+"""
+
+#: Loads a project's definitions as ``dg dev``'s code server does (the @definitions function,
+#: the repository built, the sensors' targets read), printing every warning as JSON.
+LOAD_RECORDING_WARNINGS = """
+import importlib, json, sys, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    defs = importlib.import_module(sys.argv[1] + ".definitions").defs()
+    for sensor in defs.get_repository_def().sensor_defs:
+        sensor.targets
+print(json.dumps(sorted({f"{w.category.__name__}: {w.message}" for w in caught})))
+"""
+
+
+def load_recording_warnings(src: Path, module: str, home: Path) -> set[str]:
+    loaded = subprocess.run(
+        [sys.executable, "-c", LOAD_RECORDING_WARNINGS, module],
+        cwd=home,
+        env=project_env({"DAGSTER_HOME": str(home), "PYTHONPATH": f"{ROOT}:{src}"}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    return set(json.loads(loaded.stdout.strip().splitlines()[-1]))
+
+
+def test_loading_the_example_project_warns_about_nothing_of_ours(tmp_path: Path) -> None:
+    # `dg check defs` and `dagster definitions validate` load code in a code server whose
+    # warnings they do not print, so their clean output alone proves little: load here too
+    baseline = tmp_path / "baseline"
+    shutil.copytree(EXAMPLE, baseline, ignore=shutil.ignore_patterns("defs", "*.py", "*.md"))
+    package = baseline / "src" / "kmq_orders"
+    (package / "defs").mkdir(parents=True)
+    (package / "defs" / "things.py").write_text(BASELINE_DEFS)
+    shutil.copy(EXAMPLE / "src" / "kmq_orders" / "definitions.py", package)
+
+    dagsters_own = load_recording_warnings(baseline / "src", "kmq_orders", tmp_path)
+    loading_ours = load_recording_warnings(EXAMPLE / "src", "kmq_orders", tmp_path)
+
+    assert sorted(loading_ours - dagsters_own) == []
+
+
+def rows(output: Path) -> int:
+    """Rows in the committed files of the output dataset."""
+    parts = sorted(output.glob("part-*.parquet")) if output.exists() else []
+    return sum(pq.read_metadata(part).num_rows for part in parts)
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_example_in_dg_dev_processes_terminates_and_goes_stale(tmp_path: Path) -> None:
+    output = tmp_path / "orders_invoiced.parquet"
+    with EmbeddedBroker(port=0) as broker:
+        settings = KmqSettings(bootstrap_servers=broker.bootstrap_servers)
+        env = project_env(
+            {
+                "KMQ_BOOTSTRAP_SERVERS": broker.bootstrap_servers,
+                "KMQ_SESSION_TIMEOUT_MS": "6000",
+                "KMQ_AUDIT_URL": f"sqlite:///{tmp_path / 'audit.db'}",
+                "KMQ_ORDERS_OUTPUT": str(output),
+                # processed within 1 minute of arrival (Dagster's shortest window), and the
+                # daemon evaluates freshness every 5 s instead of 30 s
+                "KMQ_ORDERS_FRESHNESS_MINUTES": "1",
+                "FRESHNESS_DAEMON_INTERVAL_SECONDS": "5",
+            }
+        )
+        with DgDev(home=tmp_path / "home", env=env) as dagster:
+            client = DagsterClient(dagster)
+
+            # provision, launched with no config
+            provision = client.launch(PROVISION)
+            assert wait_for(lambda: client.status(PROVISION, provision) == "SUCCESS",
+                            timeout_s=180, interval_s=1)  # fmt: skip
+
+            # the keep-alive sensor keeps a tracker running; terminate it: CANCELED
+            def started_tracker() -> str | None:
+                started = [
+                    r["runId"]
+                    for r in client.runs(TRACK)
+                    if r["status"] == "STARTED" and "kmq/heartbeat" in r["tags"]
+                ]
+                return started[0] if started else None
+
+            assert wait_for(started_tracker, timeout_s=180, interval_s=1)
+            tracker = started_tracker()
+            assert tracker is not None
+            client.terminate(tracker)
+            assert wait_for(lambda: client.status(TRACK, tracker) == "CANCELED",
+                            timeout_s=30, interval_s=0.5)  # fmt: skip
+
+            # orders arrive: the backlog sensor launches a processing run that succeeds
+            produce_orders(settings, 40)
+            invoiced = sum(1 for order_id in range(40) if not is_poison(order_id))
+
+            def processed_by_the_sensor() -> bool:
+                return any(
+                    run["status"] == "SUCCESS" and run["tags"].get("dagster/sensor_name") == BACKLOG
+                    for run in client.runs(PROCESS)
+                )
+
+            assert wait_for(processed_by_the_sensor, timeout_s=300, interval_s=2)
+            assert wait_for(lambda: rows(output) >= invoiced, timeout_s=120, interval_s=2)
+            assert wait_for(lambda: client.freshness(OUTPUT) == "HEALTHY",
+                            timeout_s=50, interval_s=1)  # fmt: skip
+
+            # the backlog sensor stopped while orders keep arriving: nothing processes them,
+            # and the output fails its freshness policy
+            client.stop_sensor(BACKLOG)
+            runs_before = len(client.runs(PROCESS))
+            produce_orders(settings, 20, first_id=40)
+            assert wait_for(lambda: client.freshness(OUTPUT) == "DEGRADED",
+                            timeout_s=240, interval_s=2)  # fmt: skip
+            assert len(client.runs(PROCESS)) == runs_before
+
+    # the code server and run workers print their warnings to dg dev's log: none of ours
+    assert own_warnings((tmp_path / "home" / "dg-dev.log").read_text()) == []
