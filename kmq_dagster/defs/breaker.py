@@ -32,7 +32,12 @@ from dagster import (
     sensor,
 )
 
-from kmq_dagster.audit.breaker_state import SEVERITIES, SharedState, StoredBreaker
+from kmq_dagster.audit.breaker_state import (
+    SEVERITIES,
+    SharedState,
+    StoredBreaker,
+    transition_event,
+)
 from kmq_dagster.audit.models import BreakerTransition
 from kmq_dagster.core.breaker import BreakerConfig, Sample, State, judge_samples
 from kmq_dagster.core.breaker_alerts import (
@@ -54,15 +59,6 @@ from kmq_dagster.defs.queue_spec import QueueSpec
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.errors import KmqError
 from kmq_dagster.kafka.queue_status import measure_queue
-
-
-def _events(rows: Sequence[BreakerTransition]) -> list[TransitionEvent]:
-    return [
-        TransitionEvent(
-            t.id, State(t.from_state), State(t.to_state), int(t.at.timestamp() * 1000), t.reason
-        )
-        for t in rows
-    ]
 
 
 def _alert(queue: Queue, decision: AlertDecision) -> Alert:
@@ -192,7 +188,7 @@ def make_breaker_sensor(
         row = stored.read()
         state = row.state if row is not None else State.CLOSED
         rows = store.transitions(queue.topic, queue.group)
-        transitions = _events(rows)
+        transitions = [transition_event(r) for r in rows]
         moved = judge_samples(
             state,
             opened_at_ms=row.opened_at_ms if row is not None else 0,
@@ -206,7 +202,7 @@ def make_breaker_sensor(
         if moved is not None and stored.write(moved, expected_version=expected_version):
             context.log.warning(f"breaker of {queue}: {state} -> {moved.to_state}: {moved.reason}")
             rows = store.transitions(queue.topic, queue.group)
-            transitions = _events(rows)
+            transitions = [transition_event(r) for r in rows]
             row = stored.read()
             state = row.state if row is not None else state
         alert_state = AlertState(**cursor.get("alerts", {}))

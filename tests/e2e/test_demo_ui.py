@@ -1,5 +1,6 @@
 """`kmq demo --ui` starts the broker, Dagster on the demo definitions and the console, prints
-where to look, feeds orders, and stops everything on Ctrl-C."""
+where to look, feeds orders, tells the scripted outage's breaker transitions and alerts as they
+happen, and stops everything on Ctrl-C."""
 
 from __future__ import annotations
 
