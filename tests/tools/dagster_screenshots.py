@@ -24,6 +24,8 @@ from kmq_dagster.demo.pipeline import DEMO_QUEUE
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "docs" / "images"
 CHROMIUM = os.environ.get("KMQ_CHROMIUM", "/usr/bin/chromium")
+#: The demo's code location as the UI's addresses name it.
+LOCATION = "__repository__@kmq_dagster.definitions"
 
 
 def shoot(page: Page, url: str, name: str) -> None:
@@ -77,6 +79,7 @@ def main() -> None:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM)
                 page = browser.new_page(viewport={"width": 1500, "height": 900})
                 queue = f"{url}/assets/kmq/orders__pricing/queue"
+                sensors = f"{url}/locations/{LOCATION}/sensors"
                 opened_s = wait_for_breaker(store, "open", started, 300)
                 print(f"breaker open {opened_s:.0f} s after the start", file=sys.stderr)
                 shoot(page, f"{queue}?view=checks", "dagster-breaker-open")
@@ -84,6 +87,8 @@ def main() -> None:
                 closed_s = wait_for_breaker(store, "closed", started, 600)
                 print(f"breaker closed {closed_s:.0f} s after the start", file=sys.stderr)
                 time.sleep(15)
+                shoot(page, f"{sensors}/breaker_orders__pricing", "dagster-breaker-sensor")
+                shoot(page, f"{queue}?view=checks", "dagster-breaker-closed")
                 shoot(page, f"{url}/runs", "dagster-runs")
                 shoot(page, f"{url}/asset-groups/kmq", "dagster-asset-graph")
                 shoot(page, f"{queue}?view=events", "dagster-queue-observations")
