@@ -60,6 +60,9 @@ from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.errors import KmqError
 from kmq_dagster.kafka.queue_status import measure_queue
 
+#: Transitions a tick's message names (each has its own check evaluation and observation).
+SAID_TRANSITIONS = 3
+
 
 def _alert(queue: Queue, decision: AlertDecision) -> Alert:
     transition = decision.transition
@@ -214,6 +217,9 @@ def make_breaker_sensor(
             line, row_events = _transition_events(spec, fresh_row, transitions)
             said.append(line)
             events += row_events
+        if len(said) > SAID_TRANSITIONS:  # a new cursor sees the whole history as new
+            earlier = len(said) - SAID_TRANSITIONS
+            said = [f"{earlier} earlier transitions", *said[-SAID_TRANSITIONS:]]
         if not said:
             said.append(_quiet_tick(state, row, samples, breaker_config, status.measured_at_ms))
         decision, alert_state = next_alert(
