@@ -94,7 +94,7 @@ def _transition_metadata(
         "changed_at": MetadataValue.timestamp(event.at_ms / 1000),
         "error_rate": MetadataValue.text(percent_text(row.error_rate)),
         "messages_judged": MetadataValue.int(row.window_calls),
-        "transition_id": MetadataValue.int(event.id),
+        "transition_id": MetadataValue.text(str(event.id)),  # an id: not to be plotted
     }
 
 
