@@ -55,6 +55,9 @@ def test_the_overview_shows_each_queue_with_its_newest_snapshot_counts_and_break
     assert row["breaker"].startswith("open for ")
     assert "No queue snapshots yet" not in texts(app)
     assert len(app.get("vega_lite_chart")) == 2  # lag and arrivals
+    for window in ("last hour", "last 7 days"):  # arrivals per minute, per hour
+        app.selectbox(key="overview-window").select(window).run()
+        assert not app.exception and len(app.get("vega_lite_chart")) == 2
     assert "No alerts raised." in texts(app)
     store.record_alert(queue_topic="orders", group_id="billing", severity="critical",
                        message="circuit breaker closed -> open: " + "timeout; " * 40)  # fmt: skip
