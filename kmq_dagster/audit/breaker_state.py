@@ -12,12 +12,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kmq_dagster.audit.models import BreakerTransition
 from kmq_dagster.audit.store import AuditStore, now
 from kmq_dagster.core.breaker import State, Transition
+from kmq_dagster.core.breaker_alerts import TransitionEvent
 from kmq_dagster.core.queue import Queue
 
 #: The alert severity of a transition into each state.
 SEVERITIES = {State.OPEN: "critical", State.HALF_OPEN: "warning", State.CLOSED: "info"}
+
+
+def transition_event(row: BreakerTransition) -> TransitionEvent:
+    """A stored ``breaker_transitions`` row as the core's alerting and wording read it."""
+    at_ms = int(row.at.timestamp() * 1000)
+    return TransitionEvent(row.id, State(row.from_state), State(row.to_state), at_ms, row.reason)
 
 
 @dataclass(frozen=True)

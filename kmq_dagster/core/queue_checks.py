@@ -76,7 +76,7 @@ def breaker_closed(
 ) -> CheckOutcome:
     """ERROR while the group's circuit breaker is open or probing."""
     passed = state in ("closed", "unknown")
-    description = f"circuit breaker {state}"
+    description = f"circuit breaker {state.replace('_', '-')}"
     if not passed and opened_at_ms is not None:
         description += f" since {format_epoch_ms(opened_at_ms)}"
         if cooldown_ms is not None:

@@ -7,18 +7,23 @@ written to the group's shared breaker in the audit store through the same writer
 ``kmq worker --breaker`` processes use (:class:`~kmq_dagster.audit.breaker_state.StoredBreaker`:
 compare-and-set, then the transition and its alert), so workers stop pulling work within a second,
 Spark processing runs stop before their next batch and the backlog sensor skips. Every stored
-transition, the workers' included, becomes a ``breaker_closed`` check evaluation and an alert.
+transition, the workers' included, becomes a ``breaker_closed`` check evaluation and an
+observation of the queue asset (the reason in words, the time as a timestamp), and an alert;
+each tick's message says what the sensor saw ("breaker closed, error rate 2% over 40 messages
+in the last 30s; nothing to do") or did ("breaker opened: ...; alert sent: ...").
 
 No ``from __future__ import annotations`` here: Dagster reads the sensor's resource parameters
 at run time.
 """
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckSeverity,
+    AssetObservation,
     DefaultSensorStatus,
     MetadataValue,
     SensorDefinition,
@@ -27,8 +32,13 @@ from dagster import (
     sensor,
 )
 
-from kmq_dagster.audit.breaker_state import SEVERITIES, StoredBreaker
-from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.audit.breaker_state import (
+    SEVERITIES,
+    SharedState,
+    StoredBreaker,
+    transition_event,
+)
+from kmq_dagster.audit.models import BreakerTransition
 from kmq_dagster.core.breaker import BreakerConfig, Sample, State, judge_samples
 from kmq_dagster.core.breaker_alerts import (
     AlertDecision,
@@ -37,9 +47,11 @@ from kmq_dagster.core.breaker_alerts import (
     last_closed_ms,
     next_alert,
 )
+from kmq_dagster.core.breaker_reports import describe_quiet_tick, describe_transition
 from kmq_dagster.core.breaker_samples import Unsettled, settle
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.queue_checks import BREAKER_CLOSED
+from kmq_dagster.core.readable import percent_text
 from kmq_dagster.core.status import TOTALS, progress_between
 from kmq_dagster.defs.alert_sinks import Alert
 from kmq_dagster.defs.alerts import KmqAlertsResource
@@ -48,14 +60,8 @@ from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.errors import KmqError
 from kmq_dagster.kafka.queue_status import measure_queue
 
-
-def _events(store: AuditStore, queue: Queue) -> list[TransitionEvent]:
-    return [
-        TransitionEvent(
-            t.id, State(t.from_state), State(t.to_state), int(t.at.timestamp() * 1000), t.reason
-        )
-        for t in store.transitions(queue.topic, queue.group)
-    ]
+#: Transitions a tick's message names (each has its own check evaluation and observation).
+SAID_TRANSITIONS = 3
 
 
 def _alert(queue: Queue, decision: AlertDecision) -> Alert:
@@ -76,16 +82,65 @@ def _alert(queue: Queue, decision: AlertDecision) -> Alert:
     )
 
 
-def _evaluation(spec: QueueSpec, transition: TransitionEvent) -> AssetCheckEvaluation:
-    closed = transition.to_state is State.CLOSED
-    return AssetCheckEvaluation(
+def _transition_metadata(
+    row: BreakerTransition, event: TransitionEvent, description: str
+) -> dict[str, MetadataValue]:
+    """What a transition's check evaluation and observation carry: the human reason, when
+    (a timestamp, shown as a time), and the evidence."""
+    return {
+        "breaker_state": MetadataValue.text(event.to_state.value),
+        "transition": MetadataValue.text(f"{event.from_state} -> {event.to_state}"),
+        "reason": MetadataValue.text(description),
+        "changed_at": MetadataValue.timestamp(event.at_ms / 1000),
+        "error_rate": MetadataValue.text(percent_text(row.error_rate)),
+        "messages_judged": MetadataValue.int(row.window_calls),
+        "transition_id": MetadataValue.text(str(event.id)),  # an id: not to be plotted
+    }
+
+
+def _transition_events(
+    spec: QueueSpec, row: BreakerTransition, transitions: Sequence[TransitionEvent]
+) -> tuple[str, list[AssetCheckEvaluation | AssetObservation]]:
+    """A stored transition as a person reads it, and as the events that put it where a Dagster
+    user looks: a ``breaker_closed`` check evaluation and an observation of the queue asset."""
+    (event,) = [t for t in transitions if t.id == row.id]
+    description = describe_transition(event, transitions)
+    metadata = _transition_metadata(row, event, description)
+    evaluation = AssetCheckEvaluation(
         asset_key=spec.queue_asset_key,
         check_name=BREAKER_CLOSED,
-        passed=closed,
+        passed=event.to_state is State.CLOSED,
         severity=AssetCheckSeverity.ERROR,
-        description=f"circuit breaker {transition.from_state} -> {transition.to_state}: "
-        f"{transition.reason}",
-        metadata={"transition_id": MetadataValue.int(transition.id)},
+        description=f"circuit breaker {description}",
+        metadata=metadata,
+    )
+    observation = AssetObservation(
+        asset_key=spec.queue_asset_key,
+        description=f"circuit breaker {description}",
+        metadata=metadata,
+    )
+    return f"breaker {description}", [evaluation, observation]
+
+
+def _quiet_tick(
+    state: State,
+    row: SharedState | None,
+    samples: Sequence[Sample],
+    config: BreakerConfig,
+    now_ms: int,
+) -> str:
+    """What a tick that moved nothing saw, over the window the breaker judges."""
+    counted = [s for s in samples if s.at_ms > now_ms - config.window_ms]
+    failures = sum(s.failures for s in counted)
+    messages = max(0, sum(s.processed for s in counted), failures)
+    return describe_quiet_tick(
+        state,
+        failures=failures,
+        messages=messages,
+        window_ms=config.window_ms,
+        opened_at_ms=row.opened_at_ms if row is not None else None,
+        cooldown_ms=row.cooldown_ms if row is not None else None,
+        now_ms=now_ms,
     )
 
 
@@ -135,7 +190,8 @@ def make_breaker_sensor(
         stored = StoredBreaker(store, queue, window_ms=window_ms, source="breaker sensor")
         row = stored.read()
         state = row.state if row is not None else State.CLOSED
-        transitions = _events(store, queue)
+        rows = store.transitions(queue.topic, queue.group)
+        transitions = [transition_event(r) for r in rows]
         moved = judge_samples(
             state,
             opened_at_ms=row.opened_at_ms if row is not None else 0,
@@ -148,34 +204,42 @@ def make_breaker_sensor(
         expected_version = row.version if row is not None else None
         if moved is not None and stored.write(moved, expected_version=expected_version):
             context.log.warning(f"breaker of {queue}: {state} -> {moved.to_state}: {moved.reason}")
-            transitions = _events(store, queue)
+            rows = store.transitions(queue.topic, queue.group)
+            transitions = [transition_event(r) for r in rows]
+            row = stored.read()
+            state = row.state if row is not None else state
         alert_state = AlertState(**cursor.get("alerts", {}))
         last_seen = int(cursor.get("last_transition_id", alert_state.last_transition_id))
-        fresh = [t for t in transitions if t.id > last_seen]
-        events = [_evaluation(spec, t) for t in fresh]
+        fresh = [r for r in rows if r.id > last_seen]
+        said: list[str] = []
+        events: list[AssetCheckEvaluation | AssetObservation] = []
+        for fresh_row in fresh:
+            line, row_events = _transition_events(spec, fresh_row, transitions)
+            said.append(line)
+            events += row_events
+        if len(said) > SAID_TRANSITIONS:  # a new cursor sees the whole history as new
+            earlier = len(said) - SAID_TRANSITIONS
+            said = [f"{earlier} earlier transitions", *said[-SAID_TRANSITIONS:]]
+        if not said:
+            said.append(_quiet_tick(state, row, samples, breaker_config, status.measured_at_ms))
         decision, alert_state = next_alert(
             alert_state, transitions, status.measured_at_ms, int(alerts.min_period_s * 1000)
         )
         if decision is not None:
-            alerts.send(_alert(queue, decision), context.log)
+            alert = _alert(queue, decision)
+            undelivered = alerts.send(alert, context.log)
+            said.append(f"alert {'NOT delivered' if undelivered else 'sent'}: {alert.title}")
         totals = status.totals()
         new_cursor = {
             "totals": {name: totals[name] for name in TOTALS},
             "samples": [[s.at_ms, s.processed, s.failures] for s in samples],
             "unsettled": [unsettled.finished, unsettled.failures],
             "alerts": vars(alert_state),
-            "last_transition_id": max([last_seen, *(t.id for t in fresh)]),
+            "last_transition_id": max([last_seen, *(r.id for r in fresh)]),
         }
-        calls = sum(s.processed for s in samples)
-        failures = sum(s.failures for s in samples)
-        skip = (
-            None
-            if events
-            else (
-                f"breaker of {queue} {state}: {failures} failures in "
-                f"{calls} messages over the last {2 * window_ms // 1000} s"
-            )
+        # The sensor never requests runs: its tick message is what it saw and did.
+        return SensorResult(
+            asset_events=events, cursor=json.dumps(new_cursor), skip_reason="; ".join(said)
         )
-        return SensorResult(asset_events=events, cursor=json.dumps(new_cursor), skip_reason=skip)
 
     return breaker_sensor

@@ -15,7 +15,7 @@ from dagster import (
     TableSchema,
 )
 
-from kmq_dagster.core.queue_checks import WARN, CheckOutcome, format_epoch_ms
+from kmq_dagster.core.queue_checks import WARN, CheckOutcome
 from kmq_dagster.core.status import QueueStatus, Rates
 
 _LAG_SCHEMA = TableSchema(
@@ -66,7 +66,7 @@ def status_metadata(
     if status.breaker_opened_at_ms is not None:
         metadata["breaker_opened_at"] = MetadataValue.timestamp(status.breaker_opened_at_ms / 1000)
     if status.next_retry_due_ms is not None:
-        metadata["next_retry_due"] = MetadataValue.text(format_epoch_ms(status.next_retry_due_ms))
+        metadata["next_retry_due"] = MetadataValue.timestamp(status.next_retry_due_ms / 1000)
     if new_dead_letters is not None:
         metadata["new_dead_letters"] = MetadataValue.int(new_dead_letters)
     if rates is not None:
@@ -81,11 +81,16 @@ def _severity(outcome: CheckOutcome) -> AssetCheckSeverity:
 
 
 def _figures(outcome: CheckOutcome) -> dict[str, MetadataValue]:
+    """The outcome's figures as typed metadata; a point in time (``*_at_ms``, epoch ms) as a
+    timestamp named without the unit, which Dagster shows as a time rather than plotting a
+    number near 1.8e12."""
     typed: dict[str, MetadataValue] = {}
     for name, value in outcome.figures.items():
         if isinstance(value, bool) or value is None:
             continue
-        if isinstance(value, int):
+        if name.endswith("_at_ms") and isinstance(value, int):
+            typed[name.removesuffix("_ms")] = MetadataValue.timestamp(value / 1000)
+        elif isinstance(value, int):
             typed[name] = MetadataValue.int(value)
         elif isinstance(value, float):
             typed[name] = MetadataValue.float(value)

@@ -26,8 +26,9 @@ from dagster._core.definitions.unresolved_asset_job_definition import (
     UnresolvedAssetJobDefinition,
 )
 
-from kmq_dagster.core.queue_checks import format_epoch_ms
-from kmq_dagster.core.status import TOTALS, QueueStatus, rates_between
+from kmq_dagster.core.queue_checks import CheckOutcome, format_epoch_ms
+from kmq_dagster.core.readable import duration_text, rate_text
+from kmq_dagster.core.status import TOTALS, QueueStatus, Rates, rates_between
 from kmq_dagster.defs.checks import queue_check_outcomes
 from kmq_dagster.defs.observations import check_evaluation, status_metadata
 from kmq_dagster.defs.queue_spec import QueueSpec
@@ -127,10 +128,29 @@ def make_backlog_sensor(
         decision = backlog_decision(spec, status, context.instance, job.name)
         if isinstance(decision, SkipReason):
             return SensorResult(skip_reason=decision)
-        context.log.info(f"requesting processing of {spec.queue}: {status.describe_backlog()}")
+        context.log.info(
+            f"backlog of {spec.queue}: {status.work:,} messages ({status.describe_backlog()}); "
+            f"launching {job.name}"
+        )
         return SensorResult(run_requests=[decision])
 
     return backlog_sensor
+
+
+def describe_observation(
+    status: QueueStatus, rates: Rates | None, new_dead_letters: int, outcomes: list[CheckOutcome]
+) -> str:
+    """An observation tick in one line: the backlog, how old the oldest unacknowledged message
+    is, the rates, new dead letters, the breaker, and which checks fail."""
+    oldest = duration_text(status.oldest_unacked_age_ms)
+    parts = [f"observed {status.describe_backlog()} (oldest {oldest})"]
+    if rates is not None:
+        parts.append(f"in {rate_text(rates.in_per_s)}, acked {rate_text(rates.ack_per_s)}")
+    parts.append(f"{new_dead_letters:,} new dead letters stored, {status.dlq_depth:,} in the DLQ")
+    parts.append(f"breaker {status.breaker_state.replace('_', '-')}")
+    failing = [f"{o.name} ({o.description})" for o in outcomes if not o.passed]
+    parts.append(f"failing: {'; '.join(failing)}" if failing else "every check passes")
+    return "; ".join(parts)
 
 
 def make_observation_sensor(
@@ -178,10 +198,15 @@ def make_observation_sensor(
                 asset_key=key, metadata=status_metadata(status, rates, ingested.stored)
             )
         ]
-        events += [check_evaluation(o, key) for o in queue_check_outcomes(spec, status, store)]
+        outcomes = queue_check_outcomes(spec, status, store)
+        events += [check_evaluation(o, key) for o in outcomes]
         totals = status.totals()
         return SensorResult(
-            asset_events=events, cursor=json.dumps({name: totals[name] for name in TOTALS})
+            asset_events=events,
+            cursor=json.dumps({name: totals[name] for name in TOTALS}),
+            # No runs to request: the tick's message is what it saw (else Dagster shows
+            # "Sensor function returned an empty result").
+            skip_reason=describe_observation(status, rates, ingested.stored, outcomes),
         )
 
     return observation_sensor

@@ -172,11 +172,16 @@ def make_tracker_keepalive_sensor(
     the previous tracker run, so ticks that see the same runs request the same key (Dagster
     launches it once). A started run whose heartbeat went quiet for :data:`STALE_AFTER_S`
     (its process was killed) is marked failed, and a new run is requested in the same tick.
+
+    The sensor names ``job_def`` rather than holding it, so put ``job_def`` in the same
+    ``Definitions``' jobs (:func:`~kmq_dagster.defs.kmq_definitions` does). Holding it made
+    Dagster copy the sensor to bind the job's resources, and that copy raised a ``BetaWarning``
+    (``owners``) on every load.
     """
 
     @sensor(
         name=spec.job_name("keep_tracker"),
-        job=job_def,
+        job_name=job_def.name,
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=default_status,
         description=f"Keeps one {job_def.name} run in progress.",

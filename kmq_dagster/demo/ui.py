@@ -4,15 +4,18 @@ Starts the embedded broker, provisions the demo queue, starts Dagster (webserver
 the demo definitions and the console (no login, loopback only) on the same audit store, sends a
 trickle of orders, and switches the payment service off for a while: the breaker sensor opens
 the breaker (the ``breaker_closed`` check fails, the backlog sensor says it is throttled), then
-probes and closes it once the service is back. Runs until ``stop`` is set; then stops
+probes and closes it once the service is back. The breaker's transitions and the alerts are
+told as they happen (:mod:`kmq_dagster.demo.watch`). Runs until ``stop`` is set; then stops
 everything it started.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from kmq_dagster.console.service import ConsoleService
 from kmq_dagster.dagster_service import DagsterService
 from kmq_dagster.demo.orders import OUTAGE_FILE_VARIABLE
 from kmq_dagster.demo.pipeline import DEMO_QUEUE, produce_orders
+from kmq_dagster.demo.watch import alert_receiver, watching_breaker
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.settings import KmqSettings
 
@@ -30,6 +34,35 @@ load_from:
       module_name: kmq_dagster.definitions
       attribute: defs
 """
+
+
+#: Where the demo's Dagster sends alerts; the demo receives them itself when it is not set.
+WEBHOOK_VARIABLE = "KMQ_ALERT_WEBHOOK_URL"
+
+
+class Timeline:
+    """Seconds since the orders began: the prefix of every line about what happens."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self._say = say
+        self.started = time.monotonic()
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def say(self, line: str) -> None:
+        self._say(f"{self.elapsed_s():5.0f} s: {line}")
+
+
+@contextmanager
+def _alerts_told(timeline: Timeline) -> Iterator[dict[str, str]]:
+    """The environment that sends the demo's alerts to a webhook of its own, which tells
+    them; nothing when the user set :data:`WEBHOOK_VARIABLE` (their receiver gets them)."""
+    if os.environ.get(WEBHOOK_VARIABLE):
+        yield {}
+        return
+    with alert_receiver(timeline.say) as url:
+        yield {WEBHOOK_VARIABLE: url}
 
 
 @dataclass(frozen=True)
@@ -68,23 +101,37 @@ def run_demo_ui(
             OUTAGE_FILE_VARIABLE: str(outage_file),
         }
         say(f"embedded broker on {broker.bootstrap_servers}; starting Dagster ...")
-        service = DagsterService(workspace, home=workdir / "dagster", port=dagster_port, env=env)
-        console = ConsoleService(
-            settings, audit_url, log_dir=workdir / "console", port=console_port
-        )
-        with service as dagster, console:
-            say(f"Dagster UI:      {dagster.url}")
-            say(f"  the queue:     {dagster.url}/assets/kmq/orders__pricing/queue")
-            say(f"  its checks:    {dagster.url}/assets/kmq/orders__pricing/queue?view=checks")
-            say(f"  runs:          {dagster.url}/runs")
-            say(f"audit store:     {audit_url}")
-            say(f"logs:            {workdir / 'dagster'}")
-            say(f"console:         {console.url}  (no login: this machine only)")
-            say("Ctrl-C stops everything")
-            _trickle(
-                settings, stop, orders_per_s=orders_per_s, outage=outage,
-                outage_file=outage_file, say=say,
-            )  # fmt: skip
+        timeline = Timeline(say)
+        with _alerts_told(timeline) as webhook:
+            env.update(webhook)
+            service = DagsterService(
+                workspace, home=workdir / "dagster", port=dagster_port, env=env
+            )
+            console = ConsoleService(
+                settings, audit_url, log_dir=workdir / "console", port=console_port
+            )
+            with service as dagster, console, watching_breaker(audit_url, DEMO_QUEUE, timeline.say):
+                _tell_where(dagster.url, audit_url, workdir, console.url, say)
+                timeline.started = time.monotonic()
+                _trickle(
+                    settings, stop, orders_per_s=orders_per_s, outage=outage,
+                    outage_file=outage_file, timeline=timeline,
+                )  # fmt: skip
+
+
+def _tell_where(
+    dagster_url: str, audit_url: str, workdir: Path, console_url: str, say: Callable[[str], None]
+) -> None:
+    """Where to look, once everything is up."""
+    say(f"Dagster UI:      {dagster_url}")
+    say(f"  the queue:     {dagster_url}/assets/kmq/orders__pricing/queue")
+    say(f"  its checks:    {dagster_url}/assets/kmq/orders__pricing/queue?view=checks")
+    say(f"  runs:          {dagster_url}/runs")
+    say(f"audit store:     {audit_url}")
+    say(f"logs:            {workdir / 'dagster'}")
+    say(f"console:         {console_url}  (no login: this machine only)")
+    say("breaker transitions and alerts are told here as they happen")
+    say("Ctrl-C stops everything")
 
 
 def _trickle(
@@ -94,14 +141,13 @@ def _trickle(
     orders_per_s: float,
     outage: OutageScript | None,
     outage_file: Path,
-    say: Callable[[str], None],
+    timeline: Timeline,
 ) -> None:
     """Send orders in small bursts, and switch the outage on and off as scripted."""
-    started = time.monotonic()
     sent = 0
     down = False
     while not stop.is_set():
-        elapsed = time.monotonic() - started
+        elapsed = timeline.elapsed_s()
         due = int(elapsed * orders_per_s) - sent
         if due > 0:
             produce_orders(settings, due, first_id=sent)
@@ -110,13 +156,11 @@ def _trickle(
             should_be_down = outage.after_s <= elapsed < outage.after_s + outage.for_s
             if should_be_down and not down:
                 outage_file.touch()
-                say(f"{elapsed:5.0f} s: the payment service is down (orders fail): watch the "
-                    "breaker open")  # fmt: skip
+                timeline.say("the payment service is down (orders fail): watch the breaker open")
             elif down and not should_be_down:
                 outage_file.unlink(missing_ok=True)
-                say(f"{elapsed:5.0f} s: the payment service is back: watch the breaker probe "
-                    "and close")  # fmt: skip
+                timeline.say("the payment service is back: watch the breaker probe and close")
             down = should_be_down
         stop.wait(1.0)
     outage_file.unlink(missing_ok=True)
-    say(f"stopping: {sent:,} orders sent")
+    timeline.say(f"stopping: {sent:,} orders sent")

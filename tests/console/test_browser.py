@@ -50,6 +50,11 @@ XSS_VALUE = '<img src=x onerror="window.__xss=1;alert(1)">'
 XSS_HEADER = "<script>window.__xss=2</script>"
 XSS_MESSAGE = "**bold** <b>tag</b> <script>window.__xss=3</script>"
 CARD = "4111111111111111"
+OUTAGE = (
+    "error rate 90% over 20 messages in 30s (copies to the retry topics): the payments API "
+    "answered 503 to every call from 06:01:12 UTC; the worker paused fetching, Spark runs "
+    "stopped between batches and the backlog sensor held new runs back"
+)
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +161,11 @@ def fill_store(settings: KmqSettings, topic: str, url: str) -> None:
             window_ms=30_000, reason="payments API outage", **queue,
         )  # fmt: skip
     store.record_alert(severity="critical", message="circuit breaker closed -> open", **queue)
+    store.record_alert(severity="critical", message=f"circuit breaker closed -> open: {OUTAGE}",
+                       **queue)  # fmt: skip
+    # a second group, idle: nothing in flight
+    store.record_snapshot(queue_topic=topic, group_id="reporting", lag=0, inflight=0,
+                          oldest_unacked_age_ms=None, in_rate=180.0, ack_rate=180.0)  # fmt: skip
     store.close()
 
 
@@ -174,6 +184,10 @@ def test_an_operator_filters_inspects_and_replays_ten_dead_letters_in_the_browse
     updated = page.get_by_text(re.compile(r"^Updated "))
     expect(updated).to_be_visible()
     settle(page)
+    # on-call figures: rates and ages in units, "-" for nothing in flight, never None
+    cells = page.locator("td").all_text_contents()
+    assert {"180 /s", "2s", "-"} <= set(cells) and "None" not in cells, cells
+    expect(page.get_by_text(OUTAGE)).to_be_visible()  # the long alert, whole and wrapped
     shoot(page, "overview")
     first_update = updated.inner_text()
     expect(updated).not_to_have_text(first_update, timeout=15_000)  # it refreshed itself
@@ -228,6 +242,8 @@ def test_an_operator_filters_inspects_and_replays_ten_dead_letters_in_the_browse
     page.get_by_role("link", name="Breakers & alerts").click()
     settle(page)
     expect(page.get_by_role("heading", name="Alerts", exact=True)).to_be_visible()
+    cells = page.locator("td").all_text_contents()
+    assert "90%" in cells and "0.9" not in cells, cells  # error rates as percentages
     shoot(page, "breakers")
     store = AuditStore(audit_url)
     assert store.count_dead_letters(DeadLetterFilter(status="replayed")) == 10

@@ -91,6 +91,12 @@ def test_an_open_breaker_throttles_the_backlog_sensor_and_fails_its_check(
     breaker = checks_of(observed)["breaker_closed"]
     assert not breaker.passed
     assert breaker.severity == AssetCheckSeverity.ERROR
+    # a point in time is a timestamp Dagster shows as a time, not a number plotted near 1.8e12
+    assert breaker.metadata["opened_at"] == MetadataValue.timestamp(opened_at_ms / 1000)
+    assert "opened_at_ms" not in breaker.metadata
+    said = str(observed.skip_reason.skip_message)
+    assert said.startswith("observed lag 10 on 2 partitions")
+    assert "; breaker open; failing: breaker_closed (circuit breaker open since 2026-11-23" in said
 
 
 def test_dead_letters_growing_warn_and_are_ingested_with_a_snapshot_per_tick(
@@ -110,6 +116,10 @@ def test_dead_letters_growing_warn_and_are_ingested_with_a_snapshot_per_tick(
     assert not growing.passed
     assert growing.severity == AssetCheckSeverity.WARN
     assert str(growing.description).startswith("3 new dead letters in the last 15m")
+    said = str(second.skip_reason.skip_message)
+    assert "(oldest -)" in said and "in 0 /s, acked 0 /s" in said
+    assert "3 new dead letters stored, 3 in the DLQ" in said
+    assert "failing: dead_letters_not_growing (3 new dead letters" in said
     observation = next(e for e in second.asset_events if isinstance(e, AssetObservation))
     assert observation.metadata["dlq_depth"] == MetadataValue.int(3)
     assert observation.metadata["new_dead_letters"] == MetadataValue.int(3)

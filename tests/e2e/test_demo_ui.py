@@ -1,5 +1,6 @@
 """`kmq demo --ui` starts the broker, Dagster on the demo definitions and the console, prints
-where to look, feeds orders, and stops everything on Ctrl-C."""
+where to look, feeds orders, tells the scripted outage's breaker transitions and alerts as they
+happen, and stops everything on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -48,6 +49,20 @@ def test_kmq_demo_ui_serves_dagster_and_the_console_and_stops_everything_on_ctrl
         assert wait_for(lambda: "orders__pricing" in urllib.request.urlopen(
             f"{url.group(1)}/graphql?query=%7BassetNodes%7BassetKey%7Bpath%7D%7D%7D", timeout=30
         ).read().decode(), timeout_s=60)  # fmt: skip
+
+        # the scripted outage, told as it happens: the breaker opens, the alert goes out, it
+        # probes and closes, and the resolve goes out
+        def told(pattern: str) -> bool:
+            return re.search(pattern, log.read_text(), re.MULTILINE) is not None
+
+        opened = r"^\s*\d+ s: breaker opened: error rate \d+% over \d+ messages"
+        assert wait_for(lambda: told(opened), timeout_s=420, interval_s=1), log.read_text()
+        alert = r"^\s*\d+ s: alert sent: \[critical\] orders / pricing: circuit breaker open"
+        assert wait_for(lambda: told(alert), timeout_s=60, interval_s=1), log.read_text()
+        closed = r"^\s*\d+ s: breaker closed after (\d+m )?\d+s: "
+        assert wait_for(lambda: told(closed), timeout_s=600, interval_s=1), log.read_text()
+        resolved = r"alert sent: \[info\] orders / pricing: resolved: circuit breaker closed"
+        assert wait_for(lambda: told(resolved), timeout_s=60, interval_s=1), log.read_text()
 
         started = time.monotonic()
         process.send_signal(signal.SIGINT)

@@ -3,12 +3,14 @@ and the alerts raised."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pandas as pd
 import streamlit as st
 
 from kmq_dagster.console import queries, session
+from kmq_dagster.console.overview_format import alert_rows, breaker_rows, transition_rows
+
+#: Alerts listed, newest first (a table that wraps long texts grows with each).
+ALERTS_SHOWN = 50
 
 
 def show() -> None:
@@ -16,37 +18,34 @@ def show() -> None:
     states = queries.breakers(store)
     _section(
         "Circuit breakers",
-        [{"queue": s.queue_topic, "group": s.group_id, "state": s.state,
-          "since": since, "opened at": _from_ms(s.opened_at_ms) if s.opened_at_ms else None,
-          "cooldown (s)": s.cooldown_ms / 1000} for s, since in states],
+        breaker_rows(states),
         "No circuit breaker has been used (kmq worker --breaker).",
-    )  # fmt: skip
+    )
     _section(
         "Transitions",
-        [{"at": t.at, "queue": t.queue_topic, "group": t.group_id, "from": t.from_state,
-          "to": t.to_state, "error rate": t.error_rate, "calls": t.window_calls,
-          "reason": t.reason} for t in queries.recent_transitions(store)],
+        transition_rows(queries.recent_transitions(store)),
         "No transitions recorded.",
-    )  # fmt: skip
+    )
     _section(
         "Alerts",
-        [{"at": a.at, "severity": a.severity, "queue": a.queue_topic,
-          "group": a.group_id, "message": a.message} for a in queries.recent_alerts(store)],
+        alert_rows(queries.recent_alerts(store, limit=ALERTS_SHOWN)),
         "No alerts raised.",
-    )  # fmt: skip
+        wrap=True,
+    )
 
 
-def _section(title: str, rows: list[dict[str, object]], when_empty: str) -> None:
-    """A titled table of ``rows``, or the ``when_empty`` line when there are none."""
+def _section(
+    title: str, rows: list[dict[str, object]], when_empty: str, *, wrap: bool = False
+) -> None:
+    """A titled table of ``rows``, or the ``when_empty`` line when there are none; ``wrap``
+    shows long texts whole, wrapped (a static table), instead of cut to the column."""
     st.subheader(title)
-    if rows:
-        st.dataframe(pd.DataFrame(rows), hide_index=True)
-    else:
+    if not rows:
         st.text(when_empty)
-
-
-def _from_ms(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)
+    elif wrap:
+        st.table(pd.DataFrame(rows), hide_index=True)
+    else:
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
 
 
 session.principal()

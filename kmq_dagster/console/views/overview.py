@@ -1,82 +1,68 @@
-"""Overview: per queue and group, lag, in flight, oldest unacknowledged age, dead letters by
-status and breaker state; charts of lag and dead-letter arrivals. Refreshes itself."""
+"""Overview: per queue and group, lag, in flight, oldest unacknowledged age, rates, dead
+letters by status and breaker state; charts of lag and dead-letter arrivals over a chosen
+window; the latest alerts. Refreshes itself. Figures are formatted in
+:mod:`kmq_dagster.console.overview_format`."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pandas as pd
 import streamlit as st
 
 from kmq_dagster.console import queries, session
-from kmq_dagster.console.queries import QueueSummary
+from kmq_dagster.console.overview_format import (
+    WINDOWS,
+    alert_rows,
+    arrival_frame,
+    summary_row,
+    window_bucket_s,
+)
+from kmq_dagster.core.readable import bucket_label
 
-#: Chart windows: label -> (length, bucket of the arrivals chart in seconds).
-WINDOWS = {
-    "last hour": (timedelta(hours=1), 60),
-    "last 24 hours": (timedelta(hours=24), 3600),
-    "last 7 days": (timedelta(days=7), 86_400),
-}
-
-
-def summary_row(summary: QueueSummary) -> dict[str, object]:
-    snapshot = summary.snapshot
-    counts = summary.dead_letters
-    return {
-        "queue": summary.queue_topic,
-        "group": summary.group_id,
-        "lag": snapshot.lag if snapshot else None,
-        "in flight": snapshot.inflight if snapshot else None,
-        "oldest unacked (s)": (
-            snapshot.oldest_unacked_age_ms / 1000
-            if snapshot and snapshot.oldest_unacked_age_ms is not None
-            else None
-        ),
-        "in/s": snapshot.in_rate if snapshot else None,
-        "acked/s": snapshot.ack_rate if snapshot else None,
-        "snapshot at": snapshot.at if snapshot else None,
-        "DL new": counts.get("new", 0),
-        "DL replayed": counts.get("replayed", 0),
-        "DL discarded": counts.get("discarded", 0),
-        "breaker": summary.breaker_state or "",
-        "breaker since": summary.breaker_since,
-    }
+#: Alerts the Overview shows (the Breakers & alerts page has the rest).
+LATEST_ALERTS = 5
 
 
 def overview() -> None:
     store = session.store()
+    now = datetime.now(UTC)
     summaries = queries.queue_summaries(store)
     if not summaries:
         st.info("No queue has dead letters, snapshots or a circuit breaker yet.")
     else:
-        st.dataframe(pd.DataFrame([summary_row(s) for s in summaries]), hide_index=True)
+        st.dataframe(pd.DataFrame([summary_row(s, now) for s in summaries]), hide_index=True)
     if not any(s.snapshot for s in summaries):
         st.info(
             "No queue snapshots yet: lag, in flight and the oldest unacknowledged age come "
             "from the Dagster observation sensor, which has not written any."
         )
     window = st.selectbox("Charts", list(WINDOWS), index=1, key="overview-window")
-    length, bucket_s = WINDOWS[window]
-    since = datetime.now(UTC) - length
+    since = now - WINDOWS[window]
+    bucket_s = window_bucket_s(WINDOWS[window])
     left, right = st.columns(2)
     with left:
         st.subheader("Lag")
         series = queries.snapshot_series(store, since)
         if series:
             lag = pd.DataFrame(series).pivot_table(index="at", columns="queue", values="lag")
-            st.line_chart(lag)
+            st.line_chart(lag, x_label="UTC", y_label="messages not fetched yet")
         else:
             st.text("No snapshots in this window.")
     with right:
         st.subheader("Dead-letter arrivals")
         arrived = queries.arrivals(store, since, bucket_s)
         if arrived:
-            table = pd.DataFrame(arrived).pivot_table(
-                index="at", columns="queue", values="dead letters", aggfunc="sum"
-            )
-            st.bar_chart(table)
+            table = arrival_frame(arrived, since, now, bucket_s)
+            st.bar_chart(table, x_label=bucket_label(bucket_s), y_label="dead letters")
         else:
             st.text("No dead letters in this window.")
+    st.subheader("Latest alerts")
+    alerts = alert_rows(queries.recent_alerts(store, limit=LATEST_ALERTS))
+    if alerts:
+        st.table(pd.DataFrame(alerts), hide_index=True)  # wraps long texts, shows them whole
+    else:
+        st.text("No alerts raised.")
     st.caption(f"Updated {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC")
 
 
