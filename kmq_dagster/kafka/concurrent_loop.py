@@ -41,7 +41,7 @@ from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.handler_runner import CallEnd, HandlerRunner
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.retry_router import GiveUp, RetryRouter, failure_of
-from kmq_dagster.kafka.worker import LoopConsumer, WorkerStats
+from kmq_dagster.kafka.worker_loop import LoopConsumer, WorkerStats
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,10 @@ class ConcurrentLoop:
             self._keep_visible()
         if self.scheduler.in_flight:
             log.warning("%d calls still running; left for redelivery", self.scheduler.in_flight)
+        self.runner.close()
+
+    def close(self) -> None:
+        """Stop the runner (after :meth:`drain`, or after an error in :meth:`step`)."""
         self.runner.close()
 
     def _add(self, message: KmqMessage) -> None:
