@@ -40,7 +40,7 @@ from kmq_dagster.core.retry_headers import Failure, read_attempt
 from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.handler_runner import CallEnd, HandlerRunner
 from kmq_dagster.kafka.message import KmqMessage
-from kmq_dagster.kafka.retry_router import GiveUp, RetryRouter, failure_of
+from kmq_dagster.kafka.retry_router import GiveUp, RetryRouter, error_text, failure_of
 from kmq_dagster.kafka.worker_loop import LoopConsumer, WorkerStats
 
 log = logging.getLogger(__name__)
@@ -193,14 +193,14 @@ class ConcurrentLoop:
                 self._finish(message)
             elif isinstance(error, KeyboardInterrupt | SystemExit):
                 self._interrupted(message, error)
-            elif isinstance(error, Exception):
+            else:  # any other BaseException (GeneratorExit, ...) fails the message too
                 self._failed(message, error, failed)
         if failed:
             self._route(failed)
 
-    def _failed(self, message: KmqMessage, exc: Exception, failed: list[ToRoute]) -> None:
+    def _failed(self, message: KmqMessage, exc: BaseException, failed: list[ToRoute]) -> None:
         self.stats.failed += 1
-        log.info("handler failed on %r: %s: %s", message, type(exc).__name__, exc)
+        log.info("handler failed on %r: %s: %s", message, type(exc).__name__, error_text(exc))
         now_ms = self.clock_ms()
         fatal = not self.router.policy.is_retryable(exc)
         if self.breaker is not None and fatal:

@@ -17,7 +17,7 @@ from kmq_dagster.core.breaker import State
 from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.message import KmqMessage
-from kmq_dagster.kafka.retry_router import RetryRouter, failure_of
+from kmq_dagster.kafka.retry_router import RetryRouter, error_text, failure_of
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class WorkerLoop:
                 "handler called exit(%s) on %r; stopping, it will be redelivered", exc.code, message
             )
             self.stop.set()
-        except Exception as exc:
+        except BaseException as exc:  # GeneratorExit and the like too: failed, never lost
             self._failed(message, exc, failed)
         else:
             self.consumer.ack(message)
@@ -136,11 +136,11 @@ class WorkerLoop:
     def _failed(
         self,
         message: KmqMessage,
-        exc: Exception,
+        exc: BaseException,
         failed: list[tuple[KmqMessage, Failure | str]],
     ) -> None:
         self.stats.failed += 1
-        log.info("handler failed on %r: %s: %s", message, type(exc).__name__, exc)
+        log.info("handler failed on %r: %s: %s", message, type(exc).__name__, error_text(exc))
         fatal = self.router is not None and not self.router.policy.is_retryable(exc)
         if self.breaker is not None and fatal:
             self.breaker.release()

@@ -15,7 +15,7 @@ import pytest
 
 from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.core.breaker import State
-from kmq_dagster.core.headers import DLQ_REASON
+from kmq_dagster.core.headers import DLQ_REASON, ERROR_MESSAGE, ERROR_TYPE
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.kafka.concurrent_loop import ConcurrentLoop
 from kmq_dagster.kafka.handler_call import HandlerCall
@@ -24,7 +24,14 @@ from kmq_dagster.kafka.opened_queue import vouch_for
 from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.settings import KmqSettings
 from tests.unit.fakes import FakeClock, FakeConsumer, FakeProducer, message
-from tests.unit.test_worker_loop import QUEUE, RETRY_TOPIC, Outage, shared_breaker, state_of
+from tests.unit.test_worker_loop import (
+    QUEUE,
+    RETRY_TOPIC,
+    Outage,
+    Unprintable,
+    shared_breaker,
+    state_of,
+)
 
 
 def loop_for(
@@ -387,3 +394,35 @@ def test_a_message_waiting_to_start_never_leaves_the_loop_waiting_on_a_fetch() -
     assert [timeout for timeout, buffered in waits if buffered] == [0.0] * sum(
         1 for _, buffered in waits if buffered
     )
+
+
+@pytest.mark.parametrize("ordering", [Ordering.UNORDERED, Ordering.KEY])
+@pytest.mark.parametrize("error", [Unprintable(), GeneratorExit("closed")])
+def test_an_unrenderable_exception_or_a_base_exception_fails_the_message_never_loses_it(
+    ordering: Ordering, error: BaseException
+) -> None:
+    # given a handler that raises what a loop could choke on: no __str__, or a BaseException
+    clock = FakeClock()
+
+    def handler(msg: KmqMessage) -> None:
+        if msg.offset == 0:
+            raise error
+
+    batch = [message("orders", 0, b"a0", _key=b"a"), message("orders", 1, b"a1", _key=b"a")]
+    loop, consumer, producer = loop_for([batch], handler, ordering=ordering, clock=clock)
+
+    # when the loop runs until the failure has been retried (in place, in key order)
+    def failure_settled() -> bool:
+        clock.advance(1_000)  # retries in place come due
+        return len(consumer.acked) == 2
+
+    step_until(loop, failure_settled)
+    loop.drain(1.0)
+
+    # then both messages are acknowledged, the failed one after its copy, with a reason
+    [copy] = producer.to(RETRY_TOPIC) or producer.to(QUEUE.dlq_topic)
+    assert copy.value == b"a0"
+    assert copy.header(ERROR_TYPE) == type(error).__name__.encode()
+    if isinstance(error, Unprintable):
+        assert copy.header(ERROR_MESSAGE) == b"<Unprintable: str() raised RuntimeError>"
+    assert not loop.stop.is_set()
