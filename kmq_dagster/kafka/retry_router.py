@@ -62,10 +62,12 @@ def failure_of(exc: BaseException) -> Failure:
 @dataclass(frozen=True)
 class GiveUp:
     """A failure whose retries were spent elsewhere (in place, by a key-ordered worker): the
-    DLQ copy carries ``decision``'s attempt and reason rather than the headers' attempt."""
+    DLQ copy carries ``decision``'s attempt and reason rather than the headers' attempt, and
+    ``first_failure_ms`` (the first of those attempts' failures) rather than now."""
 
     failure: Failure
     decision: DeadLetter
+    first_failure_ms: int | None = None
 
 
 @dataclass
@@ -164,6 +166,7 @@ class RetryRouter:
             return self.dlq_topic, {**updates}
         decision: Retry | DeadLetter
         if isinstance(failure, GiveUp):
+            first_ms = failure.first_failure_ms or first_ms
             decision = failure.decision
             failure = failure.failure
             attempt = decision.attempt

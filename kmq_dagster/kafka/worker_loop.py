@@ -15,6 +15,7 @@ from typing import Protocol
 from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.core.breaker import State
 from kmq_dagster.core.retry_headers import Failure
+from kmq_dagster.core.wait_histogram import WaitHistogram
 from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.retry_router import RetryRouter, error_text, failure_of
@@ -26,8 +27,19 @@ Handler = Callable[[KmqMessage], object]
 
 @dataclass
 class WorkerStats:
+    """A loop's counts: written by its thread only, read by any (logs, ``--metrics-port``)."""
+
     handled: int = 0
     failed: int = 0
+    #: Failures retried in place (key order): retries that never reach a retry topic.
+    retried_in_place: int = 0
+    #: Handler calls running now.
+    calls_in_flight: int = 0
+    #: Fetched messages waiting to start: their lane busy, their retry not due, no free
+    #: slot, or the breaker open.
+    held: int = 0
+    #: Waits from fetch to first call start (the concurrent loop; ``None`` at concurrency 1).
+    waits: WaitHistogram | None = None
 
 
 class LoopConsumer(Protocol):
@@ -98,6 +110,7 @@ class WorkerLoop:
             self._handle(message, failed)
         self.held += self._requeued
         self._requeued = []
+        self.stats.held = len(self.held)
         if failed and self.router is not None:
             routed = self.router.route(failed)
             for message in routed:
@@ -114,6 +127,7 @@ class WorkerLoop:
             return
         if self.breaker is not None:
             self.breaker.started()
+        self.stats.calls_in_flight = 1
         try:
             self.handler(message)
         except KeyboardInterrupt:
@@ -132,6 +146,8 @@ class WorkerLoop:
             self.stats.handled += 1
             if self.breaker is not None:
                 self.breaker.record(True, self.clock_ms())
+        finally:
+            self.stats.calls_in_flight = 0
 
     def _failed(
         self,
