@@ -78,9 +78,11 @@ class Worker:
 
     Returning acknowledges a message. Raising sends it to its retry topic or the DLQ (errors
     the retry policy calls fatal go straight to the DLQ); it is acknowledged once the copy is
-    durable. ``KeyboardInterrupt`` in a handler stops the worker; ``SystemExit`` stops it and
-    :meth:`run` raises :class:`HandlerExit` with its code. The message either interrupted is
-    neither acknowledged nor lost: its visibility timeout redelivers it.
+    durable. That holds for any ``BaseException`` (``GeneratorExit`` too) and for an exception
+    whose ``str()`` raises (its reason is then a placeholder). ``KeyboardInterrupt`` in a
+    handler stops the worker; ``SystemExit`` stops it and :meth:`run` raises
+    :class:`HandlerExit` with its code. The message either interrupted is neither
+    acknowledged nor lost: its visibility timeout redelivers it.
 
     With a ``breaker``, handler outcomes feed it (fatal errors are bad input, not an outage,
     and do not count). While it does not allow processing, the worker stops fetching and holds
