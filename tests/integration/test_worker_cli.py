@@ -258,3 +258,43 @@ def test_a_handler_exception_that_cannot_be_rendered_is_dead_lettered_not_a_cras
     messages = [header_value(normalize_headers(r.headers()), ERROR_MESSAGE) for r in dead]
     assert b"<Unprintable: str() raised RuntimeError>" in messages
     assert "Traceback" not in log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("command", "stop_signal", "exit_code"),
+    [
+        ("worker", signal.SIGINT, 130),
+        ("tracker", signal.SIGINT, 130),
+        ("worker", signal.SIGTERM, 0),
+        ("tracker", signal.SIGTERM, 0),
+    ],
+)
+def test_ctrl_c_exits_130_and_sigterm_0_after_a_clean_stop(
+    settings: KmqSettings,
+    topic_name: str,
+    tmp_path: Path,
+    command: str,
+    stop_signal: signal.Signals,
+    exit_code: int,
+) -> None:
+    # given a running worker (it has handled a message) or a tracker that caught up
+    new_queue(settings, topic_name, "g")
+    produce(settings, topic_name, [b"1"])
+    env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+           "KMQ_SESSION_TIMEOUT_MS": "6000", "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}  # fmt: skip
+    extra = ["--handler", "tests.support.async_handlers:record"] if command == "worker" else []
+    log = tmp_path / f"{command}.log"
+    process = subprocess.Popen(
+        kmq_argv(command, "-t", topic_name, "-g", "g", "-v", *extra),
+        cwd=REPO_ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    handled = tmp_path / "handled.txt"
+    try:
+        ready = handled.exists if command == "worker" else lambda: "caught up" in log.read_text()
+        assert wait_for(ready, timeout_s=60), log.read_text()[-3000:]
+    finally:
+        # when it is stopped, then it exits with the code README gives, without a traceback
+        process.send_signal(stop_signal)
+        assert process.wait(timeout=60) == exit_code, log.read_text()[-3000:]
+    assert "Traceback" not in log.read_text()
+    assert f"kmq {command}: stopped" in log.read_text()
