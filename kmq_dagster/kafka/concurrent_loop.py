@@ -132,6 +132,11 @@ class ConcurrentLoop:
         """After ``stop``: start nothing more, wait up to ``timeout_s`` for running calls and
         handle their ends; leave everything else unacknowledged, then stop the runner."""
         self.consumer.hold_fetching(True)
+        if self.scheduler.in_flight:
+            log.info(
+                "stopping: waiting up to %g s for %d calls running", timeout_s,
+                self.scheduler.in_flight,
+            )  # fmt: skip
         deadline = time.monotonic() + timeout_s
         while self.scheduler.in_flight and (left := deadline - time.monotonic()) > 0:
             self._handle_ends(self._wait_for_ends(min(left, END_WAIT_S)))

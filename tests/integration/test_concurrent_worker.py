@@ -284,8 +284,10 @@ def test_a_stopped_worker_acks_the_calls_that_end_within_the_drain_timeout_and_l
             lambda: len(gated("start", gated_lines(tmp_path, first.pid))) == 16, budget.left_s()
         )
 
-        # when it is stopped, and then 8 of its calls end (the other 8 outlast the drain)
+        # when it is stopped, and then, while it drains, 8 of its calls end (8 outlast it)
         first.send_signal(stop_signal)
+        log = tmp_path / "worker-0.log"
+        assert wait_for(lambda: "stopping: waiting up to 4 s for 16 calls" in log.read_text())
         gate_of(tmp_path, "ends").unlink()
         first.wait(timeout=budget.left_s())
         first_lines = gated_lines(tmp_path, first.pid)
