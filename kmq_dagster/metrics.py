@@ -11,11 +11,14 @@ nothing for metrics. Every metric carries the labels ``topic``, ``group`` and ``
 | ``kmq_processed_total`` | counter | worker, spark: handler calls that returned |
 | ``kmq_handler_failures_total`` | counter | worker, spark: handler calls that raised |
 | ``kmq_redeliveries_total`` | counter | tracker: copies to the redelivery topic |
-| ``kmq_retries_total`` | counter | worker: copies to a retry topic |
+| ``kmq_retries_total`` | counter | worker: copies to a retry topic, retries in place (key order) |
 | ``kmq_dead_letters_total`` | counter | worker, tracker: copies to the DLQ |
 | ``kmq_delayed_delivered_total`` | counter | delayer: delayed messages delivered when due |
 | ``kmq_in_flight`` | gauge | tracker: unacknowledged messages; worker: handed out, not yet acked |
 | ``kmq_oldest_unacked_age_seconds`` | gauge | tracker: age of the oldest unacknowledged message |
+| ``kmq_calls_in_flight`` | gauge | worker: handler calls running now |
+| ``kmq_held_messages`` | gauge | worker: fetched messages waiting to start |
+| ``kmq_call_wait_seconds`` | histogram | worker, concurrency > 1: fetch to start, by ``ordering`` |
 | ``kmq_breaker_state`` | gauge | worker with ``--breaker``: 1 for the current ``state`` label |
 | ``kmq_client_errors_total`` | counter | every service: Kafka client errors by ``error`` name |
 
@@ -33,9 +36,15 @@ from threading import Thread
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from kmq_dagster.core.wait_histogram import WaitHistogram
 from kmq_dagster.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -54,7 +63,7 @@ _COUNTERS = {
     "processed": "Handler calls that returned",
     "handler_failures": "Handler calls that raised",
     "redeliveries": "Unacknowledged messages copied to the redelivery topic",
-    "retries": "Failed messages copied to a retry topic",
+    "retries": "Failed messages retried (copied to a retry topic, or in place in key order)",
     "dead_letters": "Messages copied to the dead-letter topic",
     "delayed_delivered": "Delayed messages delivered to the queue topic when due",
 }
@@ -74,6 +83,11 @@ class Snapshot:
     in_flight: int | None = None
     oldest_unacked_age_s: float | None = None
     breaker_state: str | None = None
+    calls_in_flight: int | None = None
+    held_messages: int | None = None
+    #: Fetch-to-start waits, labelled with ``ordering``.
+    call_waits: WaitHistogram | None = None
+    ordering: str | None = None
     client_errors: Mapping[str, int] = field(default_factory=dict)
 
 
@@ -110,6 +124,7 @@ class ServiceMetrics(Collector):
                 values,
                 snapshot.oldest_unacked_age_s,
             )
+        yield from _worker_families(snapshot, names, values)
         if snapshot.breaker_state is not None:
             breaker = GaugeMetricFamily(
                 "kmq_breaker_state", "Circuit breaker state (1: current)", labels=[*names, "state"]
@@ -123,6 +138,25 @@ class ServiceMetrics(Collector):
         for error, count in sorted(snapshot.client_errors.items()):
             errors.add_metric([*values, error], count)
         yield errors
+
+
+def _worker_families(snapshot: Snapshot, names: list[str], values: list[str]) -> Iterator[Metric]:
+    if snapshot.calls_in_flight is not None:
+        yield _gauge("kmq_calls_in_flight", "Handler calls running", names, values,
+                     snapshot.calls_in_flight)  # fmt: skip
+    if snapshot.held_messages is not None:
+        yield _gauge("kmq_held_messages", "Fetched messages waiting to start", names, values,
+                     snapshot.held_messages)  # fmt: skip
+    waits = snapshot.call_waits
+    if waits is not None:
+        histogram = HistogramMetricFamily(
+            "kmq_call_wait_seconds",
+            "Time from fetch to a message's first call start",
+            labels=[*names, "ordering"],
+        )
+        buckets = waits.cumulative()
+        histogram.add_metric([*values, snapshot.ordering or ""], buckets, waits.sum_s)
+        yield histogram
 
 
 def _gauge(name: str, help_text: str, names: list[str], values: list[str], value: float) -> Any:
@@ -169,16 +203,20 @@ def serve_metrics(port: int, collector: Collector) -> MetricsServer:
 
 def worker_snapshot(worker: Worker) -> Snapshot:
     """A :class:`~kmq_dagster.kafka.worker.Worker`'s figures."""
-    consumer, router = worker.consumer.stats, worker.router.stats
+    consumer, router, stats = worker.consumer.stats, worker.router.stats, worker.stats
     errors = dict(consumer.client_errors.by_name)
     return Snapshot(
         acks=consumer.acked,
-        processed=worker.stats.handled,
-        handler_failures=worker.stats.failed,
-        retries=router.retried,
+        processed=stats.handled,
+        handler_failures=stats.failed,
+        retries=router.retried + stats.retried_in_place,
         dead_letters=router.dead_lettered,
         in_flight=max(0, consumer.fetched - consumer.acked),
         breaker_state=None if worker.breaker is None else worker.breaker.state.value,
+        calls_in_flight=stats.calls_in_flight,
+        held_messages=stats.held,
+        call_waits=stats.waits,
+        ordering=worker.ordering.value,
         client_errors=errors,
     )
 

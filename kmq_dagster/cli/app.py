@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from kmq_dagster.cli.options import EXIT_INTERRUPTED, stop_exit_code
 from kmq_dagster.cli.queue_definition_options import (
     QUEUE_DEFINITION_HINT,
     QUEUE_DEFINITION_OPTIONS,
@@ -231,8 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         0, :data:`EXIT_ERROR` for errors, :data:`EXIT_USAGE` for a malformed command line, 130
-        after Ctrl-C, or the exit code a worker's handler asked for.
+        after Ctrl-C (also when a long-running command then stopped cleanly), or the exit code
+        a worker's handler asked for.
     """
+
     configure_logging()
     try:
         result = cli.main(args=argv, prog_name="kmq", standalone_mode=False)
@@ -251,8 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except click.Abort:
         click.echo("kmq: aborted", err=True)
-        return 130
+        return EXIT_INTERRUPTED
     except KmqError as exc:
         click.echo(f"kmq: error: {error_line(exc)}", err=True)
         return EXIT_ERROR
-    return result if isinstance(result, int) else 0
+    code = result if isinstance(result, int) else 0
+    return code or stop_exit_code()  # a handler's exit(N) wins over the signal

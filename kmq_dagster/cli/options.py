@@ -109,16 +109,34 @@ def dead_letter_selection_options(*, offsets: bool) -> Callable[[F], F]:
     return decorate
 
 
-def stop_on_signals() -> threading.Event:
-    """An event set by SIGTERM or Ctrl-C, so loops finish their step and clean up."""
-    stop_requested = threading.Event()
+#: Exit code of a command Ctrl-C stopped, however cleanly: the shell's 128 + SIGINT.
+EXIT_INTERRUPTED = 130
 
-    def request_stop(_signum: int, _frame: FrameType | None) -> None:
+#: The signals that asked this process to stop, first first (see :func:`stop_exit_code`).
+_stop_signals: list[int] = []
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or Ctrl-C, so loops finish their step and clean up; which
+    signal came first decides the exit code (:func:`stop_exit_code`)."""
+    stop_requested = threading.Event()
+    _stop_signals.clear()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        _stop_signals.append(signum)
         stop_requested.set()
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     return stop_requested
+
+
+def stop_exit_code() -> int:
+    """The exit code of a command that stopped cleanly: :data:`EXIT_INTERRUPTED` if Ctrl-C
+    (SIGINT) asked it to, as a shell reports a command Ctrl-C killed, so scripts see the
+    interruption; 0 for SIGTERM, a service manager's ordinary stop (systemd and Kubernetes
+    take 0 as a clean stop), or no signal."""
+    return EXIT_INTERRUPTED if _stop_signals[:1] == [signal.SIGINT] else 0
 
 
 def default_actor() -> str:

@@ -31,22 +31,33 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.core.breaker import State
 from kmq_dagster.core.ordering import LaneScheduler, Ordering
 from kmq_dagster.core.retry import DeadLetter
-from kmq_dagster.core.retry_headers import Failure, read_attempt
+from kmq_dagster.core.retry_headers import Failure, read_attempt, read_first_failure_ms
+from kmq_dagster.core.wait_histogram import WaitHistogram
 from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.handler_runner import CallEnd, HandlerRunner
 from kmq_dagster.kafka.message import KmqMessage
-from kmq_dagster.kafka.retry_router import GiveUp, RetryRouter, failure_of
-from kmq_dagster.kafka.worker import LoopConsumer, WorkerStats
+from kmq_dagster.kafka.retry_router import GiveUp, RetryRouter, error_text, failure_of
+from kmq_dagster.kafka.worker_loop import LoopConsumer, WorkerStats
 
 log = logging.getLogger(__name__)
 
 #: A failed message and what its copy says (a DLQ reason for ``str`` and :class:`GiveUp`).
 ToRoute = tuple[KmqMessage, Failure | str | GiveUp]
+
+
+@dataclass(frozen=True)
+class InPlace:
+    """A message retried in place: its attempts so far, and when it first failed."""
+
+    attempt: int
+    first_failure_ms: int
+
 
 #: Longest wait for a call's end before the loop polls (and extends) again.
 END_WAIT_S = 0.05
@@ -83,12 +94,15 @@ class ConcurrentLoop:
         self.max_buffered = max_buffered or default_max_buffered(concurrency)
         self.scheduler: LaneScheduler[KmqMessage] = LaneScheduler(self.ordering, concurrency)
         self.runner = HandlerRunner(handler, concurrency)
-        self.stats = WorkerStats()
+        self.stats = WorkerStats(waits=WaitHistogram())
         self.exit_code: int | None = None
         #: Every message held (waiting or running): what visibility extensions cover.
         self._held: dict[KmqMessage, None] = {}
-        #: Attempts so far of a message retried in place (its headers' attempt first).
-        self._attempts: dict[KmqMessage, int] = {}
+        #: When each message waiting for its first call was fetched (for the wait metric).
+        self._fetched_at_ms: dict[KmqMessage, int] = {}
+        #: Messages retried in place: attempts so far (its headers' attempt first) and when
+        #: it first failed (what its DLQ copy records if the retries run out).
+        self._in_place: dict[KmqMessage, InPlace] = {}
         self._rng = rng or random.Random()
         self._extended_at_ms = clock_ms()
         #: Whether the breaker allowed processing at this step's start.
@@ -112,19 +126,30 @@ class ConcurrentLoop:
         if self._allowed:
             self._start(self.clock_ms())
         self._keep_visible()
+        self._count_held()
 
     def drain(self, timeout_s: float) -> None:
         """After ``stop``: start nothing more, wait up to ``timeout_s`` for running calls and
         handle their ends; leave everything else unacknowledged, then stop the runner."""
         self.consumer.hold_fetching(True)
+        if self.scheduler.in_flight:
+            log.info(
+                "stopping: waiting up to %g s for %d calls running", timeout_s,
+                self.scheduler.in_flight,
+            )  # fmt: skip
         deadline = time.monotonic() + timeout_s
         while self.scheduler.in_flight and (left := deadline - time.monotonic()) > 0:
             self._handle_ends(self._wait_for_ends(min(left, END_WAIT_S)))
             for message in self.consumer.poll(timeout_s=0.0):  # stay in the group, write acks
                 self._add(message)  # fetched before the hold: held, never started
             self._keep_visible()
+            self._count_held()
         if self.scheduler.in_flight:
             log.warning("%d calls still running; left for redelivery", self.scheduler.in_flight)
+        self.runner.close()
+
+    def close(self) -> None:
+        """Stop the runner (after :meth:`drain`, or after an error in :meth:`step`)."""
         self.runner.close()
 
     def _add(self, message: KmqMessage) -> None:
@@ -138,6 +163,7 @@ class ConcurrentLoop:
                 self._drop(dropped)
             self.scheduler.add(message, source, message.offset, message.key)
         self._held[message] = None
+        self._fetched_at_ms[message] = self.clock_ms()
 
     def _start(self, now_ms: int) -> None:
         # With a breaker, one at a time: a half-open breaker allows a single probe.
@@ -156,6 +182,9 @@ class ConcurrentLoop:
                 continue
             if self.breaker is not None:
                 self.breaker.started()
+            fetched_at_ms = self._fetched_at_ms.pop(message, None)
+            if fetched_at_ms is not None and self.stats.waits is not None:  # first start only
+                self.stats.waits.observe(max(0, self.clock_ms() - fetched_at_ms) / 1000)
             self.runner.submit(message)
 
     def _wait_for_ends(self, timeout_s: float) -> list[CallEnd]:
@@ -189,14 +218,14 @@ class ConcurrentLoop:
                 self._finish(message)
             elif isinstance(error, KeyboardInterrupt | SystemExit):
                 self._interrupted(message, error)
-            elif isinstance(error, Exception):
+            else:  # any other BaseException (GeneratorExit, ...) fails the message too
                 self._failed(message, error, failed)
         if failed:
             self._route(failed)
 
-    def _failed(self, message: KmqMessage, exc: Exception, failed: list[ToRoute]) -> None:
+    def _failed(self, message: KmqMessage, exc: BaseException, failed: list[ToRoute]) -> None:
         self.stats.failed += 1
-        log.info("handler failed on %r: %s: %s", message, type(exc).__name__, exc)
+        log.info("handler failed on %r: %s: %s", message, type(exc).__name__, error_text(exc))
         now_ms = self.clock_ms()
         fatal = not self.router.policy.is_retryable(exc)
         if self.breaker is not None and fatal:
@@ -210,13 +239,19 @@ class ConcurrentLoop:
         if self.ordering is not Ordering.KEY or fatal:
             failed.append((message, failure_of(exc)))
             return
-        attempt = self._attempts.get(message) or read_attempt(message.headers)
+        # A copy from a retry topic carries its first failure (and attempt) in its headers.
+        in_place = self._in_place.get(message) or InPlace(
+            read_attempt(message.headers), read_first_failure_ms(message.headers, now_ms)
+        )
         failure = failure_of(exc)
-        decision = self.router.policy.after_failure(attempt, failure.error_type, now_ms, self._rng)
+        decision = self.router.policy.after_failure(
+            in_place.attempt, failure.error_type, now_ms, self._rng
+        )
         if isinstance(decision, DeadLetter):
-            failed.append((message, GiveUp(failure, decision)))
+            failed.append((message, GiveUp(failure, decision, in_place.first_failure_ms)))
             return
-        self._attempts[message] = decision.attempt
+        self._in_place[message] = InPlace(decision.attempt, in_place.first_failure_ms)
+        self.stats.retried_in_place += 1
         self.scheduler.retry_in_place(message, decision.due_ms)
 
     def _route(self, failed: list[ToRoute]) -> None:
@@ -241,7 +276,12 @@ class ConcurrentLoop:
 
     def _drop(self, message: KmqMessage) -> None:
         self._held.pop(message, None)
-        self._attempts.pop(message, None)
+        self._fetched_at_ms.pop(message, None)
+        self._in_place.pop(message, None)
+
+    def _count_held(self) -> None:
+        self.stats.calls_in_flight = self.scheduler.in_flight
+        self.stats.held = self.scheduler.buffered
 
     def _keep_visible(self) -> None:
         now_ms = self.clock_ms()

@@ -105,8 +105,10 @@ class HandlerRunner:
         error: BaseException | None = None
         try:
             await self.handler.handler(message)  # type: ignore[misc]
-        except asyncio.CancelledError:
-            raise  # the worker stops: this call's end no longer matters
+        except asyncio.CancelledError as exc:
+            if self._closed:
+                raise  # the worker stops: this call's end no longer matters
+            error = exc  # the handler's own: a failure like any other, never a silent end
         except BaseException as exc:  # reported, not raised: the loop thread decides
             error = exc
         self.ends.put(CallEnd(message, error))

@@ -40,18 +40,34 @@ log = logging.getLogger(__name__)
 M = TypeVar("M", bound=QueueMessage)
 
 
+def error_text(exc: BaseException) -> str:
+    """``str(exc)``, or a placeholder naming what went wrong when that raises: an exception
+    that cannot be rendered must still reach its retry topic or the DLQ (invariant 7), not
+    crash the worker that caught it."""
+    try:
+        return str(exc)
+    except Exception as rendering:
+        return f"<{type(exc).__name__}: str() raised {type(rendering).__name__}>"
+
+
 def failure_of(exc: BaseException) -> Failure:
-    """What an exception says, for the headers of a copy."""
-    return Failure(type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)).rstrip())
+    """What an exception says, for the headers of a copy (never raises)."""
+    try:
+        trace = "".join(traceback.format_exception(exc)).rstrip()
+    except Exception as rendering:  # a __repr__ or note that raises: the type is enough
+        trace = f"<traceback of {type(exc).__name__} not rendered: {type(rendering).__name__}>"
+    return Failure(type(exc).__name__, error_text(exc), trace)
 
 
 @dataclass(frozen=True)
 class GiveUp:
     """A failure whose retries were spent elsewhere (in place, by a key-ordered worker): the
-    DLQ copy carries ``decision``'s attempt and reason rather than the headers' attempt."""
+    DLQ copy carries ``decision``'s attempt and reason rather than the headers' attempt, and
+    ``first_failure_ms`` (the first of those attempts' failures) rather than now."""
 
     failure: Failure
     decision: DeadLetter
+    first_failure_ms: int | None = None
 
 
 @dataclass
@@ -150,6 +166,7 @@ class RetryRouter:
             return self.dlq_topic, {**updates}
         decision: Retry | DeadLetter
         if isinstance(failure, GiveUp):
+            first_ms = failure.first_failure_ms or first_ms
             decision = failure.decision
             failure = failure.failure
             attempt = decision.attempt

@@ -8,34 +8,23 @@ Examples:
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
 
 from kmq_dagster.audit.shared_breaker import SharedBreaker
-from kmq_dagster.core.breaker import State
 from kmq_dagster.core.ordering import Ordering
-from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import wall_clock_ms
-from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
+from kmq_dagster.kafka.concurrent_loop import ConcurrentLoop, default_max_buffered
+from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.opened_queue import OpenedQueue
-from kmq_dagster.kafka.retry_router import RetryRouter, failure_of
+from kmq_dagster.kafka.retry_router import RetryRouter
+from kmq_dagster.kafka.worker_loop import Handler, LoopConsumer, WorkerLoop, WorkerStats
 
-log = logging.getLogger(__name__)
-
-Handler = Callable[[KmqMessage], object]
-
-
-@dataclass
-class WorkerStats:
-    handled: int = 0
-    failed: int = 0
+__all__ = ["HandlerExit", "LoopConsumer", "Worker", "WorkerLoop", "WorkerStats", "load_handler"]
 
 
 class HandlerExit(Exception):
@@ -89,9 +78,11 @@ class Worker:
 
     Returning acknowledges a message. Raising sends it to its retry topic or the DLQ (errors
     the retry policy calls fatal go straight to the DLQ); it is acknowledged once the copy is
-    durable. ``KeyboardInterrupt`` in a handler stops the worker; ``SystemExit`` stops it and
-    :meth:`run` raises :class:`HandlerExit` with its code. The message either interrupted is
-    neither acknowledged nor lost: its visibility timeout redelivers it.
+    durable. That holds for any ``BaseException`` (``GeneratorExit`` too) and for an exception
+    whose ``str()`` raises (its reason is then a placeholder). ``KeyboardInterrupt`` in a
+    handler stops the worker; ``SystemExit`` stops it and :meth:`run` raises
+    :class:`HandlerExit` with its code. The message either interrupted is neither
+    acknowledged nor lost: its visibility timeout redelivers it.
 
     With a ``breaker``, handler outcomes feed it (fatal errors are bad input, not an outage,
     and do not count). While it does not allow processing, the worker stops fetching and holds
@@ -143,8 +134,6 @@ class Worker:
         self.handler = HandlerCall(handler)
         if concurrency > 1:
             # Bounded memory: a fetch comes in whole, so it is no larger than the buffer.
-            from kmq_dagster.kafka.concurrent_loop import default_max_buffered
-
             limit = max_buffered or default_max_buffered(concurrency)
             batch_size = min(batch_size or opened.settings.batch_size, limit)
         self.consumer = KmqConsumer(opened, batch_size=batch_size, clock_ms=clock_ms)
@@ -170,42 +159,16 @@ class Worker:
         Raises:
             HandlerExit: the handler raised ``SystemExit`` (after the clean stop).
         """
-        # Imported here: the concurrent loop builds on this module's LoopConsumer.
-        from kmq_dagster.kafka.concurrent_loop import ConcurrentLoop
-
-        loop: WorkerLoop | ConcurrentLoop
-        if self.concurrency > 1:
-            loop = ConcurrentLoop(
-                self.consumer,
-                self.handler,
-                stop,
-                router=self.router,
-                breaker=self.breaker,
-                clock_ms=self.clock_ms,
-                concurrency=self.concurrency,
-                ordering=self.ordering,
-                max_buffered=self.max_buffered,
-            )
-        else:
-            loop = WorkerLoop(
-                self.consumer,
-                self.handler,
-                stop,
-                router=self.router,
-                breaker=self.breaker,
-                clock_ms=self.clock_ms,
-            )
+        loop = self._new_loop(stop)
         self.stats = loop.stats
         try:
             while not stop.is_set():
                 loop.step()
                 if on_batch is not None:
                     on_batch(loop.stats)
-            if isinstance(loop, ConcurrentLoop):
-                loop.drain(self.drain_timeout_s)
+            loop.drain(self.drain_timeout_s)
         finally:
-            if isinstance(loop, ConcurrentLoop):
-                loop.runner.close()
+            loop.close()
             self.consumer.close()
             self.router.close()
             self.handler.close()
@@ -213,139 +176,14 @@ class Worker:
             raise HandlerExit(loop.exit_code)
         return loop.stats
 
-
-class LoopConsumer(Protocol):
-    """What :class:`WorkerLoop` uses of a consumer: :class:`KmqConsumer` has it, and so has
-    the unit tests' fake (mypy checks both against it)."""
-
-    @property
-    def visibility_timeout_ms(self) -> int: ...
-
-    def poll(self, timeout_s: float = ...) -> list[KmqMessage]: ...
-
-    def ack(self, message: KmqMessage) -> None: ...
-
-    def nack(self, message: KmqMessage) -> None: ...
-
-    def extend(self, message: KmqMessage, seconds: float) -> None: ...
-
-    def hold_fetching(self, hold: bool) -> None: ...
-
-
-class WorkerLoop:
-    """One worker's steps, on any :class:`LoopConsumer` and a :class:`RetryRouter` (the unit
-    tests run it on a fake consumer and a router over a fake producer)."""
-
-    def __init__(
-        self,
-        consumer: LoopConsumer,
-        handler: Handler,
-        stop: threading.Event,
-        *,
-        router: RetryRouter | None,
-        breaker: SharedBreaker | None,
-        clock_ms: Callable[[], int],
-    ) -> None:
-        self.consumer = consumer
-        self.handler = handler if isinstance(handler, HandlerCall) else HandlerCall(handler)
-        self.stop = stop
-        self.router = router
-        self.breaker = breaker
-        self.clock_ms = clock_ms
-        self.stats = WorkerStats()
-        self.exit_code: int | None = None
-        self.held: list[KmqMessage] = []
-        #: Failed while the breaker is open: kept to be probed or handled after recovery.
-        self._requeued: list[KmqMessage] = []
-        self._extended_at_ms = 0
-
-    def step(self) -> None:
-        allowed = self.breaker is None or self.breaker.allows(self.clock_ms())
-        if self.breaker is not None:
-            self.consumer.hold_fetching(bool(self.held) or not allowed)
-        waiting = bool(self.held) and allowed
-        batch = self.held + self.consumer.poll(timeout_s=0.0 if waiting else 0.5)
-        self.held = []
-        failed: list[tuple[KmqMessage, Failure | str]] = []
-        for index, message in enumerate(batch):
-            if self.stop.is_set():
-                break  # not acknowledged: redelivered after its visibility timeout
-            if self.breaker is not None and not self.breaker.allows(self.clock_ms()):
-                self.held = batch[index:]
-                break
-            self._handle(message, failed)
-        self.held += self._requeued
-        self._requeued = []
-        if failed and self.router is not None:
-            routed = self.router.route(failed)
-            for message in routed:
-                self.consumer.ack(message)
-            unrouted = [m for m, _ in failed if all(m is not r for r in routed)]
-            for message in unrouted:
-                self.consumer.nack(message)  # the copy failed: redeliver rather than lose it
-        self._keep_held_visible()
-
-    def _handle(self, message: KmqMessage, failed: list[tuple[KmqMessage, Failure | str]]) -> None:
-        problem = self.router.metadata_problem(message) if self.router else None
-        if problem is not None:
-            failed.append((message, problem))
-            return
-        if self.breaker is not None:
-            self.breaker.started()
-        try:
-            self.handler(message)
-        except KeyboardInterrupt:
-            log.warning("handler interrupted on %r; stopping, it will be redelivered", message)
-            self.stop.set()
-        except SystemExit as exc:
-            self.exit_code = exc.code if isinstance(exc.code, int) else 1
-            log.warning(
-                "handler called exit(%s) on %r; stopping, it will be redelivered", exc.code, message
-            )
-            self.stop.set()
-        except Exception as exc:
-            self._failed(message, exc, failed)
-        else:
-            self.consumer.ack(message)
-            self.stats.handled += 1
-            if self.breaker is not None:
-                self.breaker.record(True, self.clock_ms())
-
-    def _failed(
-        self,
-        message: KmqMessage,
-        exc: Exception,
-        failed: list[tuple[KmqMessage, Failure | str]],
-    ) -> None:
-        self.stats.failed += 1
-        log.info("handler failed on %r: %s: %s", message, type(exc).__name__, exc)
-        fatal = self.router is not None and not self.router.policy.is_retryable(exc)
-        if self.breaker is not None and fatal:
-            self.breaker.release()
-        elif self.breaker is not None:
-            # Bad input (a fatal error) says nothing about the downstream service: it is not
-            # recorded at all, neither as a failure nor as a success.
-            self.breaker.record(False, self.clock_ms())
-            if self.breaker.state is not State.CLOSED:
-                # The outage, not the message: keep it for a probe or for after recovery
-                # instead of spending one of its retries.
-                self._requeued.append(message)
-                return
-        if self.router is None:
-            self.consumer.nack(message)
-        else:
-            failed.append((message, failure_of(exc)))
-
-    def _keep_held_visible(self) -> None:
-        if not self.held:
-            self._extended_at_ms = 0
-            return
-        now_ms = self.clock_ms()
-        if not self._extended_at_ms:
-            self._extended_at_ms = now_ms  # just fetched: a full visibility timeout ahead
-            return
-        visibility_ms = self.consumer.visibility_timeout_ms
-        if now_ms - self._extended_at_ms >= visibility_ms // 3:
-            for message in self.held:
-                self.consumer.extend(message, visibility_ms / 1000)
-            self._extended_at_ms = now_ms
+    def _new_loop(self, stop: threading.Event) -> WorkerLoop | ConcurrentLoop:
+        if self.concurrency == 1:
+            return WorkerLoop(
+                self.consumer, self.handler, stop,
+                router=self.router, breaker=self.breaker, clock_ms=self.clock_ms,
+            )  # fmt: skip
+        return ConcurrentLoop(
+            self.consumer, self.handler, stop,
+            router=self.router, breaker=self.breaker, clock_ms=self.clock_ms,
+            concurrency=self.concurrency, ordering=self.ordering, max_buffered=self.max_buffered,
+        )  # fmt: skip

@@ -1,5 +1,6 @@
-"""`kmq worker --concurrency N` on the embedded broker: key order checked call by call, and
-nothing lost when a worker with calls in flight is SIGKILLed."""
+"""`kmq worker --concurrency N` on the embedded broker: key order checked call by call; nothing
+lost when a worker with calls in flight is SIGKILLed, stopped (SIGTERM, Ctrl-C) or loses
+partitions to a second worker; its metrics scraped while calls are in flight."""
 
 from __future__ import annotations
 
@@ -10,9 +11,20 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from kmq_dagster.broker.ports import free_port
+from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
+from tests.faults.test_metrics import scrape, value
 from tests.integration.test_at_least_once import GROUP, Fleet
-from tests.kafka_helpers import WaitBudget, new_queue, produce, read_topic, wait_for
+from tests.kafka_helpers import (
+    WaitBudget,
+    new_queue,
+    produce,
+    read_topic,
+    running_service,
+    wait_for,
+)
+from tests.support.gated_handler import gate_of
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -71,6 +83,25 @@ def calls_logged(out_dir: Path, pid: int | None = None) -> list[str]:
 def count_of(kind: str, lines: list[str]) -> collections.Counter[str]:
     """How many ``kind`` lines (start, ok, end) each message value has."""
     return collections.Counter(line.split(" ")[3] for line in lines if line.startswith(kind + " "))
+
+
+GATED = ("worker", "--handler", "tests.support.gated_handler:handle")
+
+
+def gated_lines(out_dir: Path, pid: int | None = None) -> list[str]:
+    """Lines of the gated handler's call logs (of process ``pid``, or of every process)."""
+    paths = out_dir.glob("gated-*.log" if pid is None else f"gated-{pid}.log")
+    return [line for path in paths for line in path.read_text().splitlines()]
+
+
+def gated(kind: str, lines: list[str]) -> collections.Counter[str]:
+    """How many ``kind`` lines (start, ok) each message value has."""
+    return collections.Counter(line.split(" ")[1] for line in lines if line.startswith(kind + " "))
+
+
+def partitions_started(lines: list[str]) -> set[str]:
+    """``topic:partition`` of every call started."""
+    return {line.split(" ")[2] for line in lines if line.startswith("start ")}
 
 
 def test_key_ordered_worker_never_overlaps_a_key_and_starts_its_messages_in_offset_order(
@@ -178,3 +209,157 @@ def test_an_async_handler_at_concurrency_8_handles_every_message(
 
     assert [p.returncode for p in processes.processes] == [0]
     assert sorted(map(int, handled.read_text().split())) == list(range(300))
+
+
+def test_the_metrics_endpoint_shows_calls_in_flight_held_messages_and_waits_by_ordering(
+    settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    # given 16 messages over 8 keys whose calls wait at a closed gate
+    new_queue(settings, topic_name, GROUP)
+    gate = gate_of(tmp_path, "hold")
+    gate.touch()
+    producer = Producer(settings.producer_config())
+    for i in range(16):
+        producer.produce(topic_name, key=b"k%d" % (i % 8), value=b"hold-%02d" % i)
+    assert producer.flush(30) == 0
+    processes = processes_for(settings, topic_name, tmp_path)
+    port = free_port()
+    labels = {"topic": topic_name, "group": GROUP, "service": "worker"}
+    budget = WaitBudget(120)
+
+    def figures(**expected: float) -> bool:
+        samples = scrape(port)
+        return all(value(samples, name, **labels) == v for name, v in expected.items())
+
+    try:
+        # when a worker runs 8 calls at once in key order: one per key runs, the other 8 wait
+        processes.start(*GATED, "--concurrency", "8", "--ordering", "key",
+                        "--metrics-port", str(port))  # fmt: skip
+        assert wait_for(
+            lambda: figures(kmq_calls_in_flight=8, kmq_held_messages=8), budget.left_s()
+        ), scrape(port)
+        during = scrape(port)
+        gate.unlink()
+        assert wait_for(
+            lambda: figures(kmq_processed_total=16, kmq_calls_in_flight=0, kmq_held_messages=0),
+            budget.left_s(),
+        ), scrape(port)
+        after = scrape(port)
+    finally:
+        processes.stop_all()
+
+    # then the waits from fetch to start were counted by ordering: 8 while the gate was closed
+    assert value(during, "kmq_call_wait_seconds_count", ordering="key", **labels) == 8
+    assert value(after, "kmq_call_wait_seconds_count", ordering="key", **labels) == 16
+    waited_s = value(after, "kmq_call_wait_seconds_sum", ordering="key", **labels) or 0.0
+    assert waited_s > 0  # the second message of each key waited for the first
+    assert value(after, "kmq_call_wait_seconds_bucket", ordering="key", le="+Inf") == 16
+
+
+@pytest.mark.parametrize(
+    ("stop_signal", "exit_code"),
+    [(signal.SIGTERM, 0), (signal.SIGINT, 130)],
+    ids=["SIGTERM exits 0", "Ctrl-C exits 130"],
+)
+def test_a_stopped_worker_acks_the_calls_that_end_within_the_drain_timeout_and_leaves_the_rest(
+    settings: KmqSettings,
+    topic_name: str,
+    tmp_path: Path,
+    stop_signal: signal.Signals,
+    exit_code: int,
+) -> None:
+    # given a worker with 16 calls in flight: 8 will end while it drains, 8 will not
+    queue = new_queue(settings, topic_name, GROUP, partitions=2, visibility_timeout_ms=3_000)
+    ending = {f"ends-{i}" for i in range(8)}
+    cut = {f"cut-{i}" for i in range(8)}
+    for name in ("ends", "cut"):
+        gate_of(tmp_path, name).touch()
+    produce(settings, topic_name, [v.encode() for v in sorted(ending | cut)], partitions=2)
+    processes = processes_for(settings, topic_name, tmp_path)
+    budget = WaitBudget(150)
+    worker = [*GATED, "--concurrency", "16", "--ordering", "unordered"]
+    try:
+        first = processes.start(*worker, "--drain-timeout", "4")
+        assert wait_for(
+            lambda: len(gated("start", gated_lines(tmp_path, first.pid))) == 16, budget.left_s()
+        )
+
+        # when it is stopped, and then, while it drains, 8 of its calls end (8 outlast it)
+        first.send_signal(stop_signal)
+        log = tmp_path / "worker-0.log"
+        assert wait_for(lambda: "stopping: waiting up to 4 s for 16 calls" in log.read_text())
+        gate_of(tmp_path, "ends").unlink()
+        first.wait(timeout=budget.left_s())
+        first_lines = gated_lines(tmp_path, first.pid)
+        # and a tracker and a second worker (whose calls all end) run after it
+        gate_of(tmp_path, "cut").unlink()
+        with running_service(RedeliveryTracker(queue)) as tracker:
+            second = processes.start(*worker)
+            assert wait_for(
+                lambda: cut <= set(gated("ok", gated_lines(tmp_path, second.pid))),
+                budget.left_s(),
+            ), "the calls cut off were not redelivered"
+            assert wait_for(lambda: tracker.inflight_count() == 0, budget.left_s())
+    finally:
+        processes.stop_all()
+
+    # then it exited with the signal's code, having acknowledged what ended in the drain:
+    # only the calls it cut off were redelivered, and nothing ran twice
+    assert first.returncode == exit_code
+    assert set(gated("ok", first_lines)) == ending
+    redelivered = read_topic(settings, queue.queue.redelivery_topic, 2, timeout_s=5)
+    assert {(r.value() or b"").decode() for r in redelivered} == cut
+    assert set(gated("start", gated_lines(tmp_path, second.pid))) == cut
+
+
+def test_a_rebalance_while_calls_are_in_flight_loses_nothing(
+    settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    # given a worker holding 40 messages of 4 partitions: 8 calls in flight at a closed gate
+    count = 400
+    new_queue(settings, topic_name, GROUP, partitions=4, visibility_timeout_ms=5_000)
+    ids = [f"m-{i:04d}" for i in range(count)]
+    gate = gate_of(tmp_path, "m")
+    gate.touch()
+    produce(settings, topic_name, [i.encode() for i in ids[:40]], partitions=4)
+    processes = processes_for(settings, topic_name, tmp_path)
+    port = free_port()
+    worker = [*GATED, "--concurrency", "8", "--ordering", "unordered"]
+    budget = WaitBudget(200)
+    try:
+        first = processes.start(*worker, "--metrics-port", str(port))
+        assert wait_for(
+            lambda: (
+                value(scrape(port), "kmq_calls_in_flight") == 8
+                and value(scrape(port), "kmq_held_messages") == 32
+            ),
+            budget.left_s(),
+        ), scrape(port)
+
+        # when a second worker joins (partitions move to it) and the rest is produced
+        second = processes.start(*worker)
+        produce(settings, topic_name, [i.encode() for i in ids[40:]], partitions=4)
+        assert wait_for(lambda: gated_lines(tmp_path, second.pid), budget.left_s()), (
+            "the second worker got no partition"
+        )
+        gate.unlink()
+        processes.start("tracker")
+
+        # then every message is handled at least once
+        def all_handled() -> bool:
+            return set(ids) <= set(gated("ok", gated_lines(tmp_path)))
+
+        assert wait_for(all_handled, budget.left_s()), "messages were lost"
+    finally:
+        processes.stop_all()
+
+    handled = gated("ok", gated_lines(tmp_path))
+    duplicates = sum(n - 1 for n in handled.values() if n > 1)
+    first_lines = gated_lines(tmp_path, first.pid)
+    moved = partitions_started(first_lines) & partitions_started(gated_lines(tmp_path, second.pid))
+    print(
+        f"\nrebalance: partitions moved {sorted(moved)}, {len(handled)} handled, "
+        f"{duplicates} duplicates, {len(gated('ok', first_lines))} by the first worker"
+    )
+    assert set(handled) == set(ids)
+    assert moved, "no partition the first worker held messages of moved to the second"

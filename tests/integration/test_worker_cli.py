@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kmq_dagster.audit.store import AuditStore
-from kmq_dagster.core.headers import DLQ_REASON, header_value, normalize_headers
+from kmq_dagster.core.headers import DLQ_REASON, ERROR_MESSAGE, header_value, normalize_headers
 from kmq_dagster.core.markers import StartMarker, decode_marker
 from kmq_dagster.core.naming import dlq_topic, markers_topic, retry_topic
 from kmq_dagster.core.retry_headers import ATTEMPT
@@ -220,3 +220,81 @@ def test_a_generator_handler_is_a_one_line_error(settings: KmqSettings, topic_na
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "handler steps is a generator function" in result.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("concurrency", ["1", "4"])
+def test_a_handler_exception_that_cannot_be_rendered_is_dead_lettered_not_a_crash(
+    settings: KmqSettings, topic_name: str, tmp_path: Path, concurrency: str
+) -> None:
+    # given poison messages whose handler raises an unprintable exception or GeneratorExit
+    new_queue(settings, topic_name, "g", retry_delays_ms=(100,))
+    values = [b"unprintable", b"generator-exit", *(b"ok-%d" % i for i in range(10))]
+    produce(settings, topic_name, values)
+    env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+           "KMQ_SESSION_TIMEOUT_MS": "6000", "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}  # fmt: skip
+    log = tmp_path / "worker.log"
+    worker = subprocess.Popen(
+        kmq_argv("worker", "-t", topic_name, "-g", "g", "--concurrency", concurrency,
+                 "--handler", "tests.support.hostile_handlers:handle",
+                 "--non-retryable", "Unprintable,GeneratorExit"),
+        cwd=REPO_ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    handled = tmp_path / "handled.txt"
+    try:
+        # when the worker meets them, then both reach the DLQ with a reason
+        dead = read_topic(settings, dlq_topic(topic_name, "g"), 1, at_least=2, timeout_s=60)
+        assert wait_for(
+            lambda: handled.exists() and len(handled.read_text().split()) >= 10, timeout_s=60
+        ), log.read_text()[-3000:]
+        assert worker.poll() is None, log.read_text()[-3000:]  # and the worker lives on
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()[-3000:]
+    reasons = {r.value(): header_value(normalize_headers(r.headers()), DLQ_REASON) for r in dead}
+    assert reasons == {
+        b"unprintable": b"non-retryable error Unprintable",
+        b"generator-exit": b"non-retryable error GeneratorExit",
+    }
+    messages = [header_value(normalize_headers(r.headers()), ERROR_MESSAGE) for r in dead]
+    assert b"<Unprintable: str() raised RuntimeError>" in messages
+    assert "Traceback" not in log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("command", "stop_signal", "exit_code"),
+    [
+        ("worker", signal.SIGINT, 130),
+        ("tracker", signal.SIGINT, 130),
+        ("worker", signal.SIGTERM, 0),
+        ("tracker", signal.SIGTERM, 0),
+    ],
+)
+def test_ctrl_c_exits_130_and_sigterm_0_after_a_clean_stop(
+    settings: KmqSettings,
+    topic_name: str,
+    tmp_path: Path,
+    command: str,
+    stop_signal: signal.Signals,
+    exit_code: int,
+) -> None:
+    # given a running worker (it has handled a message) or a tracker that caught up
+    new_queue(settings, topic_name, "g")
+    produce(settings, topic_name, [b"1"])
+    env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+           "KMQ_SESSION_TIMEOUT_MS": "6000", "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}  # fmt: skip
+    extra = ["--handler", "tests.support.async_handlers:record"] if command == "worker" else []
+    log = tmp_path / f"{command}.log"
+    process = subprocess.Popen(
+        kmq_argv(command, "-t", topic_name, "-g", "g", "-v", *extra),
+        cwd=REPO_ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    handled = tmp_path / "handled.txt"
+    try:
+        ready = handled.exists if command == "worker" else lambda: "caught up" in log.read_text()
+        assert wait_for(ready, timeout_s=60), log.read_text()[-3000:]
+    finally:
+        # when it is stopped, then it exits with the code README gives, without a traceback
+        process.send_signal(stop_signal)
+        assert process.wait(timeout=60) == exit_code, log.read_text()[-3000:]
+    assert "Traceback" not in log.read_text()
+    assert f"kmq {command}: stopped" in log.read_text()

@@ -15,8 +15,9 @@ import pytest
 
 from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.core.breaker import State
-from kmq_dagster.core.headers import DLQ_REASON
+from kmq_dagster.core.headers import DLQ_REASON, ERROR_MESSAGE, ERROR_TYPE
 from kmq_dagster.core.ordering import Ordering
+from kmq_dagster.core.retry_headers import FIRST_FAILURE_MS
 from kmq_dagster.kafka.concurrent_loop import ConcurrentLoop
 from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.message import KmqMessage
@@ -24,7 +25,14 @@ from kmq_dagster.kafka.opened_queue import vouch_for
 from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.settings import KmqSettings
 from tests.unit.fakes import FakeClock, FakeConsumer, FakeProducer, message
-from tests.unit.test_worker_loop import QUEUE, RETRY_TOPIC, Outage, shared_breaker, state_of
+from tests.unit.test_worker_loop import (
+    QUEUE,
+    RETRY_TOPIC,
+    Outage,
+    Unprintable,
+    shared_breaker,
+    state_of,
+)
 
 
 def loop_for(
@@ -387,3 +395,87 @@ def test_a_message_waiting_to_start_never_leaves_the_loop_waiting_on_a_fetch() -
     assert [timeout for timeout, buffered in waits if buffered] == [0.0] * sum(
         1 for _, buffered in waits if buffered
     )
+
+
+@pytest.mark.parametrize("ordering", [Ordering.UNORDERED, Ordering.KEY])
+@pytest.mark.parametrize("error", [Unprintable(), GeneratorExit("closed")])
+def test_an_unrenderable_exception_or_a_base_exception_fails_the_message_never_loses_it(
+    ordering: Ordering, error: BaseException
+) -> None:
+    # given a handler that raises what a loop could choke on: no __str__, or a BaseException
+    clock = FakeClock()
+
+    def handler(msg: KmqMessage) -> None:
+        if msg.offset == 0:
+            raise error
+
+    batch = [message("orders", 0, b"a0", _key=b"a"), message("orders", 1, b"a1", _key=b"a")]
+    loop, consumer, producer = loop_for([batch], handler, ordering=ordering, clock=clock)
+
+    # when the loop runs until the failure has been retried (in place, in key order)
+    def failure_settled() -> bool:
+        clock.advance(1_000)  # retries in place come due
+        return len(consumer.acked) == 2
+
+    step_until(loop, failure_settled)
+    loop.drain(1.0)
+
+    # then both messages are acknowledged, the failed one after its copy, with a reason
+    [copy] = producer.to(RETRY_TOPIC) or producer.to(QUEUE.dlq_topic)
+    assert copy.value == b"a0"
+    assert copy.header(ERROR_TYPE) == type(error).__name__.encode()
+    if isinstance(error, Unprintable):
+        assert copy.header(ERROR_MESSAGE) == b"<Unprintable: str() raised RuntimeError>"
+    assert not loop.stop.is_set()
+
+
+def test_the_stats_show_calls_in_flight_held_messages_and_each_wait_from_fetch_to_start() -> None:
+    # given key order, 4 messages of key "a" and 1 of "b", and calls that block until released
+    clock = FakeClock()
+    release = threading.Event()
+    batch = [*keyed(4, [b"a"]), message("orders", 4, b"b4", _key=b"b")]
+    loop, consumer, _ = loop_for(
+        [batch], lambda _m: release.wait(5), ordering=Ordering.KEY, clock=clock
+    )
+
+    # when the loop starts what it may and the clock moves on 2 s before the calls end
+    loop.step()
+    assert (loop.stats.calls_in_flight, loop.stats.held) == (2, 3)  # a0 and b4 run
+    clock.advance(2_000)
+    release.set()
+    step_until(loop, lambda: len(consumer.acked) == 5)
+    loop.drain(1.0)
+
+    # then each message's wait was observed once: a1 waited the 2 s, the first two none
+    waits = loop.stats.waits
+    assert waits is not None and waits.count == 5
+    assert waits.sum_s == pytest.approx(3 * 2.0)  # a1, a2, a3 started after the 2 s
+    assert (loop.stats.calls_in_flight, loop.stats.held) == (0, 0)
+
+
+def test_key_order_retries_in_place_are_counted_and_the_dlq_copy_keeps_the_first_failure_time() -> (
+    None
+):
+    # given a key-ordered message that always fails (the policy allows one retry, after 5 s)
+    clock = FakeClock()
+    first_failed_ms = clock.now_ms
+
+    def handler(msg: KmqMessage) -> None:
+        raise Outage("down")
+
+    loop, consumer, producer = loop_for(
+        [[message("orders", 0, b"a0", _key=b"a")]], handler, ordering=Ordering.KEY, clock=clock
+    )
+
+    # when it fails, is retried in place 10 s later, and fails again
+    step_until(loop, lambda: loop.scheduler.next_due_ms() is not None)
+    assert loop.stats.retried_in_place == 1
+    clock.advance(10_000)
+    step_until(loop, lambda: len(consumer.acked) == 1)
+    loop.drain(1.0)
+
+    # then its DLQ copy says when it first failed, not when it failed last
+    [dead] = producer.to(QUEUE.dlq_topic)
+    assert dead.header(FIRST_FAILURE_MS) == str(first_failed_ms).encode()
+    assert loop.stats.retried_in_place == 1  # the give-up is no retry
+    assert loop.router.stats.retried == 0  # nothing went through a retry topic

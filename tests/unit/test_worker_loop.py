@@ -289,3 +289,48 @@ def test_a_generator_returned_at_run_time_goes_to_the_dlq_never_acked_as_done() 
     assert b"generator" in (dead.header(ERROR_MESSAGE) or b"")
     assert [m.value for m in consumer.acked] == [b"x"]  # acknowledged after its DLQ copy
     assert loop.stats.handled == 0
+
+
+class Unprintable(ValueError):
+    """An exception whose ``str()`` raises, as a careless handler's may."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("cannot render")
+
+
+def raises(error: BaseException) -> Callable[[KmqMessage], None]:
+    def handler(msg: KmqMessage) -> None:
+        raise error
+
+    return handler
+
+
+def test_an_exception_that_cannot_be_rendered_is_retried_with_a_placeholder_reason() -> None:
+    # given a handler raising an exception whose __str__ raises, and a message after it
+    batch = [message("orders", 0, b"x"), message("orders", 1, b"y")]
+    loop, consumer, producer = loop_for([batch], raises(Unprintable()))
+
+    # when the worker takes a step, it does not crash
+    loop.step()
+
+    # then the message went to its retry topic with a placeholder, and was acked after the copy
+    first, _ = producer.to(RETRY_TOPIC)
+    assert first.header(ERROR_TYPE) == b"Unprintable"
+    assert first.header(ERROR_MESSAGE) == b"<Unprintable: str() raised RuntimeError>"
+    assert [m.value for m in consumer.acked] == [b"x", b"y"]
+    assert loop.stats.failed == 2
+
+
+@pytest.mark.parametrize("error", [GeneratorExit("closed"), asyncio.CancelledError()])
+def test_a_base_exception_other_than_an_exit_fails_the_message_and_the_loop_goes_on(
+    error: BaseException,
+) -> None:
+    batch = [message("orders", 0, b"x")]
+    loop, consumer, producer = loop_for([batch], raises(error))
+
+    loop.step()
+
+    (copy,) = producer.to(RETRY_TOPIC)
+    assert copy.header(ERROR_TYPE) == type(error).__name__.encode()
+    assert [m.value for m in consumer.acked] == [b"x"]
+    assert not loop.stop.is_set()
