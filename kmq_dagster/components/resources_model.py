@@ -4,8 +4,9 @@
 Values take Dagster's template syntax. A value written as exactly ``"{{ env.NAME }}"`` becomes
 ``EnvVar("NAME")``: Dagster reads the variable when a run or a sensor tick starts and shows only
 its name in the UI, as a Python user writing ``EnvVar`` gets; so a password never sits in the
-YAML nor on the Resources page (and an unset variable fails the run, naming it). Other templates (``"{{ env('NAME', 'default') }}"``, text
-around the braces) are resolved when the code location loads, as Dagster always does.
+YAML nor on the Resources page (and an unset variable fails the run, naming it). Other
+templates (``"{{ env('NAME', 'default') }}"``, text around the braces) are resolved when the
+code location loads, as Dagster always does.
 """
 
 from __future__ import annotations
