@@ -133,7 +133,7 @@ def cancel_replay(principal: Principal, job: jobs.ReplayJob) -> None:
         PermissionDeniedError: ``principal`` is not an operator.
     """
     require_role(principal, OPERATOR, "cancelling a replay")
-    job.cancel.set()
+    job.cancel.request(f"cancelled by {principal.name}")
 
 
 def discard(
