@@ -294,13 +294,14 @@ class _ReplayRun:
             )  # fmt: skip
             self.unconfirmed = len(moving)
         copies = self.copier.write(moving, earlier)
-        report.replayed += len(moving)
         if audit is not None and action is not None:
+            replayed = report.replayed + len(moving)
             confirm_copies(
                 audit, action, self.source, copies,
-                replayed=report.replayed, progress=f"running: {report.summary()}",
+                replayed=replayed, progress=f"running: replayed {replayed} so far",
             )  # fmt: skip
             self.unconfirmed = 0
+        report.replayed += len(moving)
 
     def _records(self, chunk: list[Message]) -> ChunkRecords:
         """What the audit store knows of the chunk's dead letters (nothing without one)."""
