@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition
 from sqlalchemy import select
 
 from kmq_dagster.audit.local_postgres import fresh_database
@@ -22,8 +23,10 @@ from kmq_dagster.audit.models import Action, DeadLetterEvent
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.headers import normalize_headers
 from kmq_dagster.core.replay import REPLAY_COUNT
+from kmq_dagster.kafka.clients import new_consumer
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.opened_queue import OpenedQueue
+from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import new_queue, produce_dead_letters, read_topic
 from tests.processes import kmq_argv, run_kmq
@@ -258,3 +261,27 @@ def test_the_replay_limit_counts_per_dead_letter_however_since_is_worded(
         str(i).encode(): [b"1", b"2", b"3"] for i in range(10)
     }, outputs
     assert "skipped at the replay limit 10" in outputs[-1]
+
+
+def test_a_replay_whose_progress_in_kafka_was_lost_sends_no_recorded_copy_again(
+    settings: KmqSettings, queue: OpenedQueue, private_audit_store: str
+) -> None:
+    # given a finished replay of 50 dead letters
+    fill(settings, queue, private_audit_store, 50)
+    store = AuditStore(private_audit_store)
+    first = replay_dead_letters(queue, ReplayRequest(), audit=store, actor="ana")
+    # when its progress in Kafka is lost (as after a kill between the store's confirmation
+    # and the commit of its consumer group)
+    done = new_consumer(settings, f"kmq-replay.{first.replay_id}")
+    restart = [TopicPartition(queue.queue.dlq_topic, p, 0) for p in range(PARTITIONS)]
+    done.commit(offsets=restart, asynchronous=False)
+    done.close()
+
+    again = replay_dead_letters(queue, ReplayRequest(), audit=store, actor="ana")
+
+    # then the store's records keep it from sending any copy twice
+    assert (first.replayed, again.scanned, again.replayed, again.already_replayed) == (
+        50, 50, 0, 50)  # fmt: skip
+    keys = collections.Counter(copies(settings, queue.queue.first_retry_topic).values())
+    assert len(keys) == 50 and max(keys.values()) == 1
+    store.close()
