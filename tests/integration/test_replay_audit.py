@@ -207,11 +207,11 @@ def test_a_replay_killed_with_sigkill_reads_interrupted_and_its_rerun_sends_reco
 
 
 def test_two_replays_of_one_selection_at_once_replay_each_dead_letter_once(
-    settings: KmqSettings, queue: OpenedQueue, private_audit_store: str, tmp_path: Path
+    settings: KmqSettings, queue: OpenedQueue, audit_url: str, tmp_path: Path
 ) -> None:
     # given 1,000 dead letters
-    fill(settings, queue, private_audit_store, 1_000)
-    env = environment(settings, private_audit_store, tmp_path)
+    fill(settings, queue, audit_url, 1_000)
+    env = environment(settings, audit_url, tmp_path)
     target = queue.queue.first_retry_topic
 
     # when two operators run the same replay at the same moment
@@ -224,10 +224,10 @@ def test_two_replays_of_one_selection_at_once_replay_each_dead_letter_once(
     keys = collections.Counter(copies(settings, target).values())
     assert len(keys) == 1_000 and max(keys.values()) == 1
     assert sum("kmq: waiting for action #" in output for output in outputs) == 1, outputs
-    store = AuditStore(private_audit_store)
+    store = AuditStore(audit_url)
     actions = store.actions(queue_topic=queue.topic)
     assert sorted(a.count for a in actions) == [0, 1_000]
-    check_copies_against_records(copies(settings, target), replay_events(private_audit_store),
+    check_copies_against_records(copies(settings, target), replay_events(audit_url),
                                  actions)  # fmt: skip
     store.close()
 
