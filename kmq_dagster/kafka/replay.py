@@ -133,11 +133,13 @@ def replay_dead_letters(
         if run is not None:
             run.close()
     if action is not None:
-        stopped = f"stopped ({stop_reason(cancel)}): " if report.cancelled else ""
+        outcome, reason = report.summary(), stop_reason(cancel)
+        if report.cancelled and reason != "cancelled":
+            outcome = f"stopped ({reason}): " + outcome.removeprefix("cancelled: ")
         action.finish(
             STOPPED if report.cancelled else SUCCEEDED,
             report.movable if request.dry_run else report.replayed,
-            stopped + report.summary(),
+            outcome,
         )
     return report
 
