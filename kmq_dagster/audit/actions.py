@@ -169,8 +169,8 @@ class ActionRecord:
             )
         return ""
 
-    def finish(self, state: str, count: int, outcome: str) -> None:
-        """Write how the action ended and release its lease.
+    def finish(self, state: str, count: int, outcome: str, *, target: str | None = None) -> None:
+        """Write how the action ended (and its ``target``, if only known now); release its lease.
 
         Raises:
             AuditStoreError: the store refused the write (the row stays ``running`` and reads
@@ -179,6 +179,8 @@ class ActionRecord:
         self._stopped.set()
         values = {"state": state, "count": count, "outcome": outcome,
                   "finished_at": _now(), "expires_at": None}  # fmt: skip
+        if target is not None:
+            values["target"] = target
         ending = self.store.writing("record how the action ended")
         with ending, self.store.engine.begin() as connection:
             connection.execute(update(Action).where(Action.id == self.id).values(**values))

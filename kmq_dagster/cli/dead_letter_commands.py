@@ -202,9 +202,8 @@ def ingest(
     audit_url: str | None,
 ) -> None:
     """Copy GROUP's dead letters of TOPIC into the audit store (idempotent; resumable)."""
-    from kmq_dagster.audit.actions import STOPPED, SUCCEEDED, start_action
     from kmq_dagster.audit.store import AuditStore
-    from kmq_dagster.errors import AuditStoreError
+    from kmq_dagster.kafka.audited_ingest import run_ingest
     from kmq_dagster.kafka.dlq_ingester import DlqIngester
     from kmq_dagster.kafka.queues import open_queue
 
@@ -213,39 +212,16 @@ def ingest(
     settings = settings_of(ctx)
     store = AuditStore(audit_url)
     ingester = DlqIngester(open_queue(settings, topic, group), store)
-    action = start_action(
-        store, kind="ingest", actor=default_actor(), queue_topic=topic, group_id=group,
-        selection="every dead letter" if once else "every dead letter, until stopped",
-        target=None, dry_run=False,
-    )  # fmt: skip
     try:
         with stopping_on_signals() as stop:
-            if once:
-                ingester.ingest_available()
-            else:
+            if not once:
                 log_every(stop, 5, ingester.describe_stats, "kmq.ingest")
                 logging.getLogger("kmq.ingest").info(
                     "ingesting %s into %s", ingester.dlq_topic, store.url_for_display
                 )
-                ingester.run(stop)
-    except BaseException as exc:
-        note = action.fail(
-            f"failed: {exc or type(exc).__name__}; by then {ingester.describe_stats()}",
-            count=ingester.stats.stored,
-        )
-        if isinstance(exc, AuditStoreError):
-            raise AuditStoreError(
-                f"{exc}{note}; nothing is lost: the DLQ keeps every dead letter, and "
-                "`kmq ingest` resumes where the store stopped taking them"
-            ) from None
-        raise
+            stats = run_ingest(ingester, store, actor=default_actor(), stop=None if once else stop)
     finally:
         ingester.close()
-    stats = ingester.stats
-    stopped = f"stopped ({stop.reason}): " if stop.is_set() else ""
-    action.finish(
-        STOPPED if stop.is_set() else SUCCEEDED, stats.stored, stopped + ingester.describe_stats()
-    )
     click.echo(
         f"kmq ingest: {stats.read} dead letters read, {stats.stored} new, "
         f"{stats.already_stored} already stored, in {store.url_for_display}"
