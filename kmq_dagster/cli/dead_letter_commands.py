@@ -221,7 +221,8 @@ def ingest(
                 )
             stats = run_ingest(ingester, store, actor=default_actor(), stop=None if once else stop)
     finally:
-        ingester.close()
+        if once:  # run() closes it itself
+            ingester.close()
     click.echo(
         f"kmq ingest: {stats.read} dead letters read, {stats.stored} new, "
         f"{stats.already_stored} already stored, in {store.url_for_display}"

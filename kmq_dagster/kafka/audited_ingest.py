@@ -38,10 +38,13 @@ def run_ingest(
         target=None, dry_run=False,
     )  # fmt: skip
     try:
-        if stop is None:
-            ingester.ingest_available(timeout_s)
-        else:
-            ingester.run(stop)
+        # ``run`` rides through a store that is down (it retries the batch at hand); storing
+        # once fails on the first refused write.
+        with store.writing("store the dead letters"):
+            if stop is None:
+                ingester.ingest_available(timeout_s)
+            else:
+                ingester.run(stop)
     except BaseException as exc:
         note = action.fail(
             f"failed: {exc or type(exc).__name__}; by then {ingester.describe_stats()}",

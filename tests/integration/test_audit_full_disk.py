@@ -33,6 +33,7 @@ from tests.integration.test_replay_audit import (
     queue,
     replay_events,
 )
+from tests.kafka_helpers import produce_dead_letters
 from tests.processes import kmq_argv, run_kmq
 
 pytestmark = pytest.mark.kafka
@@ -145,4 +146,29 @@ def test_a_full_store_records_the_discard_and_the_replay_as_failed_while_small_w
     assert (replay.state, replay.count) == ("failed", 0)
     assert "refused to record the copies about to be sent" in replay.outcome
     assert copies(settings, queue.queue.first_retry_topic) == {}  # nothing sent unrecorded
+    store.close()
+
+
+def test_an_ingest_on_a_full_disk_is_one_error_line_and_the_next_one_stores_everything(
+    settings: KmqSettings, queue: OpenedQueue, private_audit_store: str, tmp_path: Path
+) -> None:
+    produce_dead_letters(settings, queue, [(str(i), "TimeoutError") for i in range(COUNT)])
+    AuditStore(private_audit_store).close()
+    database_of(private_audit_store)
+    env = environment(settings, private_audit_store, tmp_path)
+    ingest = ("ingest", "--topic", queue.topic, "--group", GROUP, "--once")
+
+    full = run_on_a_full_disk(env, *ingest)
+
+    assert full.returncode == 1, full.stderr
+    assert full.stderr.count("\n") == 1 and "Traceback" not in full.stderr, full.stderr
+    assert "refused to store the dead letters" in full.stderr and "nothing is lost" in full.stderr
+    again = run_kmq(*ingest, env=env)
+    assert again.returncode == 0, again.stderr
+    store = AuditStore(private_audit_store)
+    assert store.count_dead_letters() == COUNT
+    first, second = store.actions(queue_topic=queue.topic)
+    assert first.state in ("failed", "interrupted") and second.state == "succeeded"
+    if first.state == "failed":  # the store took the small write of its end
+        assert first.count + second.count == COUNT
     store.close()
