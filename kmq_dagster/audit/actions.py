@@ -43,6 +43,8 @@ LEASE_POLL_S = 0.5
 ANY = "*"
 #: The guard row every lease acquisition updates first (see ``ActionLease``).
 _GUARD_ID = 0
+#: Ids of the actions this process runs (started, not finished).
+_RUNNING_HERE: set[int] = set()
 
 
 def this_owner() -> str:
@@ -50,12 +52,17 @@ def this_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def owner_is_gone(owner: str | None, expires_at: datetime | None, now: datetime) -> bool:
+def owner_is_gone(
+    owner: str | None, expires_at: datetime | None, now: datetime, action_id: int | None = None
+) -> bool:
     """Whether a running action's process is gone: its heartbeat expired, or it ran on this host
-    and its process id no longer exists (found at once after a SIGKILL)."""
+    and its process id no longer exists (found at once after a SIGKILL), or is this process's
+    while the action is not one this process runs (a restarted container reusing the id)."""
     if expires_at is None or as_utc(expires_at) < now:
         return True
     host, _, pid = (owner or "").rpartition(":")
+    if host == socket.gethostname() and pid == str(os.getpid()) and action_id is not None:
+        return action_id not in _RUNNING_HERE
     if host == socket.gethostname() and pid.isdigit():
         try:
             os.kill(int(pid), 0)
@@ -78,6 +85,7 @@ class ActionRecord:
         self.store = store
         self.id = action_id
         self.scope = scope
+        _RUNNING_HERE.add(action_id)
         self._stopped = threading.Event()
         self._heartbeat = threading.Thread(
             target=self._beat, name=f"kmq-action-{action_id}", daemon=True
@@ -177,6 +185,7 @@ class ActionRecord:
                 as ``interrupted`` once this process is gone).
         """
         self._stopped.set()
+        _RUNNING_HERE.discard(self.id)
         values = {"state": state, "count": count, "outcome": outcome,
                   "finished_at": _now(), "expires_at": None}  # fmt: skip
         if target is not None:
@@ -227,7 +236,7 @@ def reap_abandoned(connection: Connection, now: datetime) -> int:
     ).all()
     reaped = 0
     for action in running:
-        if not owner_is_gone(action.owner, action.expires_at, now):
+        if not owner_is_gone(action.owner, action.expires_at, now, action.id):
             continue
         unconfirmed = connection.execute(
             update(DeadLetterEvent)

@@ -48,3 +48,11 @@ def test_an_owner_on_this_host_is_gone_as_soon_as_its_process_is() -> None:
 
     assert owner_is_gone(f"{host}:{ended.stdout.strip()}", LATER, NOW)
     assert not owner_is_gone(f"{host}:{os.getpid()}", LATER, NOW)
+
+
+def test_this_process_id_on_this_host_is_gone_unless_the_action_runs_here() -> None:
+    # a container restarted under the same host name can get its predecessor's process id
+    me = f"{socket.gethostname()}:{os.getpid()}"
+
+    assert owner_is_gone(me, LATER, NOW, action_id=-1)
+    assert not owner_is_gone(me, LATER, NOW)
