@@ -20,6 +20,7 @@ from kmq_dagster.cli.options import (
     default_actor,
     log_every,
     queue_options,
+    stop_on_signals,
 )
 from kmq_dagster.cli.progress import LiveLine, log_file_for
 from kmq_dagster.cli.value_types import Number
@@ -213,13 +214,13 @@ def ingest(
     store = AuditStore(audit_url)
     ingester = DlqIngester(open_queue(settings, topic, group), store)
     try:
-        with stopping_on_signals() as stop:
-            if not once:
-                log_every(stop, 5, ingester.describe_stats, "kmq.ingest")
-                logging.getLogger("kmq.ingest").info(
-                    "ingesting %s into %s", ingester.dlq_topic, store.url_for_display
-                )
-            stats = run_ingest(ingester, store, actor=default_actor(), stop=None if once else stop)
+        stop = None if once else stop_on_signals()
+        if stop is not None:
+            log_every(stop, 5, ingester.describe_stats, "kmq.ingest")
+            logging.getLogger("kmq.ingest").info(
+                "ingesting %s into %s", ingester.dlq_topic, store.url_for_display
+            )
+        stats = run_ingest(ingester, store, actor=default_actor(), stop=stop)
     finally:
         if once:  # run() closes it itself
             ingester.close()

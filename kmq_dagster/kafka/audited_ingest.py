@@ -60,6 +60,14 @@ def run_ingest(
     action.finish(
         STOPPED if stopped else SUCCEEDED,
         ingester.stats.stored,
-        (f"stopped ({stop_reason(stop)}): " if stopped else "") + ingester.describe_stats(),
+        _stopped_by(stop) + ingester.describe_stats(),
     )
     return ingester.stats
+
+
+def _stopped_by(stop: threading.Event | None) -> str:
+    """``stopped (WHY): `` once ``stop`` is set (``stopped: `` if it gives no reason)."""
+    if stop is None or not stop.is_set():
+        return ""
+    reason = stop_reason(stop)
+    return "stopped: " if reason == "cancelled" else f"stopped ({reason}): "
