@@ -15,8 +15,9 @@ from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.console import jobs
 from kmq_dagster.console.auth import OPERATOR, Principal
 from kmq_dagster.console.copies import copy_fates
-from kmq_dagster.console.operations import ReplayPlan, start_replay
+from kmq_dagster.console.operations import ReplayPlan, discard, start_replay
 from kmq_dagster.core.naming import retry_topic
+from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.queues import open_queue
@@ -118,4 +119,23 @@ def test_two_tabs_replaying_the_same_dead_letters_at_once_replay_each_of_them_on
     assert sorted([first.replayed, second.replayed]) == [0, 15], (first, second)
     copies = read_topic(settings, retry_topic(queue, GROUP, 1_000), 2, at_least=15)
     assert sorted(r.key() or b"" for r in copies) == sorted(f"k{i}".encode() for i in range(15))
+    store.close()
+
+
+def test_a_discard_while_a_replay_of_the_same_queue_runs_is_refused_not_left_hanging(
+    settings: KmqSettings, queue: str, private_audit_store: str
+) -> None:
+    store = AuditStore(private_audit_store)
+    olivia = Principal("olivia", OPERATOR)
+    where = DeadLetterFilter(queue_topic=queue, group_id=GROUP)
+    job = start_replay(olivia, settings, store, ReplayPlan(where, rate_per_s=5))
+    assert wait_for(lambda: job.replayed > 0, timeout_s=60), job
+
+    with pytest.raises(ConfigError, match=r"action #\d+ \(replay by olivia\) is running"):
+        discard(olivia, store, where, reason="stale")
+
+    assert wait_for(lambda: job.state != jobs.RUNNING, timeout_s=60), job
+    assert discard(olivia, store, where, reason="stale") == 0  # all replayed by now
+    kinds = [(a.kind, a.state) for a in store.actions(queue_topic=queue)]
+    assert kinds == [("replay", "succeeded"), ("discard", "failed"), ("discard", "succeeded")]
     store.close()
