@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -124,7 +125,7 @@ class ActionRecord:
             if stop is not None and stop.wait(LEASE_POLL_S):
                 return False
             if stop is None:
-                threading.Event().wait(LEASE_POLL_S)
+                time.sleep(LEASE_POLL_S)
 
     def _try_acquire(self) -> Action | None:
         now = _now()
@@ -150,6 +151,24 @@ class ActionRecord:
                   "group_id": self.scope[1], "acquired_at": now}],
             )  # fmt: skip
         return None
+
+    def previous_run(self) -> Action | None:
+        """The last earlier action of the same kind, queue and selection (the same replay run
+        before), if any: a caller tells the operator when it was interrupted."""
+        with self.store.session() as session:
+            mine = session.get(Action, self.id)
+            if mine is None:
+                return None
+            return session.scalars(
+                select(Action)
+                .where(
+                    Action.id < self.id, Action.kind == mine.kind,
+                    Action.queue_topic == mine.queue_topic, Action.group_id == mine.group_id,
+                    Action.selection == mine.selection, Action.dry_run == mine.dry_run,
+                )
+                .order_by(Action.id.desc())
+                .limit(1)
+            ).first()  # fmt: skip
 
     def progress(self, count: int, outcome: str, connection: Connection | None = None) -> None:
         """Write what the action has done so far (in ``connection``'s transaction if given)."""

@@ -151,9 +151,16 @@ def replay(
     progress = LiveLine()
     header = [f"replay {request.id_for(queue)}: {selection.describe()} -> {target}"]
 
-    def show(report: ReplayReport) -> None:
+    def introduce(report: ReplayReport) -> None:
         if header:  # once the replay is under way (bad requests fail before: one error line)
             progress.note(header.pop())
+            if report.interrupted_before:
+                progress.note(
+                    f"the last run of this replay was interrupted ({report.interrupted_before})"
+                )
+
+    def show(report: ReplayReport) -> None:
+        introduce(report)
         progress.update(f"scanned {report.scanned:,}, replayed {report.replayed:,}")
 
     store = AuditStore(audit_url)
@@ -175,8 +182,7 @@ def replay(
     finally:
         progress.done()
         store.close()
-    if header:
-        progress.note(header.pop())
+    introduce(report)
     _print_report(report)
     return EXIT_FOR_SIGNAL[stop.reason] if report.cancelled else 0
 

@@ -77,6 +77,9 @@ class ReplayReport:
     listed: list[str] = field(default_factory=list)
     #: Stopped by its ``cancel`` event before reaching the end of the DLQ.
     cancelled: bool = False
+    #: The last run of this same replay, when it was interrupted (a killed process): what
+    #: the audit store says it had done.
+    interrupted_before: str | None = None
 
     @property
     def movable(self) -> int:

@@ -22,7 +22,14 @@ from typing import NoReturn
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from kmq_dagster.audit.actions import FAILED, STOPPED, SUCCEEDED, ActionRecord, start_action
+from kmq_dagster.audit.actions import (
+    FAILED,
+    INTERRUPTED,
+    STOPPED,
+    SUCCEEDED,
+    ActionRecord,
+    start_action,
+)
 from kmq_dagster.audit.models import Action
 from kmq_dagster.audit.replay_log import (
     SENT,
@@ -119,6 +126,11 @@ def replay_dead_letters(
     try:
         if action is not None and not request.dry_run:
             report.cancelled = not action.acquire(cancel, on_wait)
+            before = action.previous_run()  # read once the lease's look found it dead
+            if before is not None and before.state == INTERRUPTED:
+                report.interrupted_before = (
+                    f"action #{before.id} by {before.actor}: {before.outcome}"
+                )
         if not report.cancelled:  # progress is read once the lease is held
             run = _ReplayRun(
                 settings, queue, request, report, clock_ms=clock_ms,
@@ -136,11 +148,17 @@ def replay_dead_letters(
         outcome, reason = report.summary(), stop_reason(cancel)
         if report.cancelled and reason != "cancelled":
             outcome = f"stopped ({reason}): " + outcome.removeprefix("cancelled: ")
-        action.finish(
-            STOPPED if report.cancelled else SUCCEEDED,
-            report.movable if request.dry_run else report.replayed,
-            outcome,
-        )
+        try:
+            action.finish(
+                STOPPED if report.cancelled else SUCCEEDED,
+                report.movable if request.dry_run else report.replayed,
+                outcome,
+            )
+        except AuditStoreError as exc:
+            raise AuditStoreError(
+                f"{exc}; the replay itself ended ({outcome}); its action (#{action.id}) reads "
+                "interrupted once this process has exited, with every copy confirmed"
+            ) from None
     return report
 
 

@@ -200,6 +200,7 @@ def test_a_replay_killed_with_sigkill_reads_interrupted_and_its_rerun_sends_reco
     assert not twice & confirmed, "a confirmed copy was sent again"
     assert twice <= unconfirmed
     assert f"possible duplicates {len(unconfirmed)}" in second.stdout, second.stdout
+    assert f"the last run of this replay was interrupted (action #{action.id}" in second.stderr
     first, rerun = store.actions(queue_topic=queue.topic)
     check_copies_against_records(copies(settings, target), replay_events(audit_url), [first, rerun])
     assert rerun.state == "succeeded"
