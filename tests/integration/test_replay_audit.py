@@ -215,8 +215,8 @@ def test_two_replays_of_one_selection_at_once_replay_each_dead_letter_once(
     env = environment(settings, audit_url, tmp_path)
     target = queue.queue.first_retry_topic
 
-    # when two operators run the same replay at the same moment
-    both = [start_replay(env, queue, tmp_path / f"{n}.log", "--rate", "500") for n in (1, 2)]
+    # when two operators run the same replay at the same moment (10 s each: they overlap)
+    both = [start_replay(env, queue, tmp_path / f"{n}.log", "--rate", "100") for n in (1, 2)]
     codes = [process.wait(timeout=180) for process in both]
 
     # then every dead letter was copied once, one replay waiting for the other
