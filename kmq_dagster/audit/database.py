@@ -117,7 +117,12 @@ def engine_for(url: str) -> Engine:
     try:
         if parsed.get_backend_name() != "sqlite":
             return create_engine(url, pool_pre_ping=True)
-        _private_sqlite_files(Path(parsed.database or "").expanduser())
+        try:
+            _private_sqlite_files(Path(parsed.database or "").expanduser())
+        except OSError as exc:
+            raise AuditStoreError(
+                f"cannot open the audit store {shown}: {exc.strerror or exc}"
+            ) from None
         return _sqlite_engine(url)
     except NoSuchModuleError:
         raise AuditStoreError(
