@@ -240,7 +240,8 @@ def start_action(
            "group_id": group_id, "selection": selection, "count": 0, "target": target,
            "dry_run": dry_run, "outcome": "running", "state": RUNNING, "owner": this_owner(),
            "expires_at": _expiry()}  # fmt: skip
-    with store.writing(f"record the start of the {kind}"), store.engine.begin() as connection:
+    starting = store.writing(f"record the start of the {kind}, so it did not start")
+    with starting, store.engine.begin() as connection:
         action_id = connection.execute(insert(Action).returning(Action.id), [row]).scalar_one()
     return ActionRecord(store, int(action_id), (queue_topic, group_id))
 
