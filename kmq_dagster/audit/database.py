@@ -25,12 +25,13 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
 
 from kmq_dagster.errors import AuditStoreError, ConfigError
+from kmq_dagster.home import kmq_home, private_file, private_folder, warn_if_shared
 from kmq_dagster.secrets import mask_text, mask_url
 
 #: Environment variable naming the store; default: a SQLite file in ``~/.kmq``.
 URL_ENV = "KMQ_AUDIT_URL"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 
 
 def default_url() -> str:
@@ -38,8 +39,7 @@ def default_url() -> str:
     configured = os.environ.get(URL_ENV)
     if configured:
         return configured
-    path = Path.home() / ".kmq" / "audit.db"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = private_folder(kmq_home()) / "audit.db"
     return f"sqlite:///{path}"
 
 
@@ -76,7 +76,8 @@ def _sqlite_migration_lock(engine: Engine) -> Iterator[None]:
     if not database or database == ":memory:":
         yield
         return
-    with open(f"{database}.migrate.lock", "a") as lock:
+    lock_file = private_file(Path(f"{database}.migrate.lock"))
+    with open(lock_file, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -116,6 +117,12 @@ def engine_for(url: str) -> Engine:
     try:
         if parsed.get_backend_name() != "sqlite":
             return create_engine(url, pool_pre_ping=True)
+        try:
+            _private_sqlite_files(Path(parsed.database or "").expanduser())
+        except OSError as exc:
+            raise AuditStoreError(
+                f"cannot open the audit store {shown}: {exc.strerror or exc}"
+            ) from None
         return _sqlite_engine(url)
     except NoSuchModuleError:
         raise AuditStoreError(
@@ -126,6 +133,17 @@ def engine_for(url: str) -> Engine:
             f"the database driver for {shown} is not installed ({exc}); for PostgreSQL, "
             "pip install 'kmq-dagster[postgres]'"
         ) from None
+
+
+def _private_sqlite_files(database: Path) -> None:
+    """The store's file ``0600`` before SQLite opens it (its WAL and shared-memory files take
+    its mode); an existing folder readable by others gets a warning."""
+    warn_if_shared(database.parent)
+    private_file(database)
+    for companion in ("-wal", "-shm"):
+        beside = database.with_name(database.name + companion)
+        if beside.exists():
+            private_file(beside)
 
 
 def _sqlite_engine(url: str) -> Engine:

@@ -9,12 +9,11 @@ so a replay recorded before its dead letter was ingested still shows once it is.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import and_, insert, or_, select
+from sqlalchemy import and_, or_, select
 
 from kmq_dagster.audit.history_events import DEAD_LETTERED, REPLAY
 from kmq_dagster.audit.models import DeadLetter, DeadLetterEvent
@@ -50,29 +49,6 @@ class HistoryEntry:
     copy_offset: int | None = None
     #: A replayed copy that failed again: the dead letter it became.
     came_back_as: int | None = None
-
-
-def record_replay_events(
-    store: AuditStore,
-    dlq_topic: str,
-    copies: Sequence[ReplayedCopy],
-    *,
-    actor: str,
-    replay_id: str,
-) -> None:
-    """A replay event per copy the broker acknowledged."""
-    if not copies:
-        return
-    at = datetime.now(UTC)
-    rows = [
-        {"dlq_topic": dlq_topic, "dlq_partition": c.dlq_partition, "dlq_offset": c.dlq_offset,
-         "kind": REPLAY, "at": at, "actor": actor, "detail": replay_id,
-         "copy_topic": c.copy_topic, "copy_partition": c.copy_partition,
-         "copy_offset": c.copy_offset}
-        for c in copies
-    ]  # fmt: skip
-    with store.engine.begin() as connection:
-        connection.execute(insert(DeadLetterEvent), rows)
 
 
 def same_message(store: AuditStore, dead_letter: DeadLetter) -> list[DeadLetter]:

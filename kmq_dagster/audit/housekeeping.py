@@ -11,8 +11,10 @@ from pathlib import Path
 
 from sqlalchemy import delete, func, select
 
+from kmq_dagster.audit.actions import ANY, RUNNING, SUCCEEDED, start_action
 from kmq_dagster.audit.models import Action, DeadLetter
 from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.errors import AuditStoreError
 
 
 @dataclass(frozen=True)
@@ -33,13 +35,50 @@ class RetentionReport:
 
 
 def apply_retention(
-    store: AuditStore, cutoff: datetime, *, archive_dir: Path | None = None, dry_run: bool = False
+    store: AuditStore,
+    cutoff: datetime,
+    *,
+    archive_dir: Path | None = None,
+    dry_run: bool = False,
+    actor: str = "unknown",
+    selection: str | None = None,
 ) -> RetentionReport:
     """Remove dead letters (by last failure) and actions older than ``cutoff``; with
     ``archive_dir``, first write them there as JSON lines. Dead letters still ``new`` are kept:
-    nobody has looked at them yet."""
+    nobody has looked at them yet, and running actions too.
+
+    Audited before its effect (docs/design.md, "Audit before effect") as a ``retention`` by
+    ``actor`` (``selection`` describes the cutoff), holding a lease over every queue.
+
+    Raises:
+        AuditStoreError: the store refused a write (nothing was removed then: one transaction).
+    """
+    action = start_action(
+        store, kind="retention", actor=actor, queue_topic=ANY, group_id=ANY,
+        selection=selection or f"older than {cutoff:%Y-%m-%d %H:%M:%S %Z}", target=None,
+        dry_run=dry_run,
+    )  # fmt: skip
+    try:
+        if not dry_run:
+            action.acquire()
+        with store.writing("remove old rows"):
+            report = _remove_old_rows(store, cutoff, archive_dir, dry_run)
+    except BaseException as exc:
+        note = action.fail(f"failed, nothing removed: {exc or type(exc).__name__}", count=0)
+        if isinstance(exc, AuditStoreError):
+            raise AuditStoreError(f"{exc}; nothing was removed{note}") from None
+        raise
+    action.finish(
+        SUCCEEDED, report.dead_letters + report.actions, report.describe(), target=report.archive
+    )
+    return report
+
+
+def _remove_old_rows(
+    store: AuditStore, cutoff: datetime, archive_dir: Path | None, dry_run: bool
+) -> RetentionReport:
     old_letters = (DeadLetter.last_failure_at < cutoff) & (DeadLetter.status != "new")
-    old_actions = Action.at < cutoff
+    old_actions = (Action.at < cutoff) & (Action.state != RUNNING)
     archive = None
     with store.engine.begin() as connection:
         letters = connection.execute(select(DeadLetter).where(old_letters)).mappings().all()

@@ -81,10 +81,20 @@ class DeadLetter(Base):
     ingested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+#: An action's states: running (its owner heartbeats ``expires_at``), then one of the others.
+#: ``interrupted``: its process died (SIGKILL, power loss); found and written by the next look.
+ACTION_STATES = ("running", "succeeded", "failed", "stopped", "interrupted")
+
+
 class Action(Base):
-    """An operator action: a replay or a discard, dry run or not."""
+    """An operator action: a replay, discard, ingest or retention, dry run or not.
+
+    Written as ``running`` before the action's first effect (``at`` is when it started) and
+    finished with its counts and outcome however it ends (see ``kmq_dagster.audit.actions``).
+    """
 
     __tablename__ = "actions"
+    __table_args__ = (Index("ix_actions_state", "state"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     kind: Mapped[str] = mapped_column(String(32))
@@ -97,6 +107,27 @@ class Action(Base):
     target: Mapped[str | None] = mapped_column(String(249))
     dry_run: Mapped[bool] = mapped_column(Boolean)
     outcome: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16), default="succeeded")
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    #: ``host:pid`` of the process running it.
+    owner: Mapped[str | None] = mapped_column(String(255))
+    #: While running: the owner's heartbeat reaches this far; past it, the owner is gone.
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ActionLease(Base):
+    """The lease a running action holds on the dead letters of a queue and group (``*``: all):
+    actions on overlapping dead letters run one after the other. A lease whose action is no
+    longer running (or whose owner is gone) is free. The row of ``action_id`` 0 is a guard
+    that every acquisition updates first, so acquisitions are serialized on SQLite and
+    PostgreSQL alike."""
+
+    __tablename__ = "action_leases"
+
+    action_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    queue_topic: Mapped[str] = mapped_column(String(249))
+    group_id: Mapped[str] = mapped_column(String(255))
+    acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class BreakerTransition(Base):
@@ -189,6 +220,7 @@ class DeadLetterEvent(Base):
     __tablename__ = "dead_letter_events"
     __table_args__ = (
         Index("ix_dead_letter_events_coords", "dlq_topic", "dlq_partition", "dlq_offset"),
+        Index("ix_dead_letter_events_action", "action_id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -204,3 +236,9 @@ class DeadLetterEvent(Base):
     copy_topic: Mapped[str | None] = mapped_column(String(249))
     copy_partition: Mapped[int | None] = mapped_column(Integer)
     copy_offset: Mapped[int | None] = mapped_column(BigInteger)
+    #: The action that wrote it (migration 0004 on; ``None`` before).
+    action_id: Mapped[int | None] = mapped_column(Integer)
+    #: A replay's copy: ``sending`` (recorded before it is produced), ``sent`` (acknowledged
+    #: by the broker, where it went is known) or ``unconfirmed`` (its replay ended before the
+    #: acknowledgement: the copy may be on the target topic). ``None``: a discard.
+    state: Mapped[str | None] = mapped_column(String(16))

@@ -7,7 +7,9 @@ never spliced into SQL text.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -15,6 +17,14 @@ from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from kmq_dagster.audit.actions import (
+    ANY,
+    FAILED,
+    STOPPED,
+    SUCCEEDED,
+    reap_abandoned,
+    start_action,
+)
 from kmq_dagster.audit.causes import error_pattern
 from kmq_dagster.audit.database import (
     HEAD_REVISION,
@@ -54,6 +64,8 @@ __all__ = [
     "schema_revision",
 ]
 
+log = logging.getLogger(__name__)
+
 #: A log table read back in the order it was written (by ``id``), per queue or whole.
 _Logged = TypeVar("_Logged", Action, Alert)
 
@@ -81,6 +93,21 @@ class AuditStore:
 
     def session(self) -> Session:
         return self._sessions()
+
+    @contextlib.contextmanager
+    def writing(self, what: str) -> Iterator[None]:
+        """Turn a database error inside into one clear :class:`AuditStoreError` (a full disk,
+        a read-only file, a lost server: no SQLAlchemy traceback reaches an operator).
+
+        Raises:
+            AuditStoreError: ``the audit store URL refused to WHAT: REASON``.
+        """
+        try:
+            yield
+        except (SQLAlchemyError, OSError) as exc:
+            raise AuditStoreError(
+                f"the audit store {self.url_for_display} refused to {what}: {failure_reason(exc)}"
+            ) from None
 
     def _conditions(self, where: DeadLetterFilter) -> list[Any]:
         return conditions(where, self.engine.dialect.name)
@@ -161,34 +188,56 @@ class AuditStore:
         actor: str,
         dry_run: bool = False,
         reason: str | None = None,
+        on_wait: Callable[[Action], None] | None = None,
     ) -> int:
         """Mark the ``new`` dead letters ``where`` selects as discarded (a replay skips them),
-        write the action and, per dead letter, a history event with ``reason``; returns how
-        many (would have) changed."""
+        with a history event per dead letter giving ``reason``; returns how many (would have)
+        changed.
+
+        The action is recorded as started first; a discard waits for a running action on
+        overlapping dead letters (``on_wait`` is told which) and is one transaction: all of
+        it happens, or none.
+
+        Raises:
+            AuditStoreError: the store refused a write (nothing was discarded then).
+        """
         selected = and_(*self._conditions(where), DeadLetter.status == "new")
-        with self.engine.begin() as connection:
-            if dry_run:
-                count = int(
-                    connection.execute(
-                        select(func.count()).select_from(DeadLetter).where(selected)
-                    ).scalar_one()
-                )
-            else:
-                record_discard_events(connection, selected, actor=actor, reason=reason or "")
-                result = connection.execute(
-                    update(DeadLetter).where(selected).values(status="discarded")
-                )
-                count = result.rowcount
-        self.record_action(
-            kind="discard",
-            actor=actor,
-            queue_topic=where.queue_topic or "*",
-            group_id=where.group_id or "*",
-            selection=where.describe(),
-            count=count,
-            target=None,
+        action = start_action(
+            self, kind="discard", actor=actor, queue_topic=where.queue_topic or ANY,
+            group_id=where.group_id or ANY, selection=where.describe(), target=None,
             dry_run=dry_run,
-            outcome=f"{'would discard' if dry_run else 'discarded'} {count}"
+        )  # fmt: skip
+        try:
+            if not dry_run:
+                action.acquire(on_wait=on_wait)
+            with self.writing("discard the dead letters"), self.engine.begin() as connection:
+                if dry_run:
+                    count = int(
+                        connection.execute(
+                            select(func.count()).select_from(DeadLetter).where(selected)
+                        ).scalar_one()
+                    )
+                else:
+                    record_discard_events(connection, selected, actor=actor, reason=reason or "")
+                    result = connection.execute(
+                        update(DeadLetter).where(selected).values(status="discarded")
+                    )
+                    count = result.rowcount
+        except BaseException as exc:
+            stopped = not isinstance(exc, Exception)  # Ctrl-C, SIGTERM, exit
+            note = action.fail(
+                f"{'stopped' if stopped else 'failed'}, nothing discarded: "
+                f"{exc or type(exc).__name__}",
+                count=0,
+                state=STOPPED if stopped else FAILED,
+            )
+            if isinstance(exc, AuditStoreError):
+                raise AuditStoreError(f"{exc}; nothing was discarded{note}") from None
+            raise
+        action.finish(
+            SUCCEEDED,
+            count,
+            f"{'would discard' if dry_run else 'discarded'} {count}"
             + (f": {reason}" if reason else ""),
         )
         return count
@@ -213,7 +262,19 @@ class AuditStore:
         self._insert(Action, {"at": now(), **fields})
 
     def actions(self, queue_topic: str | None = None) -> list[Action]:
+        """Actions in the order they started; one whose process is gone reads ``interrupted``."""
+        self.reap_abandoned_actions()
         return self._in_order(Action, queue_topic)
+
+    def reap_abandoned_actions(self) -> int:
+        """Write running actions whose process is gone as ``interrupted`` (see
+        :mod:`kmq_dagster.audit.actions`); a store that refuses the write is only logged."""
+        try:
+            with self.engine.begin() as connection:
+                return reap_abandoned(connection, now())
+        except SQLAlchemyError:
+            log.warning("could not mark abandoned actions as interrupted", exc_info=True)
+            return 0
 
     def record_transition(self, **fields: Any) -> None:
         self._insert(BreakerTransition, fields)

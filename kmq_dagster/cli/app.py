@@ -18,6 +18,7 @@ from kmq_dagster.cli.queue_definition_options import (
     QUEUE_DEFINITION_OPTIONS,
 )
 from kmq_dagster.errors import ConfigError, KmqError
+from kmq_dagster.home import private_folder
 from kmq_dagster.secrets import mask_text
 from kmq_dagster.settings import KmqSettings, parse_client_options
 
@@ -168,7 +169,7 @@ def configure_logging(
     root.addHandler(stderr)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(log_file.parent)
         to_file = logging.FileHandler(log_file)
         to_file.setFormatter(formatter)
         to_file.setLevel(logging.DEBUG if verbose else logging.INFO)

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import logging
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,7 +25,61 @@ from kmq_dagster.cli.options import (
 from kmq_dagster.cli.progress import LiveLine, log_file_for
 from kmq_dagster.cli.value_types import Number
 from kmq_dagster.core.replay import ReplaySelection, TimeBound, resolve_time
+from kmq_dagster.core.replay_request import StopRequest
 from kmq_dagster.kafka.replay import ReplayReport, ReplayRequest
+
+if TYPE_CHECKING:
+    from kmq_dagster.audit.models import Action
+
+#: Exit codes after a stop asked for by a signal: 128 + the signal's number.
+EXIT_FOR_SIGNAL = {"SIGTERM": 128 + signal.SIGTERM, "Ctrl-C": 128 + signal.SIGINT}
+
+
+class Signalled(BaseException):
+    """A second SIGTERM or Ctrl-C: stop now (the action is recorded as stopped)."""
+
+
+@contextmanager
+def stopping_on_signals() -> Iterator[StopRequest]:
+    """A stop request set by the first SIGTERM or Ctrl-C (the action finishes its step and
+    records how it ended); the second one raises :class:`Signalled` at once."""
+    stop = StopRequest()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise Signalled(stop.reason)
+        stop.request("SIGTERM" if signum == signal.SIGTERM else "Ctrl-C")
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+@contextmanager
+def interrupted_by_signals() -> Iterator[None]:
+    """SIGTERM and Ctrl-C raise :class:`Signalled` at once (for short, atomic actions)."""
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        raise Signalled("SIGTERM" if signum == signal.SIGTERM else "Ctrl-C")
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def waiting_for(action: Action) -> None:
+    """Say on stderr which running action this one waits for."""
+    click.echo(
+        f"kmq: waiting for action #{action.id} ({action.kind} of {action.queue_topic} / "
+        f"{action.group_id} by {action.actor}, process {action.owner}) to end",
+        err=True,
+    )
 
 
 def _quiet_logs(ctx: click.Context, command: str) -> None:
@@ -71,7 +130,7 @@ def replay(
     replay_id: str | None,
     actor: str | None,
     audit_url: str | None,
-) -> None:
+) -> int:
     """Send GROUP's dead letters of TOPIC back; run the same command again to resume."""
     from kmq_dagster.audit.store import AuditStore
     from kmq_dagster.kafka.queues import open_queue
@@ -92,24 +151,40 @@ def replay(
     progress = LiveLine()
     header = [f"replay {request.id_for(queue)}: {selection.describe()} -> {target}"]
 
-    def show(report: ReplayReport) -> None:
+    def introduce(report: ReplayReport) -> None:
         if header:  # once the replay is under way (bad requests fail before: one error line)
             progress.note(header.pop())
+            if report.interrupted_before:
+                progress.note(
+                    f"the last run of this replay was interrupted ({report.interrupted_before})"
+                )
+
+    def show(report: ReplayReport) -> None:
+        introduce(report)
         progress.update(f"scanned {report.scanned:,}, replayed {report.replayed:,}")
 
+    store = AuditStore(audit_url)
     try:
-        report = replay_dead_letters(
-            opened,
-            request,
-            progress=show,
-            audit=AuditStore(audit_url),
-            actor=actor or default_actor(),
-        )
+        with stopping_on_signals() as stop:
+            report = replay_dead_letters(
+                opened,
+                request,
+                progress=show,
+                audit=store,
+                actor=actor or default_actor(),
+                cancel=stop,
+                on_wait=waiting_for,
+            )
+    except Signalled as exc:
+        progress.done()
+        click.echo(f"kmq: stopped by {exc}; the replay is recorded as stopped", err=True)
+        return EXIT_FOR_SIGNAL[str(exc)]
     finally:
         progress.done()
-    if header:
-        progress.note(header.pop())
+        store.close()
+    introduce(report)
     _print_report(report)
+    return EXIT_FOR_SIGNAL[stop.reason] if report.cancelled else 0
 
 
 def _print_report(report: ReplayReport) -> None:
@@ -135,6 +210,7 @@ def ingest(
 ) -> None:
     """Copy GROUP's dead letters of TOPIC into the audit store (idempotent; resumable)."""
     from kmq_dagster.audit.store import AuditStore
+    from kmq_dagster.kafka.audited_ingest import run_ingest
     from kmq_dagster.kafka.dlq_ingester import DlqIngester
     from kmq_dagster.kafka.queues import open_queue
 
@@ -143,19 +219,17 @@ def ingest(
     settings = settings_of(ctx)
     store = AuditStore(audit_url)
     ingester = DlqIngester(open_queue(settings, topic, group), store)
-    if once:
-        try:
-            stats = ingester.ingest_available()
-        finally:
+    try:
+        stop = None if once else stop_on_signals()
+        if stop is not None:
+            log_every(stop, 5, ingester.describe_stats, "kmq.ingest")
+            logging.getLogger("kmq.ingest").info(
+                "ingesting %s into %s", ingester.dlq_topic, store.url_for_display
+            )
+        stats = run_ingest(ingester, store, actor=default_actor(), stop=stop)
+    finally:
+        if once:  # run() closes it itself
             ingester.close()
-    else:
-        stop = stop_on_signals()
-        log_every(stop, 5, ingester.describe_stats, "kmq.ingest")
-        logging.getLogger("kmq.ingest").info(
-            "ingesting %s into %s", ingester.dlq_topic, store.url_for_display
-        )
-        ingester.run(stop)
-        stats = ingester.stats
     click.echo(
         f"kmq ingest: {stats.read} dead letters read, {stats.stored} new, "
         f"{stats.already_stored} already stored, in {store.url_for_display}"
@@ -175,7 +249,7 @@ def discard(
     dry_run: bool,
     actor: str | None,
     audit_url: str | None,
-) -> None:
+) -> int:
     """Mark GROUP's stored dead letters of TOPIC as discarded: replays skip them (audited)."""
     from kmq_dagster.audit.store import AuditStore, DeadLetterFilter
     from kmq_dagster.kafka.clients import wall_clock_ms
@@ -189,8 +263,19 @@ def discard(
         since=_moment(resolved.since),
         until=_moment(resolved.until),
     )
-    count = AuditStore(audit_url).discard(where, actor=actor or default_actor(), dry_run=dry_run)
+    store = AuditStore(audit_url)
+    try:
+        with interrupted_by_signals():  # one transaction: all of it, or nothing
+            count = store.discard(
+                where, actor=actor or default_actor(), dry_run=dry_run, on_wait=waiting_for
+            )
+    except Signalled as exc:
+        click.echo(f"kmq: stopped by {exc}; nothing was discarded", err=True)
+        return EXIT_FOR_SIGNAL[str(exc)]
+    finally:
+        store.close()
     click.echo(f"{'would discard' if dry_run else 'discarded'} {count} dead letters")
+    return 0
 
 
 def _moment(moment: TimeBound | None) -> datetime | None:

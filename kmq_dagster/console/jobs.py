@@ -4,22 +4,35 @@ A replay can take minutes (a rate limit, a large DLQ); it runs on its own thread
 stays responsive, every session sees it on the Actions page, and anyone with the operator
 role can cancel it there. The registry lives in the console's process: restarting the console
 forgets finished jobs, while the audit log keeps every action for good.
+
+The replay itself records its action before its first effect and each chunk of copies as it
+goes (``kmq_dagster.kafka.replay``), so nothing here is needed for the audit trail to hold.
+When the console stops (SIGTERM, Ctrl-C: Streamlit then ends the process normally), every
+running replay is asked to stop after its chunk and given :data:`SHUTDOWN_WAIT_S` to record
+how it ended; after a SIGKILL, the next look at the store reads it ``interrupted``.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+
+from kmq_dagster.core.replay_request import StopRequest
 
 log = logging.getLogger(__name__)
 
 RUNNING, FINISHED, CANCELLED, FAILED = "running", "finished", "cancelled", "failed"
 #: Finished jobs kept for display.
 KEEP_FINISHED = 50
+#: How long a stopping console waits for its running replays to record how they ended
+#: (below the 15 s after which ``ConsoleService`` and most service managers SIGKILL).
+SHUTDOWN_WAIT_S = 10.0
 
 
 @dataclass
@@ -39,7 +52,8 @@ class ReplayJob:
     scanned: int = 0
     replayed: int = 0
     summary: str = ""
-    cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    cancel: StopRequest = field(default_factory=StopRequest, repr=False)
+    thread: threading.Thread | None = field(default=None, repr=False)
 
     @property
     def fraction_done(self) -> float:
@@ -76,8 +90,31 @@ def start(job: ReplayJob, work: Work) -> ReplayJob:
         ended = [j for j in _jobs.values() if j.state != RUNNING]
         for old in sorted(ended, key=lambda j: j.started_at)[:-KEEP_FINISHED]:
             del _jobs[old.id]
-    threading.Thread(target=run, name=f"kmq-replay-{job.id}", daemon=True).start()
+    # A daemon thread: it must not keep a stopping console alive beyond SHUTDOWN_WAIT_S.
+    job.thread = threading.Thread(target=run, name=f"kmq-replay-{job.id}", daemon=True)
+    job.thread.start()
     return job
+
+
+def stop_all(reason: str, timeout_s: float = SHUTDOWN_WAIT_S) -> list[ReplayJob]:
+    """Ask every running job to stop after its chunk (``reason`` goes into its audited
+    outcome) and wait up to ``timeout_s`` in all for them to end; returns those that did not."""
+    running = [job for job in jobs() if job.state == RUNNING]
+    for job in running:
+        job.cancel.request(reason)
+    deadline = time.monotonic() + timeout_s
+    for job in running:
+        if job.thread is not None:
+            job.thread.join(max(0.0, deadline - time.monotonic()))
+    left = [job for job in running if job.state == RUNNING]
+    if left:
+        log.warning("%d replays did not end within %g s of the shutdown", len(left), timeout_s)
+    return left
+
+
+# Runs when the console's process ends normally (Streamlit's own SIGTERM and Ctrl-C handling
+# ends it so), while the daemon replay threads still run.
+atexit.register(stop_all, "the console shut down (SIGTERM or Ctrl-C)")
 
 
 def jobs() -> list[ReplayJob]:

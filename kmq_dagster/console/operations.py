@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from kmq_dagster.audit.browse import DlqSelection, dlq_selection
 from kmq_dagster.audit.filters import DeadLetterFilter
+from kmq_dagster.audit.models import Action
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.console import jobs
 from kmq_dagster.console.auth import OPERATOR, Principal, require_role
@@ -133,7 +134,7 @@ def cancel_replay(principal: Principal, job: jobs.ReplayJob) -> None:
         PermissionDeniedError: ``principal`` is not an operator.
     """
     require_role(principal, OPERATOR, "cancelling a replay")
-    job.cancel.set()
+    job.cancel.request(f"cancelled by {principal.name}")
 
 
 def discard(
@@ -151,12 +152,23 @@ def discard(
 
     Raises:
         PermissionDeniedError: ``principal`` is not an operator.
-        ConfigError: no reason given.
+        ConfigError: no reason given; a replay or discard of these dead letters is running.
     """
     require_role(principal, OPERATOR, "discarding dead letters")
     if not reason.strip():
         raise ConfigError("a discard needs a reason")
-    return store.discard(where, actor=principal.name, dry_run=dry_run, reason=reason.strip())
+    return store.discard(
+        where, actor=principal.name, dry_run=dry_run, reason=reason.strip(),
+        on_wait=_refuse_while_running,
+    )  # fmt: skip
+
+
+def _refuse_while_running(action: Action) -> None:
+    """A page must not hang behind a long replay: a discard that would wait is refused."""
+    raise ConfigError(
+        f"action #{action.id} ({action.kind} by {action.actor}) is running on these dead "
+        "letters; discard once it has ended"
+    )
 
 
 def _request(

@@ -149,7 +149,9 @@ def recent_alerts(store: AuditStore, limit: int = 200) -> list[Alert]:
 def recent_actions(
     store: AuditStore, *, limit: int = 200, kind: str | None = None, actor: str | None = None
 ) -> list[Action]:
-    """Operator actions, newest first, optionally of one kind or actor."""
+    """Operator actions, newest first, optionally of one kind or actor; one whose process is
+    gone reads ``interrupted``."""
+    store.reap_abandoned_actions()
     query = select(Action).order_by(Action.id.desc()).limit(limit)
     if kind is not None:
         query = query.where(Action.kind == kind)

@@ -7,6 +7,7 @@ these types are what a caller (Python, CLI, Dagster job, console) builds and rea
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -68,16 +69,23 @@ class ReplayReport:
     discarded: int = 0
     #: Dead letters a killed earlier run may have replayed already, replayed again now.
     possible_duplicates: int = 0
+    #: Selected but already copied by an earlier run of this replay (recorded in the audit
+    #: store, so not sent again).
+    already_replayed: int = 0
     by_error_type: Counter[str] = field(default_factory=Counter)
     #: In a dry run: the first selected dead letters, one line each.
     listed: list[str] = field(default_factory=list)
     #: Stopped by its ``cancel`` event before reaching the end of the DLQ.
     cancelled: bool = False
+    #: The last run of this same replay, when it was interrupted (a killed process): what
+    #: the audit store says it had done.
+    interrupted_before: str | None = None
 
     @property
     def movable(self) -> int:
-        """Selected dead letters that are neither at the replay limit nor discarded."""
-        return self.selected - self.over_limit - self.discarded
+        """Selected dead letters that are neither at the replay limit, discarded, nor
+        replayed by this replay already."""
+        return self.selected - self.over_limit - self.discarded - self.already_replayed
 
     def summary(self) -> str:
         verb = "would replay" if self.dry_run else "replayed"
@@ -89,6 +97,11 @@ class ReplayReport:
             f"(replay id {self.replay_id}); selected {self.selected}, skipped at the replay "
             f"limit {self.over_limit}, discarded {self.discarded}, "
             f"possible duplicates {self.possible_duplicates}"
+            + (
+                f", already replayed by this replay {self.already_replayed}"
+                if self.already_replayed
+                else ""
+            )
             + (f"; by error type: {types}" if types else "")
         )
 
@@ -96,3 +109,19 @@ class ReplayReport:
 def target_topic(queue: Queue, request: ReplayRequest) -> str:
     """The topic a replay writes to: the group's first retry topic, or the queue topic."""
     return queue.first_retry_topic if request.target == TO_RETRY else queue.topic
+
+
+class StopRequest(threading.Event):
+    """Asks a running action to stop after its current step, saying why (the reason goes into
+    its audited outcome, e.g. ``SIGTERM``)."""
+
+    reason = "cancelled"
+
+    def request(self, reason: str) -> None:
+        self.reason = reason
+        self.set()
+
+
+def stop_reason(stop: threading.Event | None) -> str:
+    """Why ``stop`` was set: a :class:`StopRequest`'s reason, else ``cancelled``."""
+    return stop.reason if isinstance(stop, StopRequest) else "cancelled"

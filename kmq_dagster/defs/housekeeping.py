@@ -64,18 +64,10 @@ def apply_audit_retention(
     store = audit.get_store()
     cutoff = datetime.now(UTC) - timedelta(days=config.retention_days)
     archive = Path(config.archive_dir) if config.archive_dir else None
-    report = apply_retention(store, cutoff, archive_dir=archive, dry_run=config.dry_run)
-    store.record_action(
-        kind="retention",
-        actor=actor_of(context),
-        queue_topic="*",
-        group_id="*",
+    report = apply_retention(
+        store, cutoff, archive_dir=archive, dry_run=config.dry_run, actor=actor_of(context),
         selection=f"older than {config.retention_days:g} days",
-        count=report.dead_letters + report.actions,
-        target=report.archive,
-        dry_run=config.dry_run,
-        outcome=report.describe(),
-    )
+    )  # fmt: skip
     context.log.info(report.describe())
     context.add_output_metadata(
         {

@@ -22,6 +22,7 @@ from kmq_dagster.audit.store import DeadLetterFilter
 from kmq_dagster.core.replay import ReplaySelection, parse_offsets, parse_time, resolve_time
 from kmq_dagster.defs.queue_spec import QueueSpec, queue_job
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
+from kmq_dagster.kafka.audited_ingest import run_ingest
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
@@ -141,20 +142,9 @@ def ingest_job(spec: QueueSpec) -> JobDefinition:
         store = audit.get_store()
         ingester = DlqIngester(kmq.open_queue(spec.queue), store)
         try:
-            stats = ingester.ingest_available(config.timeout_s)
+            stats = run_ingest(ingester, store, actor=actor_of(context), timeout_s=config.timeout_s)
         finally:
             ingester.close()
-        store.record_action(
-            kind="ingest",
-            actor=actor_of(context),
-            queue_topic=spec.queue.topic,
-            group_id=spec.queue.group,
-            selection="everything",
-            count=stats.stored,
-            target=None,
-            dry_run=False,
-            outcome=ingester.describe_stats(),
-        )
         context.log.info(f"ingested the DLQ of {spec.queue}: {ingester.describe_stats()}")
         return stats.stored
 

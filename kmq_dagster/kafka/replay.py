@@ -18,16 +18,39 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import NoReturn
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from kmq_dagster.audit.history import ReplayedCopy, record_replay_events
+from kmq_dagster.audit.actions import (
+    FAILED,
+    INTERRUPTED,
+    STOPPED,
+    SUCCEEDED,
+    ActionRecord,
+    start_action,
+)
+from kmq_dagster.audit.models import Action
+from kmq_dagster.audit.replay_log import (
+    SENT,
+    UNCONFIRMED,
+    ChunkRecords,
+    chunk_records,
+    confirm_copies,
+    record_intents,
+)
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.headers import ERROR_TYPE, header_value, normalize_headers
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.replay import read_replay_count
-from kmq_dagster.core.replay_request import ReplayReport, ReplayRequest, target_topic
-from kmq_dagster.errors import ConfigError
+from kmq_dagster.core.replay_request import (
+    ReplayReport,
+    ReplayRequest,
+    StopRequest,
+    stop_reason,
+    target_topic,
+)
+from kmq_dagster.errors import AuditStoreError, ConfigError
 from kmq_dagster.kafka.clients import new_consumer, positions_after, wall_clock_ms
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.replay_copies import ReplayCopier
@@ -45,6 +68,7 @@ __all__ = [
     "CHUNK",
     "ReplayReport",
     "ReplayRequest",
+    "StopRequest",
     "replay_dead_letters",
     "target_topic",
 ]
@@ -62,18 +86,24 @@ def replay_dead_letters(
     audit: AuditStore | None = None,
     actor: str = "unknown",
     cancel: threading.Event | None = None,
+    on_wait: Callable[[Action], None] | None = None,
 ) -> ReplayReport:
     """Replay the dead letters ``request`` selects; see the module docstring for resumption.
 
-    With ``audit``, replayed dead letters are marked ``replayed`` there as they go, each gets
-    a history event naming where its copy was written, and the replay (dry run or not,
-    finished, cancelled or failed) is written as one action by ``actor``. Setting ``cancel``
+    With ``audit`` (invariant 8, docs/design.md "Audit before effect"): the replay is written
+    as a running action by ``actor`` before anything is sent, waits while another action on
+    this queue's dead letters runs (``on_wait`` is told which), records each chunk's copies
+    before producing them and confirms them with the dead letters marked ``replayed`` once the
+    broker has them, skips dead letters this replay already copied, and counts the replay
+    limit per dead letter across every replay recorded there; the action is finished with its
+    counts however the replay ends. Setting ``cancel`` (a :class:`StopRequest` names why)
     stops the replay after the chunk in flight (at most a second's worth under a rate limit);
     running it again resumes it.
 
     Raises:
         ConfigError: a bad request (unknown partition in the selection).
         DeliveryError: the broker refused copies; progress stops before them, rerun to resume.
+        AuditStoreError: the store refused a write; the message says what was left unconfirmed.
     """
     settings, queue = opened.settings, opened.queue
     source = queue.dlq_topic
@@ -85,32 +115,79 @@ def replay_dead_letters(
             f"{source} has {partitions} partitions; no partition {unknown}", setting="offsets"
         )
     report = ReplayReport(request.id_for(queue), request.target, request.dry_run)
-    run = _ReplayRun(settings, queue, request, report, clock_ms=clock_ms)
-    run.audit = audit
-    run.actor = actor
-    run.cancel = cancel
-    outcome = "failed"
+    action = None
+    if audit is not None:
+        action = start_action(
+            audit, kind="replay", actor=actor, queue_topic=queue.topic, group_id=queue.group,
+            selection=f"{request.selection.describe()} (replay id {report.replay_id})",
+            target=target, dry_run=request.dry_run,
+        )  # fmt: skip
+    run: _ReplayRun | None = None
     try:
-        run.scan(progress)
-        outcome = report.summary()
-    except Exception as exc:
-        outcome = f"failed after {report.replayed} replayed: {exc}"
-        raise
+        if action is not None and not request.dry_run:
+            report.cancelled = not action.acquire(cancel, on_wait)
+            before = action.previous_run()  # read once the lease's look found it dead
+            if before is not None and before.state == INTERRUPTED:
+                report.interrupted_before = (
+                    f"action #{before.id} by {before.actor}: {before.outcome}"
+                )
+        if not report.cancelled:  # progress is read once the lease is held
+            run = _ReplayRun(
+                settings, queue, request, report, clock_ms=clock_ms,
+                audit=audit, action=action, actor=actor, cancel=cancel,
+            )  # fmt: skip
+            run.scan(progress)
+    except BaseException as exc:
+        if action is None:
+            raise
+        _end_failed(action, report, exc, run)
     finally:
-        run.close()
-        if audit is not None:
-            audit.record_action(
-                kind="replay",
-                actor=actor,
-                queue_topic=queue.topic,
-                group_id=queue.group,
-                selection=f"{request.selection.describe()} (replay id {report.replay_id})",
-                count=report.movable if request.dry_run else report.replayed,
-                target=target,
-                dry_run=request.dry_run,
-                outcome=outcome,
+        if run is not None:
+            run.close()
+    if action is not None:
+        outcome, reason = report.summary(), stop_reason(cancel)
+        if report.cancelled and reason != "cancelled":
+            outcome = f"stopped ({reason}): " + outcome.removeprefix("cancelled: ")
+        try:
+            action.finish(
+                STOPPED if report.cancelled else SUCCEEDED,
+                report.movable if request.dry_run else report.replayed,
+                outcome,
             )
+        except AuditStoreError as exc:
+            raise AuditStoreError(
+                f"{exc}; the replay itself ended ({outcome}); its action (#{action.id}) reads "
+                "interrupted once this process has exited, with every copy confirmed"
+            ) from None
     return report
+
+
+def _end_failed(
+    action: ActionRecord, report: ReplayReport, exc: BaseException, run: _ReplayRun | None
+) -> NoReturn:
+    """Finish ``action`` as failed (or stopped, for Ctrl-C and exits) and raise, saying what
+    the operator must know about copies the store could not confirm."""
+    stopped = not isinstance(exc, Exception)
+    unconfirmed = run.unconfirmed if run is not None else 0
+    left = (
+        f"; {unconfirmed} copies of the last chunk may have been sent: they are recorded as "
+        "unconfirmed, and running the same replay again sends them again (counted as possible "
+        "duplicates)"
+        if unconfirmed
+        else ""
+    )
+    note = action.fail(
+        f"{'stopped' if stopped else 'failed'} after {report.replayed} replayed: "
+        f"{exc or type(exc).__name__}{left}",
+        count=report.replayed,
+        state=STOPPED if stopped else FAILED,
+    )
+    if isinstance(exc, AuditStoreError):
+        raise AuditStoreError(
+            f"{exc}; the replay stopped after {report.replayed} confirmed copies{left}{note}; "
+            "once the store takes writes again, run the same replay again to resume"
+        ) from None
+    raise exc
 
 
 def _progress_groups(replay_id: str) -> tuple[str, str]:
@@ -127,11 +204,18 @@ class _ReplayRun:
         report: ReplayReport,
         *,
         clock_ms: Callable[[], int],
+        audit: AuditStore | None = None,
+        action: ActionRecord | None = None,
+        actor: str = "unknown",
+        cancel: threading.Event | None = None,
     ) -> None:
         self.request = request
         self.selection = request.selection.resolved(clock_ms())
         self.source = queue.dlq_topic
         self.report = report
+        self.audit, self.action, self.actor, self.cancel = audit, action, actor, cancel
+        #: Copies of the chunk in flight recorded as about to be sent, not yet confirmed.
+        self.unconfirmed = 0
         done_group, intent_group = _progress_groups(report.replay_id)
         self.done = new_consumer(settings, done_group, **{"enable.partition.eof": True})
         self.intent = new_consumer(settings, intent_group, **{"enable.partition.eof": True})
@@ -139,16 +223,15 @@ class _ReplayRun:
         self.copier = ReplayCopier(
             settings, request, target_topic(queue, request), len(self.partitions), clock_ms=clock_ms
         )
-        self.audit: AuditStore | None = None
-        self.actor = "unknown"
-        self.cancel: threading.Event | None = None
         # Under a rate limit, about a second of copies per chunk, so a cancel acts quickly.
         rate = request.rate_per_s
         self.chunk_size = CHUNK if rate is None else max(1, min(CHUNK, int(rate)))
         timeout_s = settings.request_timeout_ms / 1000
         done_at = self._committed(self.done, timeout_s)
         intent_at = self._committed(self.intent, timeout_s)
-        if not request.dry_run:
+        if not request.dry_run and audit is None:
+            # Without a store, every dead letter between done and intent counts; with one,
+            # exactly those whose copies were never confirmed do (see _handle).
             report.possible_duplicates = sum(
                 max(0, intent_at[p] - done_at[p]) for p in self.partitions
             )
@@ -179,22 +262,32 @@ class _ReplayRun:
     def _handle(self, chunk: list[Message]) -> None:
         report, request = self.report, self.request
         report.scanned += len(chunk)
-        discarded = self._discarded(chunk)
+        known = self._records(chunk)
         moving: list[Message] = []
+        earlier: dict[tuple[int, int], int] = {}
         for record in chunk:
             headers = normalize_headers(record.headers())
-            partition, offset = record.partition() or 0, record.offset() or 0
+            at = partition, offset = record.partition() or 0, record.offset() or 0
             if not self.selection.matches(
                 partition, offset, record.key(), headers, record.timestamp()[1]
             ):
                 continue
             report.selected += 1
-            if (partition, offset) in discarded:
+            if at in known.discarded:
                 report.discarded += 1
                 continue
-            if read_replay_count(headers) >= request.max_replays:
+            mine = known.state(at, report.replay_id)
+            if mine == SENT:  # a confirmed copy: never sent twice by one replay
+                report.already_replayed += 1
+                continue
+            # The limit counts every replay recorded against this dead letter, however its
+            # selection was worded, on top of the replays its header counts.
+            earlier[at] = len(known.replay_ids(at) - {report.replay_id})
+            if read_replay_count(headers) + earlier[at] >= request.max_replays:
                 report.over_limit += 1
                 continue
+            if mine == UNCONFIRMED and not request.dry_run:
+                report.possible_duplicates += 1
             error_type = (header_value(headers, ERROR_TYPE) or b"unknown").decode(errors="replace")
             report.by_error_type[error_type] += 1
             moving.append(record)
@@ -205,31 +298,39 @@ class _ReplayRun:
         if request.dry_run:
             return
         positions = positions_after(chunk)
-        copies: list[ReplayedCopy] = []
         if moving:
             self.intent.commit(offsets=positions, asynchronous=False)
-            copies = self.copier.write(moving)
-            report.replayed += len(moving)
+            self._send(moving, earlier)
         self.done.commit(offsets=positions, asynchronous=False)
-        if moving and self.audit is not None:
-            coordinates = [(r.partition() or 0, r.offset() or 0) for r in moving]
-            self.audit.set_status(self.source, coordinates, "replayed")
-            record_replay_events(
-                self.audit, self.source, copies, actor=self.actor, replay_id=report.replay_id
-            )
 
-    def _discarded(self, chunk: list[Message]) -> set[tuple[int, int]]:
-        """(partition, offset) of the chunk's dead letters an operator discarded."""
+    def _send(self, moving: list[Message], earlier: dict[tuple[int, int], int]) -> None:
+        """Record the copies as about to be sent, send them, confirm them (docs/design.md)."""
+        report, audit, action = self.report, self.audit, self.action
+        coordinates = [(r.partition() or 0, r.offset() or 0) for r in moving]
+        if audit is not None and action is not None:
+            record_intents(
+                audit, action, self.source, coordinates,
+                actor=self.actor, replay_id=report.replay_id,
+            )  # fmt: skip
+            self.unconfirmed = len(moving)
+        copies = self.copier.write(moving, earlier)
+        if audit is not None and action is not None:
+            replayed = report.replayed + len(moving)
+            confirm_copies(
+                audit, action, self.source, copies,
+                replayed=replayed, progress=f"running: replayed {replayed} so far",
+            )  # fmt: skip
+            self.unconfirmed = 0
+        report.replayed += len(moving)
+
+    def _records(self, chunk: list[Message]) -> ChunkRecords:
+        """What the audit store knows of the chunk's dead letters (nothing without one)."""
         if self.audit is None:
-            return set()
-        found: set[tuple[int, int]] = set()
-        for position in positions_after(chunk):
-            offsets = [r.offset() or 0 for r in chunk if (r.partition() or 0) == position.partition]
-            statuses = self.audit.statuses(
-                self.source, position.partition, min(offsets), max(offsets)
-            )
-            found |= {(position.partition, o) for o, s in statuses.items() if s == "discarded"}
-        return found
+            return ChunkRecords()
+        offsets: dict[int, list[int]] = {}
+        for record in chunk:
+            offsets.setdefault(record.partition() or 0, []).append(record.offset() or 0)
+        return chunk_records(self.audit, self.source, offsets)
 
     def _committed(self, consumer: Consumer, timeout_s: float) -> dict[int, int]:
         """Committed offset per DLQ partition (0 where nothing is committed)."""

@@ -54,8 +54,14 @@ class ReplayCopier:
         self._sent = 0
         self._started = time.monotonic()
 
-    def write(self, records: list[Message]) -> list[ReplayedCopy]:
+    def write(
+        self, records: list[Message], replays: dict[tuple[int, int], int] | None = None
+    ) -> list[ReplayedCopy]:
         """Write copies of ``records`` and wait for the broker; returns where each went.
+
+        Args:
+            replays: per (partition, offset), the replays the audit store recorded against a
+                dead letter by other requests; added to its header's replay count.
 
         Raises:
             DeliveryError: the broker refused a copy or did not answer in time.
@@ -64,7 +70,9 @@ class ReplayCopier:
         for record in records:
             self._wait_for_rate()
             headers = normalize_headers(record.headers())
-            plan = replay_headers(self.request.target, read_replay_count(headers), self.clock_ms())
+            earlier = (replays or {}).get((record.partition() or 0, record.offset() or 0), 0)
+            count = read_replay_count(headers) + earlier
+            plan = replay_headers(self.request.target, count, self.clock_ms())
             kept = [(k, v) for k, v in headers if k not in plan.drop]
             copies.produce(
                 self.target,

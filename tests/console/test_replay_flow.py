@@ -15,14 +15,22 @@ from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.console import jobs
 from kmq_dagster.console.auth import OPERATOR, Principal
 from kmq_dagster.console.copies import copy_fates
+from kmq_dagster.console.operations import ReplayPlan, discard, start_replay
 from kmq_dagster.core.naming import retry_topic
+from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.queues import open_queue
 from kmq_dagster.settings import KmqSettings
 from tests.console.apps import button, open_app, texts
 from tests.console.test_dead_letters_page import apply_filters, listed, select_rows
-from tests.kafka_helpers import new_queue, produce_dead_letters, running_worker, wait_for
+from tests.kafka_helpers import (
+    new_queue,
+    produce_dead_letters,
+    read_topic,
+    running_worker,
+    wait_for,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -92,4 +100,42 @@ def test_an_operator_replays_ten_selected_dead_letters_after_a_dry_run_and_they_
     assert fates == ["", picked_up]
     actions_page = open_app(Principal("olivia", OPERATOR), page="actions")
     assert "replayed 10 of 15 dead letters" in texts(actions_page)
+    store.close()
+
+
+def test_two_tabs_replaying_the_same_dead_letters_at_once_replay_each_of_them_once(
+    settings: KmqSettings, queue: str, private_audit_store: str
+) -> None:
+    # given two operators on the same filter, replaying at 10 a second (1.5 s for 15)
+    store = AuditStore(private_audit_store)
+    plan = ReplayPlan(DeadLetterFilter(queue_topic=queue, group_id=GROUP), rate_per_s=10)
+
+    # when both click Replay at once
+    first = start_replay(Principal("olivia", OPERATOR), settings, store, plan)
+    second = start_replay(Principal("oscar", OPERATOR), settings, store, plan)
+
+    # then one replays all 15 while the other waits, and finds nothing left
+    assert wait_for(lambda: jobs.RUNNING not in (first.state, second.state), timeout_s=60)
+    assert sorted([first.replayed, second.replayed]) == [0, 15], (first, second)
+    copies = read_topic(settings, retry_topic(queue, GROUP, 1_000), 2, at_least=15)
+    assert sorted(r.key() or b"" for r in copies) == sorted(f"k{i}".encode() for i in range(15))
+    store.close()
+
+
+def test_a_discard_while_a_replay_of_the_same_queue_runs_is_refused_not_left_hanging(
+    settings: KmqSettings, queue: str, private_audit_store: str
+) -> None:
+    store = AuditStore(private_audit_store)
+    olivia = Principal("olivia", OPERATOR)
+    where = DeadLetterFilter(queue_topic=queue, group_id=GROUP)
+    job = start_replay(olivia, settings, store, ReplayPlan(where, rate_per_s=5))
+    assert wait_for(lambda: job.replayed > 0, timeout_s=60), job
+
+    with pytest.raises(ConfigError, match=r"action #\d+ \(replay by olivia\) is running"):
+        discard(olivia, store, where, reason="stale")
+
+    assert wait_for(lambda: job.state != jobs.RUNNING, timeout_s=60), job
+    assert discard(olivia, store, where, reason="stale") == 0  # all replayed by now
+    kinds = [(a.kind, a.state) for a in store.actions(queue_topic=queue)]
+    assert kinds == [("replay", "succeeded"), ("discard", "failed"), ("discard", "succeeded")]
     store.close()

@@ -1,0 +1,108 @@
+"""The console stopped in the middle of a replay it runs: ``kmq console`` as a real process
+replays 3,000 dead letters (started in a real browser) and gets SIGTERM; its replay stops after
+its chunk and records how it ended, and every copy on the target topic has its record."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, expect, sync_playwright
+
+from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.broker.ports import free_port
+from kmq_dagster.kafka.opened_queue import OpenedQueue
+from kmq_dagster.settings import KmqSettings
+from tests.console.test_browser import CHROMIUM, settle
+from tests.integration.test_replay_audit import (
+    COUNT,
+    check_copies_against_records,
+    copies,
+    fill,
+    queue,
+    replay_events,
+    wait_for_copies,
+)
+from tests.kafka_helpers import wait_for
+from tests.processes import kmq_argv
+
+pytestmark = [pytest.mark.browser, pytest.mark.kafka]
+
+__all__ = ["queue"]  # the fixture, shared
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+def _healthy(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
+            return bool(answer.read().strip() == b"ok")
+    except OSError:
+        return False
+
+
+def test_a_console_stopped_by_sigterm_mid_replay_records_the_replay_as_stopped_with_its_copies(
+    settings: KmqSettings,
+    queue: OpenedQueue,
+    private_audit_store: str,
+    tmp_path: Path,
+    browser: Browser,
+) -> None:
+    # given a console serving 3,000 dead letters, replaying them at 300 a second
+    fill(settings, queue, private_audit_store, COUNT)
+    port = free_port()
+    env = {**os.environ, "HOME": str(tmp_path), "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
+    log = (tmp_path / "console.log").open("w")
+    argv = kmq_argv("console", "--no-auth", "--port", str(port), "--audit-url", private_audit_store)
+    console = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    target = queue.queue.first_retry_topic
+    try:
+        assert wait_for(lambda: _healthy(url), timeout_s=60), (tmp_path / "console.log").read_text()
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        page.goto(url)
+        page.get_by_role("link", name="Dead letters").click()
+        settle(page)
+        page.get_by_role("button", name=f"Replay all matching ({COUNT:,})").click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_label("Rate limit, copies per second", exact=False).fill("300")
+        dialog.get_by_label("Rate limit, copies per second", exact=False).press("Enter")
+        settle(page)
+        dialog.get_by_role("button", name="Dry run").click()
+        expect(
+            dialog.get_by_text(f"Dry run: {COUNT} dead letters would be replayed")
+        ).to_be_visible(timeout=60_000)
+        dialog.get_by_role("button", name=f"Replay {COUNT} dead letters").click()
+        wait_for_copies(settings, target, 450, console)
+
+        # when the console gets SIGTERM
+        console.send_signal(signal.SIGTERM)
+        console.wait(timeout=30)
+    finally:
+        if console.poll() is None:
+            console.kill()
+            console.wait(timeout=10)
+        log.close()
+
+    # then its replay ended after its chunk, recorded as stopped with its confirmed copies
+    store = AuditStore(private_audit_store)
+    dry, real = store.actions(queue_topic=queue.topic)
+    assert dry.dry_run and not real.dry_run
+    assert real.state == "stopped", (real.outcome, (tmp_path / "console.log").read_text())
+    assert "the console shut down" in real.outcome
+    on_topic = copies(settings, target)
+    check_copies_against_records(on_topic, replay_events(private_audit_store), [real])
+    assert 450 <= real.count == len(on_topic) < COUNT
+    store.close()
