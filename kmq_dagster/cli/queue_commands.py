@@ -170,7 +170,7 @@ def send(
     when = ""
     if delay:
         when = f", due in {format_duration_ms(delay)}; `kmq delayer --topic {topic}` delivers them"
-    click.echo(f"sent {len(lines)} messages to {topic}{when}")
+    click.echo(f"sent {len(lines)} message{'' if len(lines) == 1 else 's'} to {topic}{when}")
 
 
 def _split_header(text: str) -> tuple[str, str]:

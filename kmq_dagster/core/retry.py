@@ -56,7 +56,9 @@ class RetryPolicy:
     Args:
         delays_ms: explicit delays, one per retry; when set, ``max_attempts`` is
             ``len(delays_ms) + 1`` and the backoff fields are ignored.
-        initial_delay_ms, multiplier, max_delay_ms: exponential backoff.
+        initial_delay_ms: exponential backoff: the first delay.
+        multiplier: exponential backoff: each delay is the previous one times this.
+        max_delay_ms: exponential backoff: no delay is longer.
         jitter: fraction in [0, 1); a due time is spread by up to this share of its delay.
         max_attempts: attempts in all, the first delivery included (backoff only).
         non_retryable: exception type names that go straight to the DLQ.

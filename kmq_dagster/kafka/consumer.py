@@ -114,7 +114,10 @@ class KmqConsumer:
             },
         )
         self._consumer.subscribe(
-            queue.consumed_topics, on_revoke=self._on_revoke, on_lost=self._on_revoke
+            queue.consumed_topics,
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
         )
         self._retry_set = frozenset(self.retry_topics)
         self._fetching_held = False
@@ -265,6 +268,16 @@ class KmqConsumer:
         topic, partition, offset = _coordinates(message)
         self._markers.start([((topic, partition), offset, 1)], deadline_ms)
         self._markers.serve()
+
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # The line operators (and the getting-started guide) wait for: work flows from here.
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        log.info(
+            "assigned partitions: %s",
+            "; ".join(f"{topic} {sorted(parts)}" for topic, parts in sorted(by_topic.items())),
+        )
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Acks of revoked partitions stay valid (end markers name the message, not the owner);
