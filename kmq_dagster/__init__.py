@@ -73,6 +73,7 @@ _LAZY = {
     "SparkQueueJob": "kmq_dagster.spark.job",
     "SparkMessage": "kmq_dagster.spark.tasks",
     "KmqQueueComponent": "kmq_dagster.components.queue_component",
+    "Ordering": "kmq_dagster.core.ordering",
 }
 
 __all__ = [
@@ -98,6 +99,7 @@ __all__ = [
     "KmqTimeoutError",
     "MarkerDecodeError",
     "OpenedQueue",
+    "Ordering",
     "PermissionDeniedError",
     "ProvisionError",
     "Queue",
@@ -141,6 +143,7 @@ if TYPE_CHECKING:
     from kmq_dagster.broker.embedded import EmbeddedBroker
     from kmq_dagster.components.queue_component import KmqQueueComponent
     from kmq_dagster.core.breaker import BreakerConfig
+    from kmq_dagster.core.ordering import Ordering
     from kmq_dagster.core.queue import Queue
     from kmq_dagster.core.replay import ReplaySelection
     from kmq_dagster.core.retry import RetryPolicy
