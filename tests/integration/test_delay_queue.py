@@ -96,7 +96,7 @@ def test_cli_send_with_delay_is_not_delivered_before_it_is_due(
         sent = run_kmq("send", "--topic", topic_name, "--delay", "5s", "--value", "later", env=env)
         sent_at = time.monotonic()
         assert sent.returncode == 0, sent.stderr
-        assert "sent 1 messages" in sent.stdout and "due in 5s" in sent.stdout
+        assert "sent 1 message to" in sent.stdout and "due in 5s" in sent.stdout
 
         early = read_topic(settings, topic_name, 1, timeout_s=2)
         assert time.monotonic() - sent_at < 4.5
