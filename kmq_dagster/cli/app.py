@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from kmq_dagster.cli.argv_checks import first_undecodable_argument, register_argv_secrets
 from kmq_dagster.cli.queue_definition_options import (
     QUEUE_DEFINITION_HINT,
     QUEUE_DEFINITION_OPTIONS,
@@ -55,6 +56,12 @@ OPTION_FOR_SETTING = {
     "metrics_port": "--metrics-port",
 }
 
+#: Why an option's range is what it is, added to the error for a value outside it.
+BAD_VALUE_HINT = {
+    "--partitions": " (each of a queue's topics gets this many partitions: 1,000 is already "
+    "16,000 in all; create larger topics with Kafka's tools, kmq adopts their count)",
+}
+
 
 def connection_options(command: F) -> F:
     """``-b``, ``-X`` and ``-v`` on ``command`` (and on the root): where Kafka is, client
@@ -64,7 +71,7 @@ def connection_options(command: F) -> F:
         store = ctx.find_root().ensure_object(dict)
         if param.name == "client_options":
             store.setdefault("client_options", []).extend(value)
-        elif value:
+        elif value or value == "":  # an empty -b is an error to report, not "not given"
             store[param.name] = value
         if param.name in ("verbose", "log_json") and value:
             configure_logging(
@@ -223,7 +230,7 @@ def _bad_value_line(exc: click.BadParameter) -> str:
     if exc.param is not None and exc.param.opts:
         option = max(exc.param.opts, key=len)
     prefix = f"{option}: " if isinstance(option, str) and option else ""
-    return mask_text(f"{prefix}{exc.message}")
+    return mask_text(f"{prefix}{exc.message}{BAD_VALUE_HINT.get(str(option), '')}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -234,8 +241,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         after Ctrl-C, or the exit code a worker's handler asked for.
     """
     configure_logging()
+    args = list(sys.argv[1:] if argv is None else argv)
+    register_argv_secrets(args, cli)  # before click, whose usage errors may echo them
+    undecodable = first_undecodable_argument(args, cli)
+    if undecodable is not None:
+        click.echo(f"kmq: error: {undecodable}", err=True)
+        return EXIT_ERROR
     try:
-        result = cli.main(args=argv, prog_name="kmq", standalone_mode=False)
+        result = cli.main(args=args, prog_name="kmq", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:  # plain `kmq`: the help text
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         return 0

@@ -23,11 +23,16 @@ from kmq_dagster.cli.options import (
     topic_option,
 )
 from kmq_dagster.cli.queue_definition_options import DefinitionOptions, definition_options
-from kmq_dagster.cli.value_types import Duration
+from kmq_dagster.cli.value_types import Duration, Number
 from kmq_dagster.core.durations import format_duration_ms
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.kafka.provision import ProvisionReport
-from kmq_dagster.settings import MAX_BATCH_SIZE
+from kmq_dagster.settings import MAX_BATCH_SIZE, MAX_PARTITIONS
+
+#: Largest --max-buffered: the worker's memory bound (invariant 11) must stay a bound.
+MAX_BUFFERED = 1_000_000
+#: Longest --drain-timeout: an hour; a stop that waits longer is a hang.
+MAX_DRAIN_TIMEOUT_S = 3600
 
 log = logging.getLogger("kmq.cli")
 
@@ -37,8 +42,9 @@ log = logging.getLogger("kmq.cli")
 @click.option(
     "--partitions",
     "-p",
-    type=click.IntRange(1, 100_000),
-    help="Partitions for new topics (default: the existing queue topic's).",
+    type=click.IntRange(1, MAX_PARTITIONS),
+    help=f"Partitions for new topics, at most {MAX_PARTITIONS:,} (default: the existing queue "
+    "topic's).",
 )
 @click.option(
     "--group", "-g", help="Consumer group: also create its markers, retry and DLQ topics."
@@ -211,13 +217,13 @@ def _split_header(text: str) -> tuple[str, str]:
 )
 @click.option(
     "--max-buffered",
-    type=click.IntRange(1),
+    type=click.IntRange(1, MAX_BUFFERED),
     help="With --concurrency above 1: fetched messages waiting to start before fetching "
-    "pauses [default: max(4 * concurrency, 100)].",
+    f"pauses, at most {MAX_BUFFERED:,} [default: max(4 * concurrency, 100)].",
 )
 @click.option(
     "--drain-timeout",
-    type=click.FloatRange(0),
+    type=Number(0, MAX_DRAIN_TIMEOUT_S),
     default=30.0,
     show_default=True,
     help="With --concurrency above 1: seconds a stopping worker waits for running calls; "
