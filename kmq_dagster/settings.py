@@ -47,6 +47,9 @@ FETCH_QUEUE_BACKOFF_MS = 10
 #: Client-side size limit of kmq's producers: the broker's own limit is the one that counts,
 #: and kmq must never refuse to move (redeliver, retry, dead-letter) a record it was able to read.
 PRODUCER_MESSAGE_MAX_BYTES = 16 * 1024 * 1024
+#: The largest ``message.max.bytes`` librdkafka takes; ``-X message.max.bytes`` may raise the
+#: producers' limit up to it, never lower it below :data:`PRODUCER_MESSAGE_MAX_BYTES`.
+MAX_PRODUCER_MESSAGE_MAX_BYTES = 1_000_000_000
 #: Messages fetched per batch; one start marker covers a contiguous run of a batch.
 DEFAULT_BATCH_SIZE = 500
 #: Largest batch: librdkafka's consume() takes at most this many messages at once.
@@ -241,9 +244,20 @@ class KmqSettings:
             "enable.idempotence": False,
             **self.common_client_config(),
             "acks": "all",
-            "message.max.bytes": PRODUCER_MESSAGE_MAX_BYTES,
+            "message.max.bytes": self._producer_message_max_bytes(),
             **extra,
         }
+
+    def _producer_message_max_bytes(self) -> int | str:
+        """:data:`PRODUCER_MESSAGE_MAX_BYTES`, or more if ``-X message.max.bytes`` asks; a
+        value that is not a number is passed on for librdkafka to refuse by name."""
+        asked = self.client_config.get("message.max.bytes")
+        if asked is None:
+            return PRODUCER_MESSAGE_MAX_BYTES
+        try:
+            return max(PRODUCER_MESSAGE_MAX_BYTES, int(asked))
+        except ValueError:
+            return str(asked)
 
     def consumer_config(self, group: str, **extra: Any) -> dict[str, Any]:
         """Configuration for a ``Consumer`` in ``group``: offsets are committed by kmq only.

@@ -1,9 +1,8 @@
-"""Commands that create and work a queue: provision, send, worker, tracker, delayer."""
+"""Commands that create and work a queue: provision, worker, tracker, delayer."""
 
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,8 +22,7 @@ from kmq_dagster.cli.options import (
     topic_option,
 )
 from kmq_dagster.cli.queue_definition_options import DefinitionOptions, definition_options
-from kmq_dagster.cli.value_types import Duration, Number
-from kmq_dagster.core.durations import format_duration_ms
+from kmq_dagster.cli.value_types import Number
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.kafka.provision import ProvisionReport
 from kmq_dagster.settings import MAX_BATCH_SIZE, MAX_PARTITIONS
@@ -125,65 +123,6 @@ def _print_provision_report(report: ProvisionReport) -> None:
         click.echo(f"exists   {name}")
     stored = "; definition stored" if report.defined else ""
     click.echo(f"provisioned {total} topics: {len(report.created)} created{stored}")
-
-
-@cli.command()
-@topic_option
-@click.option(
-    "--value",
-    "values",
-    multiple=True,
-    help="A message; repeat for more [default: stdin, one per line, bytes as given].",
-)
-@click.option("--key", "-k", help="Key of every message sent.")
-@click.option(
-    "--header", "headers", multiple=True, metavar="NAME=VALUE", help="Header; repeatable."
-)
-@click.option(
-    "--delay",
-    type=Duration(min_ms=1_000, max_ms=7 * 86_400_000),
-    metavar="DURATION",
-    help="Deliver after this long (1s to 7d, e.g. 90s, 2h); needs `kmq delayer`.",
-)
-@connection_options
-@click.pass_context
-def send(
-    ctx: click.Context,
-    topic: str,
-    values: tuple[str, ...],
-    key: str | None,
-    headers: tuple[str, ...],
-    delay: int | None,
-) -> None:
-    """Send messages to TOPIC, now or after --delay."""
-    from kmq_dagster.kafka.producer import KmqProducer
-
-    pairs = [_split_header(header) for header in headers]
-    producer = KmqProducer(settings_of(ctx))
-    lines: list[bytes | str] = list(values) or [
-        line.rstrip(b"\r\n")
-        for line in sys.stdin.buffer  # bytes: any payload is a message
-    ]
-    for line in lines:
-        producer.send(
-            topic, line, key=key, headers=pairs, delay=None if delay is None else delay / 1000
-        )
-    pending = producer.flush()
-    if pending:
-        from kmq_dagster.errors import DeliveryError
-
-        raise DeliveryError(f"{pending} of {len(lines)} messages were not acknowledged by Kafka")
-    when = ""
-    if delay:
-        when = f", due in {format_duration_ms(delay)}; `kmq delayer --topic {topic}` delivers them"
-    click.echo(f"sent {len(lines)} messages to {topic}{when}")
-
-
-def _split_header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise click.BadParameter(f"expected NAME=VALUE, got {text!r}", param_hint="--header")
-    return name, value
 
 
 @cli.command()
