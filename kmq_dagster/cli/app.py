@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from kmq_dagster.cli.argv_checks import first_undecodable_argument, register_argv_secrets
+from kmq_dagster.cli.crash_guard import guard_available
 from kmq_dagster.cli.queue_definition_options import (
     QUEUE_DEFINITION_HINT,
     QUEUE_DEFINITION_OPTIONS,
@@ -248,7 +249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         click.echo(f"kmq: error: {undecodable}", err=True)
         return EXIT_ERROR
     try:
-        result = cli.main(args=args, prog_name="kmq", standalone_mode=False)
+        result = cli.main(
+            args=args,
+            prog_name="kmq",
+            standalone_mode=False,
+            obj={"argv": args, "crash_guard": guard_available(argv)},
+        )
     except click.exceptions.NoArgsIsHelpError as exc:  # plain `kmq`: the help text
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         return 0
