@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 #: How often a running component checks that its topics still exist.
 TOPIC_CHECK_INTERVAL_S = 5.0
 #: Longest one check waits for the cluster's answer; no answer is not proof of deletion.
-TOPIC_CHECK_TIMEOUT_S = 5.0
+TOPIC_CHECK_TIMEOUT_S = 2.0
 #: Error codes that say a topic (or its partition) is gone.
 _GONE = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID})
 
@@ -85,7 +85,7 @@ class TopicWatch:
                 metadata = self._consumer.list_topics(topic, timeout=TOPIC_CHECK_TIMEOUT_S)
             except KafkaException as exc:  # no answer: the broker is down, not the topic gone
                 log.debug("metadata of %s not read: %s", topic, exc)
-                continue
+                return  # nor wait for the others: a stop request must not wait on them
             found = metadata.topics.get(topic)
             if found is None or (found.error is not None and means_topic_gone(found.error)):
                 self.report_gone(topic)

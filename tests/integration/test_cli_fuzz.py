@@ -58,7 +58,7 @@ hostile = st.sampled_from(["\udcff", "a\udcfeb", "\x1b]52;c;eA==\x07", "\x1b[2J"
 anything = st.text(max_size=20) | numbers | durations | hostile
 #: A password planted in connection options written every wrong way; it must never be printed.
 FUZZ_SECRET = "Fuzz-Secret-26"
-connection_mistakes = st.just([]) | st.sampled_from(
+connection_mistakes: st.SearchStrategy[list[str]] = st.just([]) | st.sampled_from(
     [["-X", f"sasl.password:{FUZZ_SECRET}"], ["-X", f"={FUZZ_SECRET}"],
      ["-X", "sasl.password", FUZZ_SECRET], ["-b", f"kmq:{FUZZ_SECRET}@127.0.0.1:1"], ["-b", ""],
      ["-X", f"sasl.password={FUZZ_SECRET}", "-X", "security.protocol=bogus"]]
