@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -13,11 +14,11 @@ from typing import Any, TypeVar
 import click
 
 from kmq_dagster.cli.argv_checks import first_undecodable_argument, register_argv_secrets
-from kmq_dagster.cli.crash_guard import guard_available
 from kmq_dagster.cli.queue_definition_options import (
     QUEUE_DEFINITION_HINT,
     QUEUE_DEFINITION_OPTIONS,
 )
+from kmq_dagster.crash_guard import CHILD_ENV
 from kmq_dagster.errors import ConfigError, KmqError
 from kmq_dagster.secrets import mask_text
 from kmq_dagster.settings import KmqSettings, parse_client_options
@@ -234,6 +235,13 @@ def _bad_value_line(exc: click.BadParameter) -> str:
     return mask_text(f"{prefix}{exc.message}{BAD_VALUE_HINT.get(str(option), '')}")
 
 
+def supervised(argv: Sequence[str] | None) -> bool:
+    """Whether ``kmq tracker`` and ``kmq worker`` run under ``kmq_dagster.crash_guard``: in
+    the real ``kmq`` process on Linux (``argv`` is ``None``), not in a supervised child, not
+    when ``main([...])`` is called from Python."""
+    return argv is None and sys.platform == "linux" and CHILD_ENV not in os.environ
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kmq`` console script; errors print as one line, not a traceback.
 
@@ -253,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args=args,
             prog_name="kmq",
             standalone_mode=False,
-            obj={"argv": args, "crash_guard": guard_available(argv)},
+            obj={"argv": args, "crash_guard": supervised(argv)},
         )
     except click.exceptions.NoArgsIsHelpError as exc:  # plain `kmq`: the help text
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))

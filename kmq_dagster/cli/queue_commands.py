@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -11,9 +10,9 @@ from typing import Any
 
 import click
 
-from kmq_dagster.cli.app import EXIT_ERROR, cli, connection_options, settings_of
+from kmq_dagster.cli.app import cli, connection_options, settings_of
 from kmq_dagster.cli.breaker_options import BreakerOptions, breaker_options
-from kmq_dagster.cli.crash_guard import run_guarded
+from kmq_dagster.cli.crash_guard import crash_guarded
 from kmq_dagster.cli.options import (
     audit_url_option,
     log_every,
@@ -27,7 +26,7 @@ from kmq_dagster.cli.queue_definition_options import DefinitionOptions, definiti
 from kmq_dagster.cli.value_types import Number
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.kafka.provision import ProvisionReport
-from kmq_dagster.settings import MAX_BATCH_SIZE, MAX_PARTITIONS, KmqSettings
+from kmq_dagster.settings import MAX_BATCH_SIZE, MAX_PARTITIONS
 
 #: Largest --max-buffered: the worker's memory bound (invariant 11) must stay a bound.
 MAX_BUFFERED = 1_000_000
@@ -181,6 +180,7 @@ def _print_provision_report(report: ProvisionReport) -> None:
 @metrics_port_option
 @connection_options
 @click.pass_context
+@crash_guarded
 def worker(
     ctx: click.Context,
     topic: str,
@@ -245,6 +245,7 @@ def worker(
 @metrics_port_option
 @connection_options
 @click.pass_context
+@crash_guarded
 def tracker(ctx: click.Context, topic: str, group: str, metrics_port: int | None) -> int:
     """Redeliver GROUP's messages of TOPIC that were not acknowledged in time."""
     from kmq_dagster.kafka.clients import wall_clock_ms
@@ -253,11 +254,6 @@ def tracker(ctx: click.Context, topic: str, group: str, metrics_port: int | None
     from kmq_dagster.metrics import tracker_snapshot
 
     settings = settings_of(ctx)
-    given = ctx.find_root().ensure_object(dict)
-    if given.get("crash_guard"):  # see crash_guard: a crashed client still ends in one line
-        return run_guarded(
-            given["argv"], lambda crash: _explain_tracker_crash(settings, topic, group, crash)
-        )
     service = RedeliveryTracker(open_queue(settings, topic, group))
     metrics = serve_metrics_of(
         metrics_port, "tracker", topic, group, lambda: tracker_snapshot(service, wall_clock_ms())
@@ -266,25 +262,6 @@ def tracker(ctx: click.Context, topic: str, group: str, metrics_port: int | None
     _run_until_signalled(service.run, service.describe_stats, "kmq.tracker", metrics)
     click.echo(f"kmq tracker: stopped after {service.stats.redelivered} redeliveries")
     return 0
-
-
-def _explain_tracker_crash(
-    settings: KmqSettings, topic: str, group: str, crash: signal.Signals
-) -> tuple[str, int]:
-    """The error line and exit code of a tracker whose process crashed: a deleted topic of
-    the queue (the known cause) is an error like any other (exit 1)."""
-    from kmq_dagster.errors import KmqError
-    from kmq_dagster.kafka.queues import open_queue
-
-    try:
-        open_queue(settings, topic, group)
-    except KmqError as exc:
-        return f"tracker stopped: its Kafka client crashed ({crash.name}): {exc}", EXIT_ERROR
-    return (
-        f"tracker stopped: its Kafka client crashed ({crash.name}); the queue's topics are "
-        "all there, so start it again",
-        128 + crash,
-    )
 
 
 @cli.command()
