@@ -236,7 +236,7 @@ def _bad_value_line(exc: click.BadParameter) -> str:
 
 
 def supervised(argv: Sequence[str] | None) -> bool:
-    """Whether ``kmq tracker`` and ``kmq worker`` run under ``kmq_dagster.crash_guard``: in
+    """Whether a guarded command (``kmq tracker``) runs under ``kmq_dagster.crash_guard``: in
     the real ``kmq`` process on Linux (``argv`` is ``None``), not in a supervised child, not
     when ``main([...])`` is called from Python."""
     return argv is None and sys.platform == "linux" and CHILD_ENV not in os.environ

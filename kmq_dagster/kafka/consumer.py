@@ -129,10 +129,11 @@ class KmqConsumer:
         )
         # ack() appends here, from any thread (see AckFlusher): one lookup less per message.
         self._acks = self._ack_flusher.acks
-        # Without its markers topic no message could be started: stop rather than go on.
+        # Without its markers topic no message could be started: stop rather than go on. (A
+        # consumed topic deleted shows as fetch errors, checked then: one request per check.)
         self._topic_watch = TopicWatch(
             self._consumer,
-            [queue.markers_topic, *queue.consumed_topics],
+            [queue.markers_topic],
             fix=f"kmq provision --topic {queue.topic} --group {queue.group}",
         )
 
@@ -268,7 +269,7 @@ class KmqConsumer:
         if error.fatal():
             raise KafkaException(error)
         if means_topic_gone(error):
-            self._topic_watch.check_now()
+            self._topic_watch.check_now([record.topic() or self.queue.topic])
 
     def _restart(self, message: KmqMessage | Message, deadline_ms: int) -> None:
         """A new start marker for one message: it is in flight until ``deadline_ms``."""

@@ -72,15 +72,17 @@ class TopicWatch:
         if self._clock_s() - self._checked_at >= self._interval_s:
             self.check_now()
 
-    def check_now(self) -> None:
-        """Check the topics now (a fetch error said one may be gone: the metadata decides,
-        since a topic just created can be unknown to a broker for a moment).
+    def check_now(self, topics: Sequence[str] | None = None) -> None:
+        """Check ``topics`` (default: the watched ones) now: a fetch error said one may be
+        gone, and the metadata decides, since a topic just created can be unknown to a broker
+        for a moment.
 
         Raises:
             TopicDeletedError: one of the topics no longer exists.
         """
-        self._checked_at = self._clock_s()
-        for topic in self.topics:
+        if topics is None:
+            self._checked_at = self._clock_s()
+        for topic in self.topics if topics is None else topics:
             try:
                 metadata = self._consumer.list_topics(topic, timeout=TOPIC_CHECK_TIMEOUT_S)
             except KafkaException as exc:  # no answer: the broker is down, not the topic gone

@@ -415,37 +415,5 @@ def test_a_markers_topic_deleted_under_a_tracker_and_a_worker_stops_both_with_on
         stop(again)
 
 
-def test_a_queue_topic_deleted_under_a_worker_stops_it_with_one_line(
-    settings: KmqSettings, topic_name: str, tmp_path: Path
-) -> None:
-    new_queue(settings, topic_name, GROUP, partitions=2)
-    log = tmp_path / "worker.log"
-    (tmp_path / "accepting.py").write_text("def handle(m):\n    pass\n")
-    env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-           "KMQ_SESSION_TIMEOUT_MS": "6000"}  # fmt: skip
-    with log.open("w") as out:
-        worker = subprocess.Popen(
-            kmq_argv("worker", "-t", topic_name, "-g", GROUP, "--handler", "accepting:handle"),
-            env=env, cwd=tmp_path, stdout=out, stderr=out,
-        )  # fmt: skip
-    try:
-        produce(settings, topic_name, [b"1"], partitions=2)
-        assert wait_for(lambda: "handled 1" in log.read_text(), 120), log.read_text()
-
-        # when the queue topic itself is deleted while the worker fetches it
-        admin = admin_client(settings)
-        admin.delete_topics([topic_name])[topic_name].result(30)
-        code = worker.wait(120)
-    finally:
-        if worker.poll() is None:
-            stop(worker)
-
-    # then it stops with one error line naming the topic (the client crashed: no SIGSEGV exit)
-    err = log.read_text()
-    errors = [line for line in err.splitlines() if line.startswith("kmq: error: ")]
-    assert code == 1 and len(errors) == 1, (code, err)
-    assert f"topics missing: {topic_name};" in errors[0] and "kmq provision" in errors[0], err
-
-
 def _topics(settings: KmqSettings) -> set[str]:
     return set(cluster_metadata(settings).topics)

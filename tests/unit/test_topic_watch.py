@@ -85,3 +85,13 @@ def test_only_unknown_topic_errors_mean_gone() -> None:
     assert means_topic_gone(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
     assert means_topic_gone(KafkaError(KafkaError.UNKNOWN_TOPIC_ID))
     assert not means_topic_gone(KafkaError(KafkaError._TRANSPORT))
+
+
+def test_a_fetch_error_checks_the_topic_it_names_at_once() -> None:
+    consumer, clock = MetadataConsumer({"q.g.markers"}), FakeClock()
+    watched = watch(consumer, clock)
+
+    with pytest.raises(TopicDeletedError, match=r"topic q was deleted"):
+        watched.check_now(["q"])
+
+    assert consumer.requests == ["q"]
