@@ -118,7 +118,7 @@ def _print_report(report: ReplayReport) -> None:
         click.echo(f"  {escape_control(line)}")
     if report.dry_run and report.movable > len(report.listed):
         click.echo(f"  ... and {report.movable - len(report.listed)} more")
-    click.echo(report.summary())
+    click.echo(escape_control(report.summary()))  # counts by error type: message data
 
 
 @cli.command()

@@ -347,8 +347,11 @@ def test_dead_letters_cannot_drive_the_operators_terminal(
     listed = capsys.readouterr().out
     assert main(["dlq", "show", "-t", topic_name, "-g", GROUP, "0:0"]) == 0
     shown = capsys.readouterr().out
+    assert main(["replay", "-t", topic_name, "-g", GROUP, "--dry-run"]) == 0
+    replayed = capsys.readouterr().out
 
-    for output in (listed, shown):
+    assert "Timeout\\x1b[2JError" in replayed  # the listing and the counts by error type
+    for output in (listed, shown, replayed):
         assert not any(c in output for c in "\x1b\x07\r\x08\x9b\x85"), repr(output)
     assert "key=k\\x1b[2J" in listed and "failed\\x0d\\x1b[2J\\x9b2J\\x08" in listed
     assert "v\\x1b]52;c;cm0gLXJmIH4=\\x07\\x1b[2J\\x85" in shown
