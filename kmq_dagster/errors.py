@@ -9,6 +9,7 @@ KmqError
 ├── KafkaUnavailableError     no broker answered
 │   └── KafkaAuthError        the broker answered, but authentication or TLS failed
 ├── ProvisionError            topics are missing or do not fit the queue's layout
+│   └── TopicDeletedError     a topic was deleted while a tracker or worker used it
 ├── MarkerDecodeError         bytes on a markers topic are not a marker
 ├── AuditStoreError           the audit store cannot be opened, migrated or written
 ├── KmqTimeoutError           work did not finish within its deadline
@@ -53,6 +54,11 @@ class DeliveryError(BrokerError):
 
 class ProvisionError(KmqError):
     """Topics could not be created, or existing topics do not fit the queue's layout."""
+
+
+class TopicDeletedError(ProvisionError):
+    """A topic a running tracker or worker needs (its markers topic, a queue topic) was
+    deleted under it; it stops rather than go on without a word."""
 
 
 class KafkaUnavailableError(KmqError):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,7 @@ from kmq_dagster.core.queue import (
 )
 from kmq_dagster.core.retry import RetryPolicy, parse_delay_list
 from kmq_dagster.errors import ConfigError
-from kmq_dagster.secrets import mask_config, register_config_secrets
+from kmq_dagster.secrets import mask_config, register_config_secrets, register_secret
 
 #: Port the embedded broker listens on unless told otherwise.
 DEFAULT_BROKER_PORT = 9092
@@ -46,14 +47,26 @@ FETCH_QUEUE_BACKOFF_MS = 10
 #: Client-side size limit of kmq's producers: the broker's own limit is the one that counts,
 #: and kmq must never refuse to move (redeliver, retry, dead-letter) a record it was able to read.
 PRODUCER_MESSAGE_MAX_BYTES = 16 * 1024 * 1024
+#: The largest ``message.max.bytes`` librdkafka takes; ``-X message.max.bytes`` may raise the
+#: producers' limit up to it, never lower it below :data:`PRODUCER_MESSAGE_MAX_BYTES`.
+MAX_PRODUCER_MESSAGE_MAX_BYTES = 1_000_000_000
 #: Messages fetched per batch; one start marker covers a contiguous run of a batch.
 DEFAULT_BATCH_SIZE = 500
 #: Largest batch: librdkafka's consume() takes at most this many messages at once.
 MAX_BATCH_SIZE = 1_000_000
+#: Most partitions ``kmq provision`` gives new topics. Every topic of a queue (the queue, its
+#: markers, redelivery, retry and DLQ topics, nine delay levels) gets that many, so 1,000 is
+#: already 16,000 partitions: four brokers' worth at Kafka's guidance of about 4,000 per
+#: broker, and on the embedded broker about 25 MB and seconds per metadata request. (100,000
+#: took the embedded broker to 2.1 GB and made it unreachable.) Larger topics can still be
+#: created with Kafka's own tools; kmq adopts their partition count.
+MAX_PARTITIONS = 1_000
 #: Where queue definitions are stored when queues are provisioned (one partition).
 DEFAULT_REGISTRY_TOPIC = "_kmq_queues"
 
 _CLIENT_PREFIX = "KMQ_KAFKA_"
+#: What a confluent-kafka setting's name looks like (``sasl.password``, ``ssl.key.pem``).
+_SETTING_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 __all__ = ["KmqSettings", "parse_client_options", "parse_delay_list"]
 
@@ -82,8 +95,7 @@ class KmqSettings:
 
     def __post_init__(self) -> None:
         register_config_secrets(self.client_config)
-        if not self.bootstrap_servers.strip():
-            raise ConfigError("bootstrap servers must not be empty", setting="bootstrap_servers")
+        check_bootstrap_servers(self.bootstrap_servers)
         for name in (
             "session_timeout_ms",
             "request_timeout_ms",
@@ -232,9 +244,20 @@ class KmqSettings:
             "enable.idempotence": False,
             **self.common_client_config(),
             "acks": "all",
-            "message.max.bytes": PRODUCER_MESSAGE_MAX_BYTES,
+            "message.max.bytes": self._producer_message_max_bytes(),
             **extra,
         }
+
+    def _producer_message_max_bytes(self) -> int | str:
+        """:data:`PRODUCER_MESSAGE_MAX_BYTES`, or more if ``-X message.max.bytes`` asks; a
+        value that is not a number is passed on for librdkafka to refuse by name."""
+        asked = self.client_config.get("message.max.bytes")
+        if asked is None:
+            return PRODUCER_MESSAGE_MAX_BYTES
+        try:
+            return max(PRODUCER_MESSAGE_MAX_BYTES, int(asked))
+        except ValueError:
+            return str(asked)
 
     def consumer_config(self, group: str, **extra: Any) -> dict[str, Any]:
         """Configuration for a ``Consumer`` in ``group``: offsets are committed by kmq only.
@@ -265,10 +288,53 @@ def parse_client_options(options: Iterable[str]) -> dict[str, str]:
     parsed: dict[str, str] = {}
     for option in options:
         key, sep, value = option.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"client settings take key=value, got {option!r}", setting="-X")
+        if not sep:
+            # Never echo the text: it may be a password typed in the wrong form.
+            name, colon, _secret = option.partition(":")
+            if colon and _SETTING_NAME.fullmatch(name):
+                raise ConfigError(
+                    f"client settings take NAME=VALUE: write {name}=..., not {name}:...",
+                    setting="-X",
+                )
+            raise ConfigError(
+                "client settings take NAME=VALUE; one has no '=' (not shown: it may be a secret)",
+                setting="-X",
+            )
+        if not key.strip():
+            register_secret(value)
+            raise ConfigError(
+                "client settings take NAME=VALUE; one has no name before its '='", setting="-X"
+            )
         parsed[key.strip()] = value
     return parsed
+
+
+def check_bootstrap_servers(servers: str) -> None:
+    """Refuse a bootstrap list that is empty, has an empty entry, or carries credentials.
+
+    Kafka takes ``host:port[,host:port...]`` (librdkafka also ``PROTOCOL://host:port``);
+    credentials go in ``sasl.*`` settings. A ``user:password@host`` entry is refused without
+    echoing it, its password registered as a secret so no later line shows it.
+
+    Raises:
+        ConfigError: the list is not one of Kafka's.
+    """
+    entries = servers.split(",")
+    for entry in entries:
+        credentials, at, _host = entry.rpartition("@")
+        if at:
+            register_secret(credentials.partition(":")[2] or credentials)
+            raise ConfigError(
+                "bootstrap servers are HOST:PORT[,HOST:PORT...] and carry no credentials; "
+                "give them with -X sasl.username=... -X sasl.password=... (or KMQ_KAFKA_SASL_*)",
+                setting="bootstrap_servers",
+            )
+    if not servers.strip():
+        raise ConfigError("bootstrap servers must not be empty", setting="bootstrap_servers")
+    if any(not entry.strip() for entry in entries):
+        raise ConfigError(
+            f"bootstrap servers have an empty entry: {servers!r}", setting="bootstrap_servers"
+        )
 
 
 def _parse_int(name: str, raw: str) -> int:

@@ -22,6 +22,7 @@ from kmq_dagster.core.headers import (
     header_value,
     normalize_headers,
 )
+from kmq_dagster.crash_guard import supervised_pid
 from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.queues import open_queue
 from kmq_dagster.kafka.topic_reader import assigned_reader, read_to_end
@@ -71,12 +72,13 @@ def million_in_flight(
             consumer.close()
         report(f"inflight: {taken:,} messages started, none acknowledged")
         _wait_for_metric(scenario, port, "kmq_in_flight", messages, timeout_s, exact=True)
-        rss_at_inflight = rss_mb(tracker.pid)
+        tracker_pid = supervised_pid(tracker.pid)  # the tracker, not its crash guard
+        rss_at_inflight = rss_mb(tracker_pid)
         report(f"inflight: the tracker tracks {messages:,}; RSS {rss_at_inflight:.1f} MB")
         first_s, done_s = _wait_for_metric(
             scenario, port, "kmq_redeliveries_total", messages, timeout_s
         )
-        peak = rss_mb(tracker.pid, "VmHWM")
+        peak = rss_mb(tracker_pid, "VmHWM")
         scenario.require_alive([tracker])
         rate = messages / max(done_s - first_s, 1e-3)
         report(f"inflight: redelivered {messages:,} at {rate:,.0f} msg/s; peak RSS {peak:.1f} MB")

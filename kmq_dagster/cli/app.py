@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -12,11 +13,13 @@ from typing import Any, TypeVar
 
 import click
 
+from kmq_dagster.cli.argv_checks import first_undecodable_argument, register_argv_secrets
 from kmq_dagster.cli.options import EXIT_INTERRUPTED, stop_exit_code
 from kmq_dagster.cli.queue_definition_options import (
     QUEUE_DEFINITION_HINT,
     QUEUE_DEFINITION_OPTIONS,
 )
+from kmq_dagster.crash_guard import CHILD_ENV
 from kmq_dagster.errors import ConfigError, KmqError
 from kmq_dagster.home import private_folder
 from kmq_dagster.secrets import mask_text
@@ -57,6 +60,12 @@ OPTION_FOR_SETTING = {
     "metrics_port": "--metrics-port",
 }
 
+#: Why an option's range is what it is, added to the error for a value outside it.
+BAD_VALUE_HINT = {
+    "--partitions": " (each of a queue's topics gets this many partitions: 1,000 is already "
+    "16,000 in all; create larger topics with Kafka's tools, kmq adopts their count)",
+}
+
 
 def connection_options(command: F) -> F:
     """``-b``, ``-X`` and ``-v`` on ``command`` (and on the root): where Kafka is, client
@@ -66,7 +75,7 @@ def connection_options(command: F) -> F:
         store = ctx.find_root().ensure_object(dict)
         if param.name == "client_options":
             store.setdefault("client_options", []).extend(value)
-        elif value:
+        elif value or value == "":  # an empty -b is an error to report, not "not given"
             store[param.name] = value
         if param.name in ("verbose", "log_json") and value:
             configure_logging(
@@ -225,7 +234,14 @@ def _bad_value_line(exc: click.BadParameter) -> str:
     if exc.param is not None and exc.param.opts:
         option = max(exc.param.opts, key=len)
     prefix = f"{option}: " if isinstance(option, str) and option else ""
-    return mask_text(f"{prefix}{exc.message}")
+    return mask_text(f"{prefix}{exc.message}{BAD_VALUE_HINT.get(str(option), '')}")
+
+
+def supervised(argv: Sequence[str] | None) -> bool:
+    """Whether a guarded command (``kmq tracker``) runs under ``kmq_dagster.crash_guard``: in
+    the real ``kmq`` process on Linux (``argv`` is ``None``), not in a supervised child, not
+    when ``main([...])`` is called from Python."""
+    return argv is None and sys.platform == "linux" and CHILD_ENV not in os.environ
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -238,8 +254,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
 
     configure_logging()
+    args = list(sys.argv[1:] if argv is None else argv)
+    register_argv_secrets(args, cli)  # before click, whose usage errors may echo them
+    undecodable = first_undecodable_argument(args, cli)
+    if undecodable is not None:
+        click.echo(f"kmq: error: {undecodable}", err=True)
+        return EXIT_ERROR
     try:
-        result = cli.main(args=argv, prog_name="kmq", standalone_mode=False)
+        result = cli.main(
+            args=args,
+            prog_name="kmq",
+            standalone_mode=False,
+            obj={"argv": args, "crash_guard": supervised(argv)},
+        )
     except click.exceptions.NoArgsIsHelpError as exc:  # plain `kmq`: the help text
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         return 0

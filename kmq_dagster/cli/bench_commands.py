@@ -172,9 +172,9 @@ def bench_spark(ctx: click.Context, messages: int, rounds: int, external: bool) 
 
 
 @bench.command("console")
-@click.option("--dead-letters", type=click.IntRange(min=1_000), default=1_000_000,
+@click.option("--dead-letters", type=click.IntRange(1_000, 100_000_000), default=1_000_000,
               show_default=True)  # fmt: skip
-@click.option("--runs", type=click.IntRange(min=1), default=7, show_default=True)
+@click.option("--runs", type=click.IntRange(1, 100), default=7, show_default=True)
 @click.option("--postgres-url", metavar="URL",
               help="A PostgreSQL server to create a scratch database on [default: start a "
               "throwaway one from the machine's PostgreSQL binaries].")  # fmt: skip

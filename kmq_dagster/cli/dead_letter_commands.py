@@ -26,6 +26,7 @@ from kmq_dagster.cli.progress import LiveLine, log_file_for
 from kmq_dagster.cli.value_types import Number
 from kmq_dagster.core.replay import ReplaySelection, TimeBound, resolve_time
 from kmq_dagster.core.replay_request import StopRequest
+from kmq_dagster.core.terminal_text import escape_control
 from kmq_dagster.kafka.replay import ReplayReport, ReplayRequest
 
 if TYPE_CHECKING:
@@ -188,11 +189,11 @@ def replay(
 
 
 def _print_report(report: ReplayReport) -> None:
-    for line in report.listed:
-        click.echo(f"  {line}")
+    for line in report.listed:  # names a dead letter's error type: message data, escaped
+        click.echo(f"  {escape_control(line)}")
     if report.dry_run and report.movable > len(report.listed):
         click.echo(f"  ... and {report.movable - len(report.listed)} more")
-    click.echo(report.summary())
+    click.echo(escape_control(report.summary()))  # counts by error type: message data
 
 
 @cli.command()

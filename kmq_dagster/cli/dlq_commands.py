@@ -11,6 +11,7 @@ import click
 from kmq_dagster.cli.app import cli, connection_options, settings_of
 from kmq_dagster.cli.options import dead_letter_selection_options, queue_options
 from kmq_dagster.core.replay import ReplaySelection
+from kmq_dagster.core.terminal_text import escape_control
 
 
 @cli.group()
@@ -85,14 +86,18 @@ def dlq_show(
             )
         )
         return
+    # Message data is the producer's text: escaped, so it cannot drive the terminal.
     for name, shown in summary.items():
-        click.echo(f"{name:<16} {shown}")
+        click.echo(f"{name:<16} {escape_control(str(shown))}")
     click.echo("headers")
     for name, shown in headers:
-        click.echo(f"  {name} = {shown}")
+        click.echo(f"  {escape_control(name)} = {escape_control(shown)}")
     if letter.traceback:
-        click.echo(f"traceback\n{letter.traceback}")
-    click.echo(f"value ({kind}, {summary['value_size']} bytes)\n{value}")
+        click.echo(f"traceback\n{escape_control(letter.traceback, keep_newlines=True)}")
+    click.echo(
+        f"value ({kind}, {summary['value_size']} bytes)\n"
+        f"{escape_control(value, keep_newlines=True)}"
+    )
 
 
 def _summary(partition: int, offset: int, key: bytes | None, row: dict[str, Any]) -> dict[str, Any]:
@@ -115,11 +120,13 @@ def _summary(partition: int, offset: int, key: bytes | None, row: dict[str, Any]
 
 
 def _line(summary: dict[str, Any]) -> str:
+    """One dead letter on one line, its message data escaped (see ``escape_control``)."""
     reason = summary["reason"]
     reason = reason if len(reason) <= 60 else reason[:57] + "..."
+    key, error_type = escape_control(str(summary["key"])), escape_control(summary["error_type"])
     return (
-        f"{summary['at']:<10} {summary['dead_lettered']}  key={summary['key']!s:<12} "
-        f"{summary['error_type']:<20} {reason}"
+        f"{summary['at']:<10} {summary['dead_lettered']}  key={key:<12} "
+        f"{error_type:<20} {escape_control(reason)}"
     )
 
 

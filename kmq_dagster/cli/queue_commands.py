@@ -1,9 +1,8 @@
-"""Commands that create and work a queue: provision, send, worker, tracker, delayer."""
+"""Commands that create and work a queue: provision, worker, tracker, delayer."""
 
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +12,7 @@ import click
 
 from kmq_dagster.cli.app import cli, connection_options, settings_of
 from kmq_dagster.cli.breaker_options import BreakerOptions, breaker_options
+from kmq_dagster.cli.crash_guard import crash_guarded
 from kmq_dagster.cli.options import (
     audit_url_option,
     log_every,
@@ -23,11 +23,15 @@ from kmq_dagster.cli.options import (
     topic_option,
 )
 from kmq_dagster.cli.queue_definition_options import DefinitionOptions, definition_options
-from kmq_dagster.cli.value_types import Duration
-from kmq_dagster.core.durations import format_duration_ms
+from kmq_dagster.cli.value_types import Number
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.kafka.provision import ProvisionReport
-from kmq_dagster.settings import MAX_BATCH_SIZE
+from kmq_dagster.settings import MAX_BATCH_SIZE, MAX_PARTITIONS
+
+#: Largest --max-buffered: the worker's memory bound (invariant 11) must stay a bound.
+MAX_BUFFERED = 1_000_000
+#: Longest --drain-timeout: an hour; a stop that waits longer is a hang.
+MAX_DRAIN_TIMEOUT_S = 3600
 
 log = logging.getLogger("kmq.cli")
 
@@ -37,8 +41,9 @@ log = logging.getLogger("kmq.cli")
 @click.option(
     "--partitions",
     "-p",
-    type=click.IntRange(1, 100_000),
-    help="Partitions for new topics (default: the existing queue topic's).",
+    type=click.IntRange(1, MAX_PARTITIONS),
+    help=f"Partitions for new topics, at most {MAX_PARTITIONS:,} (default: the existing queue "
+    "topic's).",
 )
 @click.option(
     "--group", "-g", help="Consumer group: also create its markers, retry and DLQ topics."
@@ -122,65 +127,6 @@ def _print_provision_report(report: ProvisionReport) -> None:
 
 
 @cli.command()
-@topic_option
-@click.option(
-    "--value",
-    "values",
-    multiple=True,
-    help="A message; repeat for more [default: stdin, one per line, bytes as given].",
-)
-@click.option("--key", "-k", help="Key of every message sent.")
-@click.option(
-    "--header", "headers", multiple=True, metavar="NAME=VALUE", help="Header; repeatable."
-)
-@click.option(
-    "--delay",
-    type=Duration(min_ms=1_000, max_ms=7 * 86_400_000),
-    metavar="DURATION",
-    help="Deliver after this long (1s to 7d, e.g. 90s, 2h); needs `kmq delayer`.",
-)
-@connection_options
-@click.pass_context
-def send(
-    ctx: click.Context,
-    topic: str,
-    values: tuple[str, ...],
-    key: str | None,
-    headers: tuple[str, ...],
-    delay: int | None,
-) -> None:
-    """Send messages to TOPIC, now or after --delay."""
-    from kmq_dagster.kafka.producer import KmqProducer
-
-    pairs = [_split_header(header) for header in headers]
-    producer = KmqProducer(settings_of(ctx))
-    lines: list[bytes | str] = list(values) or [
-        line.rstrip(b"\r\n")
-        for line in sys.stdin.buffer  # bytes: any payload is a message
-    ]
-    for line in lines:
-        producer.send(
-            topic, line, key=key, headers=pairs, delay=None if delay is None else delay / 1000
-        )
-    pending = producer.flush()
-    if pending:
-        from kmq_dagster.errors import DeliveryError
-
-        raise DeliveryError(f"{pending} of {len(lines)} messages were not acknowledged by Kafka")
-    when = ""
-    if delay:
-        when = f", due in {format_duration_ms(delay)}; `kmq delayer --topic {topic}` delivers them"
-    click.echo(f"sent {len(lines)} message{'' if len(lines) == 1 else 's'} to {topic}{when}")
-
-
-def _split_header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise click.BadParameter(f"expected NAME=VALUE, got {text!r}", param_hint="--header")
-    return name, value
-
-
-@cli.command()
 @queue_options
 @click.option(
     "--handler",
@@ -211,13 +157,13 @@ def _split_header(text: str) -> tuple[str, str]:
 )
 @click.option(
     "--max-buffered",
-    type=click.IntRange(1),
+    type=click.IntRange(1, MAX_BUFFERED),
     help="With --concurrency above 1: fetched messages waiting to start before fetching "
-    "pauses [default: max(4 * concurrency, 100)].",
+    f"pauses, at most {MAX_BUFFERED:,} [default: max(4 * concurrency, 100)].",
 )
 @click.option(
     "--drain-timeout",
-    type=click.FloatRange(0),
+    type=Number(0, MAX_DRAIN_TIMEOUT_S),
     default=30.0,
     show_default=True,
     help="With --concurrency above 1: seconds a stopping worker waits for running calls; "
@@ -298,7 +244,8 @@ def worker(
 @metrics_port_option
 @connection_options
 @click.pass_context
-def tracker(ctx: click.Context, topic: str, group: str, metrics_port: int | None) -> None:
+@crash_guarded
+def tracker(ctx: click.Context, topic: str, group: str, metrics_port: int | None) -> int:
     """Redeliver GROUP's messages of TOPIC that were not acknowledged in time."""
     from kmq_dagster.kafka.clients import wall_clock_ms
     from kmq_dagster.kafka.queues import open_queue
@@ -313,6 +260,7 @@ def tracker(ctx: click.Context, topic: str, group: str, metrics_port: int | None
     log.info("tracker for %s started", service.queue)
     _run_until_signalled(service.run, service.describe_stats, "kmq.tracker", metrics)
     click.echo(f"kmq tracker: stopped after {service.stats.redelivered} redeliveries")
+    return 0
 
 
 @cli.command()

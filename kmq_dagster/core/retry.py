@@ -237,13 +237,15 @@ def parse_delay_list(text: str) -> tuple[int, ...]:
     """Parse ``"10s,1m,10m"`` into milliseconds.
 
     Raises:
-        ConfigError: empty, or an entry is not a positive duration.
+        ConfigError: empty, an empty entry (``1s,,2s``: a typo, not a list of two), or an
+            entry that is not a positive duration.
     """
+    parts = text.split(",")
     try:
-        delays_ms = tuple(parse_duration_ms(part) for part in text.split(",") if part.strip())
+        delays_ms = tuple(parse_duration_ms(part) for part in parts if part.strip())
     except ConfigError:
         delays_ms = ()
-    if not delays_ms or any(delay_ms <= 0 for delay_ms in delays_ms):
+    if len(delays_ms) != len(parts) or any(delay_ms <= 0 for delay_ms in delays_ms):
         raise ConfigError(
             "retry delays are a comma-separated list of positive durations, e.g. 10s,1m,10m; "
             f"got {text!r}",

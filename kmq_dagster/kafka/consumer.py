@@ -43,6 +43,7 @@ from kmq_dagster.kafka.message import (
 )
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.runs import fetched_runs, record_runs
+from kmq_dagster.kafka.topic_watch import TopicWatch, means_topic_gone
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,13 @@ class KmqConsumer:
         )
         # ack() appends here, from any thread (see AckFlusher): one lookup less per message.
         self._acks = self._ack_flusher.acks
+        # Without its markers topic no message could be started: stop rather than go on. (A
+        # consumed topic deleted shows as fetch errors, checked then: one request per check.)
+        self._topic_watch = TopicWatch(
+            self._consumer,
+            [queue.markers_topic],
+            fix=f"kmq provision --topic {queue.topic} --group {queue.group}",
+        )
 
     # -- the protocol ---------------------------------------------------------------------
 
@@ -219,6 +227,7 @@ class KmqConsumer:
 
     def _fetch(self, timeout_s: float) -> tuple[list[Message], list[OffsetRun]]:
         """1. Fetch a batch; 2. send its start markers. Returns the records and their runs."""
+        self._topic_watch.check_due()
         self._ack_flusher.flush()
         self._batches.settle()
         if self._fetching_held:
@@ -262,6 +271,8 @@ class KmqConsumer:
         self.stats.client_errors.record(error)
         if error.fatal():
             raise KafkaException(error)
+        if means_topic_gone(error):
+            self._topic_watch.check_now([record.topic() or self.queue.topic])
 
     def _restart(self, message: KmqMessage | Message, deadline_ms: int) -> None:
         """A new start marker for one message: it is in flight until ``deadline_ms``."""

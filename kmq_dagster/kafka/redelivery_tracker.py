@@ -31,6 +31,7 @@ from kmq_dagster.kafka.clients import new_consumer, wall_clock_ms
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.record_reader import FETCH_MAX_BYTES
 from kmq_dagster.kafka.redelivery import Redeliverer
+from kmq_dagster.kafka.topic_watch import TopicWatch, means_topic_gone
 from kmq_dagster.kafka.tracker_state import MarkersPartitionState, TrackerStats
 
 log = logging.getLogger(__name__)
@@ -96,9 +97,17 @@ class RedeliveryTracker:
             },
         )
         self._redeliverer = Redeliverer(settings, queue, self.stats)
+        self._topic_watch = TopicWatch(
+            self._consumer,
+            [self.markers_topic],
+            fix=f"kmq provision --topic {queue.topic} --group {queue.group}",
+        )
 
     def run(self, stop: threading.Event, on_tick: Callable[[], None] | None = None) -> None:
         """Track until ``stop`` is set (or ``on_tick`` raises); then commit and leave the group.
+
+        Raises:
+            TopicDeletedError: the markers topic was deleted while tracking.
 
         Args:
             on_tick: called every loop, at least every :data:`CHECK_INTERVAL_S` seconds, on
@@ -113,6 +122,7 @@ class RedeliveryTracker:
             while not stop.is_set():
                 if on_tick is not None:
                     on_tick()
+                self._topic_watch.check_due()
                 # With a backlog of overdue messages, read the markers there are and go on.
                 wait_s = 0.0 if backlog else CHECK_INTERVAL_S
                 for message in self._consumer.consume(1000, wait_s):
@@ -174,6 +184,8 @@ class RedeliveryTracker:
                     log.info("markers partition %d caught up at %s", partition, message.offset())
             else:
                 self.stats.client_errors.record(error)
+                if means_topic_gone(error):
+                    self._topic_watch.check_now()
             return
         if state is None:  # a message for a partition revoked meanwhile
             return

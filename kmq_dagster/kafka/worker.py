@@ -40,8 +40,8 @@ def load_handler(spec: str) -> Handler:
     ``python -m``.
 
     Raises:
-        ConfigError: malformed spec, module not importable (a syntax error or an exception
-            while importing it included), or attribute not callable.
+        ConfigError: malformed spec, module not importable (a syntax error, an exception or
+            ``sys.exit()`` while importing it included), or attribute not callable.
     """
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
@@ -65,6 +65,11 @@ def load_handler(spec: str) -> Handler:
     except Exception as exc:
         raise ConfigError(
             f"importing handler module {module_name!r} raised {type(exc).__name__}: {exc}",
+            setting="handler",
+        ) from None
+    except SystemExit as exc:  # an exit at import is a module that cannot load, said so
+        raise ConfigError(
+            f"importing handler module {module_name!r} called exit({exc.code!r})",
             setting="handler",
         ) from None
     handler = getattr(module, attribute, None)

@@ -91,8 +91,40 @@ def test_bad_values_are_config_errors(env: dict[str, str], message: str) -> None
 
 def test_client_options_need_key_and_value() -> None:
     assert parse_client_options(["a.b=1", "c= x=y"]) == {"a.b": "1", "c": " x=y"}
-    with pytest.raises(ConfigError, match="key=value"):
+    with pytest.raises(ConfigError, match="NAME=VALUE"):
         parse_client_options(["novalue"])
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("sasl.password:Hunter22", "write sasl.password=..., not sasl.password:..."),
+        ("=Hunter22", "no name before its '='"),
+        ("Hunter22", "not shown: it may be a secret"),
+    ],
+)
+def test_malformed_client_options_are_refused_without_echoing_their_text(
+    option: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as raised:
+        parse_client_options([option])
+
+    assert "Hunter22" not in str(raised.value)
+
+
+@pytest.mark.parametrize("servers", ["", " ", "a:1,,b:2", "a:1,", "kmq:Hunter22@broker:9092"])
+def test_bootstrap_lists_that_kafka_cannot_use_are_refused(servers: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        KmqSettings(bootstrap_servers=servers)
+
+    assert raised.value.setting == "bootstrap_servers"
+    assert "Hunter22" not in str(raised.value)
+
+
+@pytest.mark.parametrize("delays", ["1s,,2s", "1s,", ",1s", "1s, ,2s"])
+def test_a_delay_list_with_an_empty_entry_is_refused(delays: str) -> None:
+    with pytest.raises(ConfigError, match="comma-separated list"):
+        parse_delay_list(delays)
 
 
 def test_delay_list() -> None:

@@ -1,0 +1,89 @@
+"""``python -m kmq_dagster.crash_guard ARGS``: run ``kmq ARGS`` in a child process, so that a
+crash of the Kafka client inside it still ends in one error line and a documented exit code.
+
+Why: librdkafka 2.16 dereferences a NULL topic name (``rd_kafka_metadata_update_op`` ->
+``rd_kafka_metadata_cache_find`` -> ``strcmp``) when a Fetch response names a partition by a
+zero topic id and carries a new leader for it. The embedded broker answers exactly so for a
+topic deleted while a consumer fetches it, and a consumer fetches every 50 ms: a tracker whose
+markers topic is deleted dies of SIGSEGV in the client's own thread before any check of kmq's
+can run. No Python code survives that in the process. (``kmq worker`` is not supervised: a
+handler may rely on the worker's PID being its own.)
+
+So ``kmq tracker`` replaces itself (``exec``: same PID) with this small supervisor, which
+imports next to nothing (about 20 MB), runs the command in a child, and passes its exit code
+on. If the child crashes, the supervisor replaces itself with the command once
+more in *explain* mode (:data:`EXPLAIN_ENV` names the signal), which prints the one error line
+the cluster's state explains and exits with its code (see ``kmq_dagster.cli.crash_guard``).
+
+The child is in its own process group (Ctrl-C reaches the supervisor, which passes it on once),
+dies with the supervisor (``PR_SET_PDEATHSIG``: a SIGKILLed ``kmq tracker`` leaves no tracker
+behind), and inherits stdin, stdout and stderr. A death by another signal N is ``128 + N``,
+like a shell's.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from kmq_dagster.broker.process import die_with_parent
+
+#: Set in the child's environment: the child runs the command itself.
+CHILD_ENV = "KMQ_CRASH_GUARD_CHILD"
+#: Set (to the signal's number) when the command runs again to explain a crash.
+EXPLAIN_ENV = "KMQ_CRASH_GUARD_EXPLAIN"
+#: Signals that mean the child crashed (not that someone stopped it).
+CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL})
+#: Signals the supervisor passes on to the child.
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def supervise(args: Sequence[str]) -> int:
+    """Run ``kmq args`` in a child; its exit code (``128 + N`` after signal N), or, after a
+    crash, whatever the command in explain mode ends with (this process is replaced)."""
+    kmq = [sys.executable, "-m", "kmq_dagster.cli", *args]
+    child = subprocess.Popen(
+        kmq,
+        env={**os.environ, CHILD_ENV: "1"},
+        process_group=0,
+        # Safe: this process has no threads, and the child only calls prctl before exec.
+        preexec_fn=functools.partial(die_with_parent, os.getpid()),  # noqa: PLW1509
+    )
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
+    code = child.wait()
+    if code >= 0:
+        return code
+    if signal.Signals(-code) not in CRASH_SIGNALS:
+        return 128 - code
+    sys.stdout.flush()
+    os.execve(sys.executable, kmq, {**os.environ, CHILD_ENV: "1", EXPLAIN_ENV: str(-code)})
+    return 128 - code  # not reached: execve does not return
+
+
+def supervised_pid(pid: int) -> int:
+    """The PID of the command ``pid`` runs if ``pid`` is a supervisor, else ``pid``: what to
+    measure (memory, CPU) when one means the tracker or worker itself (Linux ``/proc``)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return pid
+    if __name__.encode() in cmdline and len(children) == 1:
+        return int(children[0])
+    return pid
+
+
+if __name__ == "__main__":
+    sys.exit(supervise(sys.argv[1:]))
