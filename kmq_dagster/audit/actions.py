@@ -26,6 +26,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from kmq_dagster.audit.history import as_utc
 from kmq_dagster.audit.models import ACTION_STATES, Action, ActionLease, DeadLetterEvent
+from kmq_dagster.core.wording import counted
 from kmq_dagster.errors import AuditStoreError
 
 if TYPE_CHECKING:
@@ -263,7 +264,11 @@ def reap_abandoned(connection: Connection, now: datetime) -> int:
             .where(DeadLetterEvent.action_id == action.id, DeadLetterEvent.state == "sending")
             .values(state="unconfirmed")
         ).rowcount
-        note = f"; {unconfirmed} copies may have been sent unconfirmed" if unconfirmed else ""
+        note = (
+            f"; {counted(unconfirmed, 'copy', 'copies')} may have been sent unconfirmed"
+            if unconfirmed
+            else ""
+        )
         outcome = (
             f"interrupted: its process {action.owner} is gone; by then: {action.outcome}{note}"
         )

@@ -14,6 +14,7 @@ from sqlalchemy import delete, func, select
 from kmq_dagster.audit.actions import ANY, RUNNING, SUCCEEDED, start_action
 from kmq_dagster.audit.models import Action, DeadLetter
 from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.core.wording import counted
 from kmq_dagster.errors import AuditStoreError
 
 
@@ -29,7 +30,8 @@ class RetentionReport:
     def describe(self) -> str:
         kept = f"archived to {self.archive} and " if self.archive else ""
         return (
-            f"{kept}removed {self.dead_letters} dead letters and {self.actions} actions "
+            f"{kept}removed {counted(self.dead_letters, 'dead letter')} and "
+            f"{counted(self.actions, 'action')} "
             f"older than {self.cutoff:%Y-%m-%d %H:%M:%S %Z}"
         )
 

@@ -10,6 +10,7 @@ import click
 from kmq_dagster.cli.app import cli, connection_options, settings_of
 from kmq_dagster.console.auth import ROLES, UsersFile
 from kmq_dagster.console.config import DEFAULT_ADDRESS, DEFAULT_PORT, ConsoleConfig
+from kmq_dagster.core.wording import article
 
 
 @cli.group("console", invoke_without_command=True)
@@ -71,4 +72,4 @@ def add_user(ctx: click.Context, name: str, role: str, oidc: bool, password_stdi
             else click.prompt("Password", hide_input=True, confirmation_prompt=True)
         )
     users.add(local_admin(), name, role, password)
-    click.echo(f"kmq console: {name} is a {role} in {users.path}")
+    click.echo(f"kmq console: {name} is {article(role)} {role} in {users.path}")

@@ -27,6 +27,7 @@ from kmq_dagster.cli.value_types import Number
 from kmq_dagster.core.replay import ReplaySelection, TimeBound, resolve_time
 from kmq_dagster.core.replay_request import StopRequest
 from kmq_dagster.core.terminal_text import escape_control
+from kmq_dagster.core.wording import counted
 from kmq_dagster.kafka.replay import ReplayReport, ReplayRequest
 
 if TYPE_CHECKING:
@@ -232,7 +233,7 @@ def ingest(
         if once:  # run() closes it itself
             ingester.close()
     click.echo(
-        f"kmq ingest: {stats.read} dead letters read, {stats.stored} new, "
+        f"kmq ingest: {counted(stats.read, 'dead letter')} read, {stats.stored} new, "
         f"{stats.already_stored} already stored, in {store.url_for_display}"
     )
 
@@ -275,7 +276,7 @@ def discard(
         return EXIT_FOR_SIGNAL[str(exc)]
     finally:
         store.close()
-    click.echo(f"{'would discard' if dry_run else 'discarded'} {count} dead letters")
+    click.echo(f"{'would discard' if dry_run else 'discarded'} {counted(count, 'dead letter')}")
     return 0
 
 

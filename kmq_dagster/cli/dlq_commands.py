@@ -12,6 +12,7 @@ from kmq_dagster.cli.app import cli, connection_options, settings_of
 from kmq_dagster.cli.options import dead_letter_selection_options, queue_options
 from kmq_dagster.core.replay import ReplaySelection
 from kmq_dagster.core.terminal_text import escape_control
+from kmq_dagster.core.wording import counted
 
 
 @cli.group()
@@ -44,7 +45,9 @@ def dlq_list(
         click.echo(json.dumps(summary) if as_json else _line(summary))
     if not as_json:
         more = f"; more match (raise --limit above {limit})" if page.more else ""
-        click.echo(f"{len(page.letters)} dead letters shown of {page.scanned} read{more}")
+        click.echo(
+            f"{counted(len(page.letters), 'dead letter')} shown of {page.scanned} read{more}"
+        )
 
 
 @dlq.command("show")

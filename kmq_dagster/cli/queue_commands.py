@@ -25,6 +25,7 @@ from kmq_dagster.cli.options import (
 from kmq_dagster.cli.queue_definition_options import DefinitionOptions, definition_options
 from kmq_dagster.cli.value_types import Number
 from kmq_dagster.core.ordering import Ordering
+from kmq_dagster.core.wording import counted
 from kmq_dagster.kafka.provision import ProvisionReport
 from kmq_dagster.settings import MAX_BATCH_SIZE, MAX_PARTITIONS
 
@@ -259,7 +260,10 @@ def tracker(ctx: click.Context, topic: str, group: str, metrics_port: int | None
     )
     log.info("tracker for %s started", service.queue)
     _run_until_signalled(service.run, service.describe_stats, "kmq.tracker", metrics)
-    click.echo(f"kmq tracker: stopped after {service.stats.redelivered} redeliveries")
+    click.echo(
+        "kmq tracker: stopped after "
+        + counted(service.stats.redelivered, "redelivery", "redeliveries")
+    )
     return 0
 
 
@@ -279,7 +283,9 @@ def delayer(ctx: click.Context, topic: str, metrics_port: int | None) -> None:
     )
     log.info("delay forwarder for %s started", topic)
     _run_until_signalled(forwarder.run, forwarder.describe_stats, "kmq.delayer", metrics)
-    click.echo(f"kmq delayer: stopped after {forwarder.stats.delivered} deliveries")
+    click.echo(
+        f"kmq delayer: stopped after {counted(forwarder.stats.delivered, 'delivery', 'deliveries')}"
+    )
 
 
 def _run_until_signalled(

@@ -19,6 +19,7 @@ from kmq_dagster.cli.app import cli, connection_options, settings_of
 from kmq_dagster.cli.options import topic_option
 from kmq_dagster.cli.value_types import Duration
 from kmq_dagster.core.durations import format_duration_ms
+from kmq_dagster.core.wording import counted
 from kmq_dagster.errors import ConfigError, DeliveryError
 from kmq_dagster.settings import MAX_PRODUCER_MESSAGE_MAX_BYTES
 
@@ -167,7 +168,7 @@ def _check_size(size_bytes: int, limit_bytes: int, where: str) -> None:
 def _not_sent(total: int, pending: int, failures: list[Any]) -> str:
     """What the broker did not acknowledge, and why (its first refusal)."""
     refused = len(failures)
-    line = f"{refused + pending} of {total} messages were not acknowledged by Kafka"
+    line = f"{refused + pending} of {counted(total, 'message')} were not acknowledged by Kafka"
     if failures:
         first = failures[0]
         line += f": {first.str()}"

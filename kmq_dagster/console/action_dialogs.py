@@ -13,6 +13,7 @@ from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.console import operations, session
 from kmq_dagster.console.operations import ReplayPlan, ReplayPreview
 from kmq_dagster.core.replay import DEFAULT_MAX_REPLAYS, TO_ORIGINAL, TO_RETRY
+from kmq_dagster.core.wording import counted
 
 DIALOG_KEY = "kmq_dialog"
 PREVIEW_KEY = "kmq_replay_preview"
@@ -75,7 +76,9 @@ def replay_dialog(where: DeadLetterFilter, described: str) -> None:
         return
     _show_preview(stored[1])
     count = stored[1].report.movable
-    if count and st.button(f"Replay {count} dead letters", type="primary", key="replay-go"):
+    if count and st.button(
+        f"Replay {counted(count, 'dead letter')}", type="primary", key="replay-go"
+    ):
         job = session.attempt(
             lambda: operations.start_replay(
                 session.principal(), session.kafka_settings(), session.store(), plan
@@ -84,7 +87,7 @@ def replay_dialog(where: DeadLetterFilter, described: str) -> None:
         if job is not None:
             st.session_state[STARTED_KEY] = job.id
             st.session_state[NOTICE_KEY] = (
-                f"Replay {job.id} started: {count} dead letters to {job.target_topic}. "
+                f"Replay {job.id} started: {counted(count, 'dead letter')} to {job.target_topic}. "
                 "Follow it on the Actions page."
             )
             close_dialog()
@@ -94,7 +97,8 @@ def replay_dialog(where: DeadLetterFilter, described: str) -> None:
 def _show_preview(preview: ReplayPreview) -> None:
     report = preview.report
     st.text(
-        f"Dry run: {report.movable} dead letters would be replayed to {preview.target_topic}.\n"
+        f"Dry run: {counted(report.movable, 'dead letter')} would be replayed to "
+        f"{preview.target_topic}.\n"
         f"Selected {report.selected} of {report.scanned} scanned; skipped at the replay limit "
         f"{report.over_limit}; discarded {report.discarded}."
     )
@@ -122,12 +126,15 @@ def discard_dialog(where: DeadLetterFilter, described: str) -> None:
     )
     reason = st.text_input("Reason (required; kept in the audit log)", key="discard-reason")
     if st.button(
-        f"Discard {count} dead letters", type="primary", disabled=not count, key="discard-go"
+        f"Discard {counted(count, 'dead letter')}",
+        type="primary",
+        disabled=not count,
+        key="discard-go",
     ):
         done = session.attempt(
             lambda: operations.discard(session.principal(), store, where, reason=reason)
         )
         if done is not None:
-            st.session_state[NOTICE_KEY] = f"Discarded {done} dead letters."
+            st.session_state[NOTICE_KEY] = f"Discarded {counted(done, 'dead letter')}."
             close_dialog()
             st.rerun()

@@ -19,6 +19,7 @@ from kmq_dagster.core.replay import (
     ReplaySelection,
     default_replay_id,
 )
+from kmq_dagster.core.wording import counted
 from kmq_dagster.errors import ConfigError
 
 
@@ -93,7 +94,8 @@ class ReplayReport:
         types = ", ".join(f"{name} {n}" for name, n in self.by_error_type.most_common())
         return (
             ("cancelled: " if self.cancelled else "")
-            + f"{verb} {count} of {self.scanned} dead letters to the {self.target} topic "
+            + f"{verb} {count} of {counted(self.scanned, 'dead letter')} "
+            f"to the {self.target} topic "
             f"(replay id {self.replay_id}); selected {self.selected}, skipped at the replay "
             f"limit {self.over_limit}, discarded {self.discarded}, "
             f"possible duplicates {self.possible_duplicates}"

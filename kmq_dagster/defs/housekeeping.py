@@ -19,6 +19,7 @@ from dagster import (
 from pydantic import Field
 
 from kmq_dagster.audit.housekeeping import apply_retention, dead_letter_counts
+from kmq_dagster.core.wording import counted
 from kmq_dagster.defs.alert_sinks import Alert
 from kmq_dagster.defs.alerts import KmqAlertsResource
 from kmq_dagster.defs.operator_jobs import actor_of
@@ -113,7 +114,7 @@ def send_dead_letter_digest(
         kind="dead_letter_digest",
         severity="warning" if total else "info",
         subject="kmq dead letters",
-        title=f"{total} dead letters in the last {config.hours:g} h",
+        title=f"{counted(total, 'dead letter')} in the last {config.hours:g} h",
         text="; ".join(lines) or "none",
         key=f"digest:{since:%Y-%m-%dT%H}",
         details={"since": since.isoformat(), "counts": [list(c) for c in counts]},

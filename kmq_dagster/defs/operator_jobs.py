@@ -20,6 +20,7 @@ from pydantic import Field
 
 from kmq_dagster.audit.store import DeadLetterFilter
 from kmq_dagster.core.replay import ReplaySelection, parse_offsets, parse_time, resolve_time
+from kmq_dagster.core.wording import counted
 from kmq_dagster.defs.queue_spec import QueueSpec, queue_job
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.kafka.audited_ingest import run_ingest
@@ -113,7 +114,9 @@ def discard_job(spec: QueueSpec) -> JobDefinition:
         )
         count = audit.get_store().discard(where, actor=actor_of(context), dry_run=config.dry_run)
         verb = "would discard" if config.dry_run else "discarded"
-        context.log.info(f"{verb} {count} dead letters of {spec.queue} ({where.describe()})")
+        context.log.info(
+            f"{verb} {counted(count, 'dead letter')} of {spec.queue} ({where.describe()})"
+        )
         return count
 
     return queue_job(

@@ -306,8 +306,8 @@ def test_a_499_deep_dead_letter_renders_exports_once_and_can_be_discarded(
     page.get_by_role("button", name="Discard all matching (1)").click()
     dialog = page.get_by_role("dialog")
     dialog.get_by_label("Reason (required; kept in the audit log)").fill("poison: 499 deep")
-    dialog.get_by_role("button", name="Discard 1 dead letters").click()
-    expect(page.get_by_text("Discarded 1 dead letters.")).to_be_visible()
+    dialog.get_by_role("button", name="Discard 1 dead letter").click()
+    expect(page.get_by_text("Discarded 1 dead letter.")).to_be_visible()
     done = DeadLetterFilter(error_type="RecursionBomb", status="discarded")
     assert store.count_dead_letters(done) == 1
     store.close()

@@ -326,8 +326,8 @@ def test_discarded_dead_letters_are_skipped_by_replays_and_discards_are_audited(
     report = replay_dead_letters(queue, request(), audit=store, actor="ana")
 
     assert (dry.stdout.strip(), real.stdout.strip()) == (
-        "would discard 1 dead letters",
-        "discarded 1 dead letters",
+        "would discard 1 dead letter",
+        "discarded 1 dead letter",
     )
     assert (report.replayed, report.discarded) == (2, 1)
     kinds = [(a.kind, a.dry_run, a.count) for a in store.actions(queue_topic=queue.topic)]
