@@ -27,6 +27,7 @@ from kmq_dagster.core.headers import (
 from kmq_dagster.core.inflight import MessageRef
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.ranges import OffsetRun, offset_runs
+from kmq_dagster.core.wording import counted
 from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import COPY_ANSWER_TIMEOUT_S, DELIVERY_TIMEOUT_S, DeliveryTally
 from kmq_dagster.kafka.marker_writer import MarkerWriter
@@ -114,9 +115,8 @@ class Redeliverer:
             tail = [(REDELIVERY_COUNT, b"1" if count == 1 else str(count).encode())]
             if count > self.max_redeliveries:
                 target = self.dlq_topic
-                reason = (
-                    f"not acknowledged within its visibility timeout after "
-                    f"{self.max_redeliveries} redeliveries"
+                reason = "not acknowledged within its visibility timeout after " + counted(
+                    self.max_redeliveries, "redelivery", "redeliveries"
                 )
                 tail.append((DLQ_REASON, reason.encode()))
         copies.produce(

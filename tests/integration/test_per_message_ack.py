@@ -232,7 +232,7 @@ def test_after_max_redeliveries_a_message_goes_to_the_dlq_with_its_reason(
     assert [m.redelivery_count for m in deliveries] == [0, 1]
     assert [m.value() for m in dead] == [b"poison"]
     reason = header_value(normalize_headers(dead[0].headers()), DLQ_REASON) or b""
-    assert b"after 1 redeliveries" in reason
+    assert b"after 1 redelivery" in reason
     assert header_value(normalize_headers(dead[0].headers()), REDELIVERY_COUNT) == b"2"
     assert tracker.stats.dead_lettered == 1
 
