@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kmq_dagster.bench.common import Cluster, Report
-from kmq_dagster.bench.parallel_memory import RssFigures, drain_with_rss
+from kmq_dagster.bench.parallel_memory import SAMPLE_EVERY_S, RssFigures, drain_with_rss
 from kmq_dagster.bench.parallel_runs import (
     CallLog,
     Drain,
@@ -124,6 +124,10 @@ class ParallelFigures:
                 f"peak {rss.peak_mb:.0f} MB, {rss.end_mb:.0f} MB at the end; second half "
                 f"{rss.second_half_slope_mb_per_min:+.2f} MB/min ({len(rss.samples)} samples, "
                 f"{rss.drain.msgs_per_s:,.0f} msg/s)"
+            )
+            lines.append(
+                "worker RSS, MB, every 5 s: "
+                + " ".join(f"{mb:.0f}" for _, mb in rss.samples[:: round(5 / SAMPLE_EVERY_S)])
             )
         return lines
 

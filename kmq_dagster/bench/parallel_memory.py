@@ -85,6 +85,7 @@ class RssFigures:
             "rss_end_mb": round(self.end_mb, 1),
             "rss_slope_mb_per_min": round(self.second_half_slope_mb_per_min, 2),
             "rss_drain_msgs_per_s": round(self.drain.msgs_per_s),
+            "rss_samples_mb": [round(mb, 1) for _, mb in self.samples],
         }
 
 
