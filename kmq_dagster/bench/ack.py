@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Message
 
-from kmq_dagster.bench.ack_latency import ack_latency_ms, plain_commit_latency_ms
+from kmq_dagster.bench.ack_latency import latency_rounds
 from kmq_dagster.bench.common import Cluster, Report, fill_topic, percentile
 from kmq_dagster.core.inflight import PartitionInflight
 from kmq_dagster.core.markers import StartMarker
@@ -33,6 +33,8 @@ from kmq_dagster.settings import KmqSettings
 GROUP = "bench"
 #: Shorter throughput runs time mostly what librdkafka fetched while the consumer joined.
 STEADY_RUN_S = 0.5
+#: Latency rounds (at most; fewer with ``--rounds`` below it): 20 s each, plus group joins.
+LATENCY_ROUNDS = 3
 
 
 @dataclass
@@ -48,6 +50,8 @@ class AckFigures:
     #: A plain consumer's produce-to-commit latency at the same load, in the same run.
     plain_p50_latency_ms: float
     plain_p95_latency_ms: float
+    #: The median over rounds of kmq's p95 / the plain consumer's p95 in the same round.
+    p95_latency_ratio_vs_plain: float
     redelivery_lateness_p50_ms: float
     redelivery_lateness_p99_ms: float
     tracker_bytes_per_inflight: float
@@ -61,7 +65,7 @@ class AckFigures:
             "view_ratio": round(self.ack_view_msgs_per_s / self.plain_msgs_per_s, 3),
             "p95_latency_ms": round(self.p95_latency_ms, 1),
             "plain_p95_latency_ms": round(self.plain_p95_latency_ms, 1),
-            "p95_latency_ratio_vs_plain": round(self.p95_latency_ms / self.plain_p95_latency_ms, 2),
+            "p95_latency_ratio_vs_plain": round(self.p95_latency_ratio_vs_plain, 2),
             "p50_latency_ms": round(self.p50_latency_ms, 1),
             "plain_p50_latency_ms": round(self.plain_p50_latency_ms, 1),
             "redelivery_lateness_p99_ms": round(self.redelivery_lateness_p99_ms, 1),
@@ -268,26 +272,17 @@ def run_ack_benchmark(
             "ahead during the group join; the ratio is not the steady one "
             "(--messages 1000000 runs about a second)"
         )
-    report("latency at an offered load of 10,000 msg/s for 10 s, plain consumer then kmq ...")
-    with cluster() as settings:
-        plain_latencies = plain_commit_latency_ms(
-            settings, _new_queue(settings, partitions).topic, 10_000, 10, partitions
-        )
-    with cluster() as settings:
-        latencies = ack_latency_ms(
-            settings, _new_queue(settings, partitions), 10_000, 10, partitions
-        )
-    for name, values in (
-        ("plain produce-to-commit", plain_latencies),
-        ("produce-to-ack", latencies),
-    ):
-        report(
-            f"{name} latency p50 {percentile(values, 0.5):.1f} ms, "
-            f"p95 {percentile(values, 0.95):.1f} ms, p99 {percentile(values, 0.99):.1f} ms"
-        )
+    latency_round_count = min(rounds, LATENCY_ROUNDS)
     report(
-        f"p95 ratio per-message ack / plain: "
-        f"{percentile(latencies, 0.95) / percentile(plain_latencies, 0.95):.2f}"
+        f"latency at an offered load of 10,000 msg/s for 10 s, a plain consumer and kmq, "
+        f"{latency_round_count} rounds ..."
+    )
+    latency = latency_rounds(cluster, _new_queue, latency_round_count, partitions, report)
+    report(
+        f"medians: produce-to-ack p50 {latency.p50_ms:.1f} ms, p95 {latency.p95_ms:.1f} ms; "
+        f"plain produce-to-commit p50 {latency.plain_p50_ms:.1f} ms, "
+        f"p95 {latency.plain_p95_ms:.1f} ms; p95 ratio kmq / plain {latency.p95_ratio:.2f} "
+        f"(rounds: {', '.join(f'{r:.2f}' for r in latency.p95_ratios)})"
     )
     report("redelivery lateness over 2,000 unacknowledged messages (2 s timeout) ...")
     with cluster() as settings:
@@ -303,11 +298,12 @@ def run_ack_benchmark(
         plain_msgs_per_s=plain,
         ack_msgs_per_s=ack,
         ack_view_msgs_per_s=view,
-        p50_latency_ms=percentile(latencies, 0.5),
-        p95_latency_ms=percentile(latencies, 0.95),
-        p99_latency_ms=percentile(latencies, 0.99),
-        plain_p50_latency_ms=percentile(plain_latencies, 0.5),
-        plain_p95_latency_ms=percentile(plain_latencies, 0.95),
+        p50_latency_ms=latency.p50_ms,
+        p95_latency_ms=latency.p95_ms,
+        p99_latency_ms=latency.p99_ms,
+        plain_p50_latency_ms=latency.plain_p50_ms,
+        plain_p95_latency_ms=latency.plain_p95_ms,
+        p95_latency_ratio_vs_plain=latency.p95_ratio,
         redelivery_lateness_p50_ms=percentile(lateness, 0.5),
         redelivery_lateness_p99_ms=percentile(lateness, 0.99),
         tracker_bytes_per_inflight=per_inflight,

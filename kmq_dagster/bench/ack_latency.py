@@ -1,8 +1,8 @@
 """Produce-to-done latency at an offered load, for ``kmq bench ack``: kmq's per-message ack
 against a plain consumer's commit, in the same run.
 
-The absolute figure says more about the machine than about kmq (the same code gave a p95 of
-227 ms and of 1,056 ms on one quiet machine, days apart), so the bench also reports it as a
+The absolute figure says more about the machine than about kmq (its p95 moved from 227 to
+1,056 ms between runs on one quiet machine, with the same code), so the bench also reports it as a
 ratio to a plain at-least-once consumer measured the same way at the same load. Both are timed
 from the produce call to the moment the consumer declares the message done without waiting for
 the broker: kmq's ``ack()`` (its end markers are written in the background) and the plain
@@ -11,11 +11,15 @@ consumer's asynchronous commit after the batch that held it.
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Message, Producer
 
+from kmq_dagster.bench.common import Cluster, Report, percentile
 from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.provision import provision_topic
@@ -123,3 +127,71 @@ def _fetch(consumer: Consumer, batch_size: int) -> list[Message]:
     if records and batch_size > 1:
         records += consumer.consume(batch_size - 1, 0)
     return records
+
+
+@dataclass(frozen=True)
+class LatencyFigures:
+    """Percentiles in ms, medians over the rounds; ``p95_ratios`` per round (kmq / plain)."""
+
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    plain_p50_ms: float
+    plain_p95_ms: float
+    p95_ratios: list[float]
+
+    @property
+    def p95_ratio(self) -> float:
+        """The median of the rounds' ratios: each pairs two runs made minutes apart."""
+        return statistics.median(self.p95_ratios)
+
+
+def latency_rounds(
+    cluster: Cluster,
+    new_queue: Callable[[KmqSettings, int], OpenedQueue],
+    rounds: int,
+    partitions: int,
+    report: Report,
+    *,
+    rate_per_s: int = 10_000,
+    seconds: float = 10,
+) -> LatencyFigures:
+    """Both consumers' latency ``rounds`` times, alternating which goes first, each on its own
+    ``cluster()``: on a shared machine one 10 s run of either can catch a stall of the other
+    tenants (a plain p95 of 231 ms in one run and 938 ms in the next)."""
+    kmq: list[list[float]] = []
+    plain: list[list[float]] = []
+    for round_number in range(rounds):
+        for measure_plain in (round_number % 2 == 0, round_number % 2 == 1):
+            with cluster() as settings:
+                queue = new_queue(settings, partitions)
+                if measure_plain:
+                    plain.append(
+                        plain_commit_latency_ms(
+                            settings, queue.topic, rate_per_s, seconds, partitions
+                        )
+                    )
+                else:
+                    kmq.append(ack_latency_ms(settings, queue, rate_per_s, seconds, partitions))
+        report(
+            f"latency round {round_number + 1}/{rounds}: p50 / p95 / p99, plain "
+            f"produce-to-commit {_percentiles(plain[-1])}, produce-to-ack {_percentiles(kmq[-1])}"
+        )
+
+    def median_of(runs: list[list[float]], share: float) -> float:
+        return statistics.median(percentile(run, share) for run in runs)
+
+    return LatencyFigures(
+        p50_ms=median_of(kmq, 0.5),
+        p95_ms=median_of(kmq, 0.95),
+        p99_ms=median_of(kmq, 0.99),
+        plain_p50_ms=median_of(plain, 0.5),
+        plain_p95_ms=median_of(plain, 0.95),
+        p95_ratios=[
+            percentile(k, 0.95) / percentile(p, 0.95) for k, p in zip(kmq, plain, strict=True)
+        ],
+    )
+
+
+def _percentiles(values: list[float]) -> str:
+    return " / ".join(f"{percentile(values, share):.1f}" for share in (0.5, 0.95, 0.99)) + " ms"
