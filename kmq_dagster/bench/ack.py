@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Consumer, Message
 
+from kmq_dagster.bench.ack_latency import latency_rounds
 from kmq_dagster.bench.common import Cluster, Report, fill_topic, percentile
 from kmq_dagster.core.inflight import PartitionInflight
 from kmq_dagster.core.markers import StartMarker
@@ -25,13 +26,15 @@ from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry_headers import origin_of
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.opened_queue import OpenedQueue
-from kmq_dagster.kafka.provision import provision_queue, provision_topic
+from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
 
 GROUP = "bench"
 #: Shorter throughput runs time mostly what librdkafka fetched while the consumer joined.
 STEADY_RUN_S = 0.5
+#: Latency rounds (at most; fewer with ``--rounds`` below it): 20 s each, plus group joins.
+LATENCY_ROUNDS = 3
 
 
 @dataclass
@@ -44,6 +47,11 @@ class AckFigures:
     p50_latency_ms: float
     p95_latency_ms: float
     p99_latency_ms: float
+    #: A plain consumer's produce-to-commit latency at the same load, in the same run.
+    plain_p50_latency_ms: float
+    plain_p95_latency_ms: float
+    #: The median over rounds of kmq's p95 / the plain consumer's p95 in the same round.
+    p95_latency_ratio_vs_plain: float
     redelivery_lateness_p50_ms: float
     redelivery_lateness_p99_ms: float
     tracker_bytes_per_inflight: float
@@ -56,6 +64,10 @@ class AckFigures:
             "ack_view_msgs_per_s": round(self.ack_view_msgs_per_s),
             "view_ratio": round(self.ack_view_msgs_per_s / self.plain_msgs_per_s, 3),
             "p95_latency_ms": round(self.p95_latency_ms, 1),
+            "plain_p95_latency_ms": round(self.plain_p95_latency_ms, 1),
+            "p95_latency_ratio_vs_plain": round(self.p95_latency_ratio_vs_plain, 2),
+            "p50_latency_ms": round(self.p50_latency_ms, 1),
+            "plain_p50_latency_ms": round(self.plain_p50_latency_ms, 1),
             "redelivery_lateness_p99_ms": round(self.redelivery_lateness_p99_ms, 1),
             "tracker_bytes_per_inflight": round(self.tracker_bytes_per_inflight, 2),
         }
@@ -165,53 +177,6 @@ def ack_throughput(
         return messages / (time.perf_counter() - started)
 
 
-def ack_latency_ms(
-    settings: KmqSettings, rate_per_s: int, seconds: float, partitions: int
-) -> list[float]:
-    """Produce-to-ack latency at an offered load: produce call to ``ack()`` of that message."""
-    queue = _new_queue(settings, partitions)
-    topic = queue.topic
-    consumer = KmqConsumer(queue)
-    # Join the group before the clock starts: a join is not part of per-message latency.
-    while not consumer.assignment_ready():
-        consumer.poll(timeout_s=0.2)
-    total = int(rate_per_s * seconds)
-    sent_at: dict[int, float] = {}
-
-    producer = Producer(settings.producer_config(**{"linger.ms": 1}))
-    # An idempotent producer first fetches a producer id (about 0.5 s on the embedded broker):
-    # a start-up cost, not per-message latency, so it is paid before the clock starts.
-    warm_up_topic = f"{topic}-warm-up"
-    provision_topic(settings, warm_up_topic, partitions=1, delay_queue=False)
-    producer.produce(warm_up_topic, value=b"warm-up")
-    producer.flush(30)
-
-    def offer() -> None:
-        begin = time.perf_counter()
-        for i in range(total):
-            due = begin + i / rate_per_s
-            pause = due - time.perf_counter()
-            if pause > 0:
-                time.sleep(pause)
-            sent_at[i] = time.perf_counter()
-            producer.produce(topic, value=str(i).encode(), partition=i % partitions)
-            producer.poll(0)
-        producer.flush(60)
-
-    producer_thread = threading.Thread(target=offer, daemon=True)
-    producer_thread.start()
-    latencies: list[float] = []
-    try:
-        while len(latencies) < total:
-            for message in consumer.poll(timeout_s=0.05):
-                consumer.ack(message)
-                latencies.append((time.perf_counter() - sent_at[int(message.value or 0)]) * 1000)
-        producer_thread.join()
-    finally:
-        consumer.close()
-    return latencies
-
-
 def redelivery_lateness_ms(
     settings: KmqSettings, messages: int, visibility_timeout_ms: int, partitions: int
 ) -> list[float]:
@@ -307,12 +272,17 @@ def run_ack_benchmark(
             "ahead during the group join; the ratio is not the steady one "
             "(--messages 1000000 runs about a second)"
         )
-    report("latency at an offered load of 10,000 msg/s for 10 s ...")
-    with cluster() as settings:
-        latencies = ack_latency_ms(settings, 10_000, 10, partitions)
+    latency_round_count = min(rounds, LATENCY_ROUNDS)
     report(
-        f"produce-to-ack latency p50 {percentile(latencies, 0.5):.1f} ms, "
-        f"p95 {percentile(latencies, 0.95):.1f} ms, p99 {percentile(latencies, 0.99):.1f} ms"
+        f"latency at an offered load of 10,000 msg/s for 10 s, a plain consumer and kmq, "
+        f"{latency_round_count} rounds ..."
+    )
+    latency = latency_rounds(cluster, _new_queue, latency_round_count, partitions, report)
+    report(
+        f"medians: produce-to-ack p50 {latency.p50_ms:.1f} ms, p95 {latency.p95_ms:.1f} ms; "
+        f"plain produce-to-commit p50 {latency.plain_p50_ms:.1f} ms, "
+        f"p95 {latency.plain_p95_ms:.1f} ms; p95 ratio kmq / plain {latency.p95_ratio:.2f} "
+        f"(rounds: {', '.join(f'{r:.2f}' for r in latency.p95_ratios)})"
     )
     report("redelivery lateness over 2,000 unacknowledged messages (2 s timeout) ...")
     with cluster() as settings:
@@ -328,9 +298,12 @@ def run_ack_benchmark(
         plain_msgs_per_s=plain,
         ack_msgs_per_s=ack,
         ack_view_msgs_per_s=view,
-        p50_latency_ms=percentile(latencies, 0.5),
-        p95_latency_ms=percentile(latencies, 0.95),
-        p99_latency_ms=percentile(latencies, 0.99),
+        p50_latency_ms=latency.p50_ms,
+        p95_latency_ms=latency.p95_ms,
+        p99_latency_ms=latency.p99_ms,
+        plain_p50_latency_ms=latency.plain_p50_ms,
+        plain_p95_latency_ms=latency.plain_p95_ms,
+        p95_latency_ratio_vs_plain=latency.p95_ratio,
         redelivery_lateness_p50_ms=percentile(lateness, 0.5),
         redelivery_lateness_p99_ms=percentile(lateness, 0.99),
         tracker_bytes_per_inflight=per_inflight,

@@ -248,3 +248,89 @@ def bench_dagster(ctx: click.Context, messages: int, ticks: int, external: bool)
     with bench_cluster(settings_of(ctx), external) as kafka:
         figures = run_dagster_benchmark(kafka, messages, report, ticks=ticks)
     click.echo(figures.as_json())
+
+
+@bench.command("parallel")
+@click.option(
+    "--messages",
+    type=click.IntRange(100, 10_000_000),
+    default=10_000,
+    show_default=True,
+    help="Messages of Parallel Consumer's shape per run.",
+)
+@click.option("--keys", type=click.IntRange(1, 1_000_000), default=100, show_default=True)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(2, 10_000),
+    default=100,
+    show_default=True,
+    help="Handler calls at once in the shape's runs.",
+)
+@click.option(
+    "--io-messages",
+    type=click.IntRange(100, 100_000_000),
+    default=100_000,
+    show_default=True,
+    help="Messages of the I/O scale run (20 ms each).",
+)
+@click.option("--io-concurrency", type=click.IntRange(2, 100_000), default=1_000, show_default=True)
+@click.option(
+    "--noop-messages",
+    type=click.IntRange(100, 100_000_000),
+    default=300_000,
+    show_default=True,
+    help="Messages of each no-op run at one call at a time.",
+)
+@click.option("--rounds", type=click.IntRange(1, 100), default=3, show_default=True)
+@click.option(
+    "--rss-backlog",
+    type=click.IntRange(0, 100_000_000),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Also drain a backlog of N messages through a slow handler and sample the "
+    "worker's RSS every second (1000000: a few minutes).",
+)
+@external_option
+@click.pass_context
+def bench_parallel(
+    ctx: click.Context,
+    messages: int,
+    keys: int,
+    concurrency: int,
+    io_messages: int,
+    io_concurrency: int,
+    noop_messages: int,
+    rounds: int,
+    rss_backlog: int,
+    external: bool,
+) -> None:
+    """Parallel Consumer's benchmark shape in each ordering, sync and async; an I/O scale run;
+    the no-op handler at concurrency 1 against the call path before async handlers."""
+    from kmq_dagster.bench.parallel import ParallelSizes, run_parallel_benchmark
+
+    settings = settings_of(ctx)
+    sizes = ParallelSizes(
+        messages=messages, keys=keys, concurrency=concurrency, io_messages=io_messages,
+        io_concurrency=io_concurrency, noop_messages=noop_messages,
+        noop_concurrent_messages=min(noop_messages, 20_000), rounds=rounds,
+    )  # fmt: skip
+    where = settings.bootstrap_servers if external else "a fresh embedded broker per round"
+    report(
+        f"measuring on {where}: {messages:,} messages, {keys} keys, 1 partition, waits of "
+        f"0-5 ms, concurrency {concurrency}; times run from the first handler call to the last "
+        "acknowledgement (group joins not timed)"
+    )
+    figures = run_parallel_benchmark(
+        lambda: bench_cluster(settings, external), sizes, report, rss_backlog=rss_backlog
+    )
+    for line in figures.table():
+        report(line)
+    report(
+        "noop_n1 is kmq worker's default path (concurrency 1: the serial loop, calling the "
+        "handler through HandlerCall, which awaits what it returns); noop_n1_direct is the same "
+        "loop calling the handler directly, as before async handlers: their ratio is the "
+        "regression at N = 1. noop_concurrent_loop is one call at a time through the concurrent "
+        "loop (a thread hand-off per call), for context."
+    )
+    click.echo(figures.as_json())

@@ -51,6 +51,8 @@ class HandlerCall:
 
     def __call__(self, message: Any) -> object:
         result = self.handler(message)
+        if result is None:  # most handlers return nothing: one check per message, not three
+            return None
         if inspect.isawaitable(result):
             return self._run(result)
         if inspect.isgenerator(result) or inspect.isasyncgen(result):

@@ -26,12 +26,22 @@ def test_bench_ack_prints_both_throughputs_their_ratio_latency_lateness_and_memo
         "ack_view_msgs_per_s",
         "view_ratio",
         "p95_latency_ms",
+        "plain_p95_latency_ms",
+        "p95_latency_ratio_vs_plain",
+        "p50_latency_ms",
+        "plain_p50_latency_ms",
         "redelivery_lateness_p99_ms",
         "tracker_bytes_per_inflight",
     }
     assert figures["ratio"] == pytest.approx(
         figures["ack_msgs_per_s"] / figures["plain_msgs_per_s"], abs=0.001
     )
+    # the latency also as a ratio to a plain consumer's at the same load, in the same run
+    # (one round: the median of the rounds' ratios is that round's)
+    assert figures["p95_latency_ratio_vs_plain"] == pytest.approx(
+        figures["p95_latency_ms"] / figures["plain_p95_latency_ms"], rel=0.05
+    )
+    assert "latency round 1/1: p50 / p95 / p99, plain produce-to-commit" in result.stderr
     # every unacknowledged message came back, none before its deadline
     assert "redelivered 2000 after their deadline" in result.stderr
     assert "earliest -" not in result.stderr

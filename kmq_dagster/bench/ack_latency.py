@@ -1,0 +1,197 @@
+"""Produce-to-done latency at an offered load, for ``kmq bench ack``: kmq's per-message ack
+against a plain consumer's commit, in the same run.
+
+The absolute figure says more about the machine than about kmq (its p95 moved from 227 to
+1,056 ms between runs on one quiet machine, with the same code), so the bench also reports it as a
+ratio to a plain at-least-once consumer measured the same way at the same load. Both are timed
+from the produce call to the moment the consumer declares the message done without waiting for
+the broker: kmq's ``ack()`` (its end markers are written in the background) and the plain
+consumer's asynchronous commit after the batch that held it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, Message, Producer
+
+from kmq_dagster.bench.common import Cluster, Report, percentile
+from kmq_dagster.kafka.consumer import KmqConsumer
+from kmq_dagster.kafka.opened_queue import OpenedQueue
+from kmq_dagster.kafka.provision import provision_topic
+from kmq_dagster.settings import KmqSettings
+
+#: How long a fetch waits for a first message, for both consumers.
+FETCH_WAIT_S = 0.05
+
+
+class OfferedLoad:
+    """``rate_per_s`` messages a second for ``seconds`` to ``topic`` (value: the index), on a
+    thread; :attr:`sent_at` holds each one's ``perf_counter()`` at its produce call."""
+
+    def __init__(
+        self, settings: KmqSettings, topic: str, rate_per_s: int, seconds: float, partitions: int
+    ) -> None:
+        self.total = int(rate_per_s * seconds)
+        self.sent_at: dict[int, float] = {}
+        self._topic, self._rate_per_s, self._partitions = topic, rate_per_s, partitions
+        self._producer = Producer(settings.producer_config(**{"linger.ms": 1}))
+        # An idempotent producer first fetches a producer id (about 0.5 s on the embedded
+        # broker): a start-up cost, not per-message latency, so it is paid before the clock.
+        warm_up_topic = f"{topic}-warm-up"
+        provision_topic(settings, warm_up_topic, partitions=1, delay_queue=False)
+        self._producer.produce(warm_up_topic, value=b"warm-up")
+        self._producer.flush(30)
+        self._thread = threading.Thread(target=self._offer, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def latency_ms(self, value: bytes | None) -> float:
+        return (time.perf_counter() - self.sent_at[int(value or b"0")]) * 1000
+
+    def _offer(self) -> None:
+        begin = time.perf_counter()
+        for i in range(self.total):
+            pause = begin + i / self._rate_per_s - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            self.sent_at[i] = time.perf_counter()
+            self._producer.produce(
+                self._topic, value=str(i).encode(), partition=i % self._partitions
+            )
+            self._producer.poll(0)
+        self._producer.flush(60)
+
+
+def ack_latency_ms(
+    settings: KmqSettings, queue: OpenedQueue, rate_per_s: int, seconds: float, partitions: int
+) -> list[float]:
+    """Produce-to-ack latency at an offered load: produce call to ``ack()`` of that message."""
+    consumer = KmqConsumer(queue)
+    # Join the group before the clock starts: a join is not part of per-message latency.
+    while not consumer.assignment_ready():
+        consumer.poll(timeout_s=0.2)
+    load = OfferedLoad(settings, queue.topic, rate_per_s, seconds, partitions)
+    load.start()
+    latencies: list[float] = []
+    try:
+        while len(latencies) < load.total:
+            for message in consumer.poll(timeout_s=FETCH_WAIT_S):
+                consumer.ack(message)
+                latencies.append(load.latency_ms(message.value))
+        load.join()
+    finally:
+        consumer.close()
+    return latencies
+
+
+def plain_commit_latency_ms(
+    settings: KmqSettings, topic: str, rate_per_s: int, seconds: float, partitions: int
+) -> list[float]:
+    """A plain at-least-once consumer at the same load: produce call to the asynchronous
+    commit after the batch holding the message, fetched the way :class:`KmqConsumer` fetches."""
+    consumer = Consumer(settings.consumer_config(f"plain-{topic}"))
+    consumer.subscribe([topic])
+    while not consumer.assignment():
+        consumer.consume(1, 0.2)  # the topic is empty until the load starts
+    load = OfferedLoad(settings, topic, rate_per_s, seconds, partitions)
+    load.start()
+    latencies: list[float] = []
+    try:
+        while len(latencies) < load.total:
+            batch = [m for m in _fetch(consumer, settings.batch_size) if m.error() is None]
+            if not batch:
+                continue
+            consumer.commit(asynchronous=True)  # the records are handled: a no-op handler
+            latencies.extend(load.latency_ms(record.value()) for record in batch)
+        load.join()
+    finally:
+        consumer.close()
+    return latencies
+
+
+def _fetch(consumer: Consumer, batch_size: int) -> list[Message]:
+    """What is here; else wait for one message, then take what arrived with it."""
+    records = consumer.consume(batch_size, 0)
+    if records:
+        return records
+    records = consumer.consume(1, FETCH_WAIT_S)
+    if records and batch_size > 1:
+        records += consumer.consume(batch_size - 1, 0)
+    return records
+
+
+@dataclass(frozen=True)
+class LatencyFigures:
+    """Percentiles in ms, medians over the rounds; ``p95_ratios`` per round (kmq / plain)."""
+
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    plain_p50_ms: float
+    plain_p95_ms: float
+    p95_ratios: list[float]
+
+    @property
+    def p95_ratio(self) -> float:
+        """The median of the rounds' ratios: each pairs two runs made minutes apart."""
+        return statistics.median(self.p95_ratios)
+
+
+def latency_rounds(
+    cluster: Cluster,
+    new_queue: Callable[[KmqSettings, int], OpenedQueue],
+    rounds: int,
+    partitions: int,
+    report: Report,
+    *,
+    rate_per_s: int = 10_000,
+    seconds: float = 10,
+) -> LatencyFigures:
+    """Both consumers' latency ``rounds`` times, alternating which goes first, each on its own
+    ``cluster()``: on a shared machine one 10 s run of either can catch a stall of the other
+    tenants (a plain p95 of 231 ms in one run and 938 ms in the next)."""
+    kmq: list[list[float]] = []
+    plain: list[list[float]] = []
+    for round_number in range(rounds):
+        for measure_plain in (round_number % 2 == 0, round_number % 2 == 1):
+            with cluster() as settings:
+                queue = new_queue(settings, partitions)
+                if measure_plain:
+                    plain.append(
+                        plain_commit_latency_ms(
+                            settings, queue.topic, rate_per_s, seconds, partitions
+                        )
+                    )
+                else:
+                    kmq.append(ack_latency_ms(settings, queue, rate_per_s, seconds, partitions))
+        report(
+            f"latency round {round_number + 1}/{rounds}: p50 / p95 / p99, plain "
+            f"produce-to-commit {_percentiles(plain[-1])}, produce-to-ack {_percentiles(kmq[-1])}"
+        )
+
+    def median_of(runs: list[list[float]], share: float) -> float:
+        return statistics.median(percentile(run, share) for run in runs)
+
+    return LatencyFigures(
+        p50_ms=median_of(kmq, 0.5),
+        p95_ms=median_of(kmq, 0.95),
+        p99_ms=median_of(kmq, 0.99),
+        plain_p50_ms=median_of(plain, 0.5),
+        plain_p95_ms=median_of(plain, 0.95),
+        p95_ratios=[
+            percentile(k, 0.95) / percentile(p, 0.95) for k, p in zip(kmq, plain, strict=True)
+        ],
+    )
+
+
+def _percentiles(values: list[float]) -> str:
+    return " / ".join(f"{percentile(values, share):.1f}" for share in (0.5, 0.95, 0.99)) + " ms"
