@@ -16,6 +16,7 @@ from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
 from tests.faults.test_metrics import scrape, value
 from tests.integration.test_at_least_once import GROUP, Fleet
+from tests.integration.test_spark_breaker import committed_total
 from tests.kafka_helpers import (
     WaitBudget,
     new_queue,
@@ -185,6 +186,51 @@ def test_a_sigkilled_concurrent_worker_loses_nothing(
     assert in_flight.total() > 0, "no call was in flight when the worker was killed"
     assert set(processed) == set(ids)
     assert set(in_flight) <= set(processed)  # the calls the kill cut short were done again
+
+
+def test_a_worker_sigkilled_with_100_calls_in_flight_loses_none_of_them(
+    settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    # given 300 messages and a worker at --concurrency 100 whose calls all wait at a gate
+    queue = new_queue(settings, topic_name, GROUP, partitions=2, visibility_timeout_ms=3_000)
+    ids = {f"held-{i:03d}" for i in range(300)}
+    gate_of(tmp_path, "held").touch()
+    produce(settings, topic_name, [v.encode() for v in sorted(ids)], partitions=2)
+    processes = processes_for(settings, topic_name, tmp_path)
+    worker = [*GATED, "--concurrency", "100", "--ordering", "unordered"]
+    budget = WaitBudget(200)
+    try:
+        victim = processes.start(*worker)
+        assert wait_for(
+            lambda: len(gated("start", gated_lines(tmp_path, victim.pid))) == 100,
+            budget.left_s(),
+        ), "the worker never had 100 calls in flight"
+        # and its group committed every offset it fetched: only the markers can bring them back
+        assert wait_for(
+            lambda: committed_total(settings, topic_name, GROUP) == 300, budget.left_s()
+        )
+
+        # when it is SIGKILLed with those 100 calls in flight, and the gate then opens for a
+        # tracker and a second worker
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        in_flight = set(gated("start", gated_lines(tmp_path, victim.pid)))
+        gate_of(tmp_path, "held").unlink()
+        with running_service(RedeliveryTracker(queue)) as tracker:
+            processes.start(*worker)
+            assert wait_for(
+                lambda: ids <= set(gated("ok", gated_lines(tmp_path))), budget.left_s()
+            ), "messages were lost"
+            assert wait_for(lambda: tracker.inflight_count() == 0, budget.left_s())
+    finally:
+        processes.stop_all()
+
+    # then none was lost: the 100 cut short were handled again, duplicates counted
+    done = gated("ok", gated_lines(tmp_path))
+    duplicates = sum(n - 1 for n in done.values() if n > 1)
+    print(f"\nkill at 100 in flight: {len(done)} handled, {duplicates} handled twice")
+    assert len(in_flight) == 100 and in_flight <= set(done)
+    assert set(done) == ids
 
 
 def test_an_async_handler_at_concurrency_8_handles_every_message(
