@@ -170,6 +170,13 @@ def _print_provision_report(report: ProvisionReport) -> None:
     help="With --concurrency above 1: seconds a stopping worker waits for running calls; "
     "those still running are redelivered after their visibility timeout.",
 )
+@click.option(
+    "--extend-running/--no-extend-running",
+    default=True,
+    show_default=True,
+    help="With --concurrency above 1: keep extending the visibility of a message whose call "
+    "is still running; off, a call that outlives the visibility timeout is redelivered.",
+)
 @breaker_options
 @audit_url_option
 @click.option(
@@ -191,6 +198,7 @@ def worker(
     ordering: str,
     max_buffered: int | None,
     drain_timeout: float,
+    extend_running: bool,
     breaker: BreakerOptions,
     audit_url: str | None,
     non_retryable: str,
@@ -213,6 +221,7 @@ def worker(
         ordering=ordering,
         max_buffered=max_buffered,
         drain_timeout_s=drain_timeout,
+        extend_running=extend_running,
     )
     from kmq_dagster.metrics import worker_snapshot
 

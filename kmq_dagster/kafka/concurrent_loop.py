@@ -83,9 +83,15 @@ class ConcurrentLoop:
         concurrency: int,
         ordering: Ordering = Ordering.PARTITION,
         max_buffered: int | None = None,
+        extend_running: bool = True,
         rng: random.Random | None = None,
     ) -> None:
         self.consumer = consumer
+        #: Running calls are extended too (default); off, a call that outlives the visibility
+        #: timeout is redelivered while it runs (messages waiting to start are always kept).
+        self.extend_running = extend_running
+        #: Messages whose call is running now.
+        self._running: set[KmqMessage] = set()
         self.stop = stop
         self.router = router
         self.breaker = breaker
@@ -185,6 +191,7 @@ class ConcurrentLoop:
             fetched_at_ms = self._fetched_at_ms.pop(message, None)
             if fetched_at_ms is not None and self.stats.waits is not None:  # first start only
                 self.stats.waits.observe(max(0, self.clock_ms() - fetched_at_ms) / 1000)
+            self._running.add(message)
             self.runner.submit(message)
 
     def _wait_for_ends(self, timeout_s: float) -> list[CallEnd]:
@@ -210,6 +217,7 @@ class ConcurrentLoop:
         failed: list[ToRoute] = []
         for end in ends:
             message, error = end.message, end.error
+            self._running.discard(message)
             if error is None:
                 self.consumer.ack(message)
                 self.stats.handled += 1
@@ -289,5 +297,6 @@ class ConcurrentLoop:
         if now_ms - self._extended_at_ms < visibility_ms // 3:
             return
         for message in self._held:
-            self.consumer.extend(message, visibility_ms / 1000)
+            if self.extend_running or message not in self._running:
+                self.consumer.extend(message, visibility_ms / 1000)
         self._extended_at_ms = now_ms

@@ -113,6 +113,11 @@ class Worker:
             larger (``batch_size`` is capped by it), so at most twice as many are held.
         drain_timeout_s: with ``concurrency`` above 1, how long a stopping worker waits for
             the calls running; those still running then are left for redelivery.
+        extend_running: with ``concurrency`` above 1, a running call's message has its
+            visibility extended like a waiting one's, so a slow call is not redelivered while
+            the worker lives (default). ``False``: a call that outlives the visibility timeout
+            is redelivered while it runs, as at ``concurrency`` 1 (a hung call cannot hold its
+            message, or its key, for ever).
     """
 
     def __init__(
@@ -127,6 +132,7 @@ class Worker:
         ordering: Ordering | str = Ordering.PARTITION,
         max_buffered: int | None = None,
         drain_timeout_s: float = 30.0,
+        extend_running: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, got {concurrency}", setting="concurrency")
@@ -150,6 +156,7 @@ class Worker:
         self.ordering = Ordering(ordering)
         self.max_buffered = max_buffered
         self.drain_timeout_s = drain_timeout_s
+        self.extend_running = extend_running
         #: The counts of the current (or last) :meth:`run`; read from any thread.
         self.stats = WorkerStats()
 
@@ -191,4 +198,5 @@ class Worker:
             self.consumer, self.handler, stop,
             router=self.router, breaker=self.breaker, clock_ms=self.clock_ms,
             concurrency=self.concurrency, ordering=self.ordering, max_buffered=self.max_buffered,
+            extend_running=self.extend_running,
         )  # fmt: skip

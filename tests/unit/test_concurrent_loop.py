@@ -45,6 +45,7 @@ def loop_for(
     max_buffered: int | None = None,
     clock: FakeClock | None = None,
     breaker: SharedBreaker | None = None,
+    extend_running: bool = True,
 ) -> tuple[ConcurrentLoop, FakeConsumer, FakeProducer]:
     clock = clock or FakeClock()
     producer = producer or FakeProducer()
@@ -64,6 +65,7 @@ def loop_for(
         concurrency=concurrency,
         ordering=ordering,
         max_buffered=max_buffered,
+        extend_running=extend_running,
         rng=random.Random(1),
     )
     return loop, consumer, producer
@@ -274,6 +276,27 @@ def test_every_held_message_is_extended_each_third_of_the_visibility_timeout() -
 
     assert sorted(m.offset for m, _ in consumer.extended) == [0, 1, 2]  # running and waiting
     assert {seconds for _, seconds in consumer.extended} == {9.0}
+    release.set()
+    step_until(loop, lambda: len(consumer.acked) == 3)
+    loop.drain(1.0)
+
+
+def test_without_extend_running_only_the_messages_waiting_to_start_are_extended() -> None:
+    clock = FakeClock()
+    release = threading.Event()
+    loop, consumer, _ = loop_for(
+        [keyed(3, [b"a"])],
+        lambda _m: release.wait(5),
+        ordering=Ordering.KEY,
+        clock=clock,
+        extend_running=False,
+    )
+    loop.step()
+
+    clock.advance(3_000)
+    loop.step()
+
+    assert sorted(m.offset for m, _ in consumer.extended) == [1, 2]  # offset 0 is running
     release.set()
     step_until(loop, lambda: len(consumer.acked) == 3)
     loop.drain(1.0)
