@@ -1,6 +1,7 @@
 """The console stopped in the middle of a replay it runs: ``kmq console`` as a real process
-replays 3,000 dead letters (started in a real browser) and gets SIGTERM; its replay stops after
-its chunk and records how it ended, and every copy on the target topic has its record."""
+replays 3,000 dead letters (started in a real browser) and gets SIGTERM (its replay stops after
+its chunk and records how it ended) or SIGKILL (the next look shows the replay interrupted);
+either way every copy on the target topic has its record."""
 
 from __future__ import annotations
 
@@ -53,12 +54,14 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def test_a_console_stopped_by_sigterm_mid_replay_records_the_replay_as_stopped_with_its_copies(
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["term", "kill"])
+def test_a_console_stopped_mid_replay_leaves_the_replay_recorded_with_every_copy(
     settings: KmqSettings,
     queue: OpenedQueue,
     private_audit_store: str,
     tmp_path: Path,
     browser: Browser,
+    stop_signal: signal.Signals,
 ) -> None:
     # given a console serving 3,000 dead letters, replaying them at 300 a second
     fill(settings, queue, private_audit_store, COUNT)
@@ -87,8 +90,8 @@ def test_a_console_stopped_by_sigterm_mid_replay_records_the_replay_as_stopped_w
         dialog.get_by_role("button", name=f"Replay {COUNT} dead letters").click()
         wait_for_copies(settings, target, 450, console)
 
-        # when the console gets SIGTERM
-        console.send_signal(signal.SIGTERM)
+        # when the console gets SIGTERM or SIGKILL
+        console.send_signal(stop_signal)
         console.wait(timeout=30)
     finally:
         if console.poll() is None:
@@ -96,13 +99,20 @@ def test_a_console_stopped_by_sigterm_mid_replay_records_the_replay_as_stopped_w
             console.wait(timeout=10)
         log.close()
 
-    # then its replay ended after its chunk, recorded as stopped with its confirmed copies
+    # then its replay is recorded: after SIGTERM as stopped after its chunk, with its confirmed
+    # copies; after SIGKILL, at the next look, as interrupted with what it did. Every copy on
+    # the topic has its record either way.
     store = AuditStore(private_audit_store)
     dry, real = store.actions(queue_topic=queue.topic)
     assert dry.dry_run and not real.dry_run
-    assert real.state == "stopped", (real.outcome, (tmp_path / "console.log").read_text())
-    assert "the console shut down" in real.outcome
     on_topic = copies(settings, target)
     check_copies_against_records(on_topic, replay_events(private_audit_store), [real])
-    assert 450 <= real.count == len(on_topic) < COUNT
+    if stop_signal is signal.SIGTERM:
+        assert real.state == "stopped", (real.outcome, (tmp_path / "console.log").read_text())
+        assert "the console shut down" in real.outcome
+        assert 450 <= real.count == len(on_topic) < COUNT
+    else:
+        assert real.state == "interrupted", real.outcome
+        assert f"its process {real.owner} is gone" in real.outcome
+        assert 450 <= len(on_topic) < COUNT
     store.close()
