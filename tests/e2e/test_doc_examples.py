@@ -23,6 +23,7 @@ import ast
 import contextlib
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
 import pytest
 
 from kmq_dagster.broker import EmbeddedBroker
@@ -183,3 +185,55 @@ def _run(argv: list[str], block: Block, cwd: Path, env: dict[str, str]) -> str:
         f"{block.name} failed ({process.returncode}):\n{stdout[-2000:]}\n{stderr[-3000:]}"
     )
     return stdout + stderr
+
+
+def _kmq_command_lines(block: Block) -> list[list[str]]:
+    """The ``kmq ...`` commands of a shell block, as argv (redirections and comments dropped)."""
+    found: list[list[str]] = []
+    for line in block.code.replace("\\\n", " ").splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        for part in re.split(r"&&|\|\||;|\||&(?!\w)", line.split(" #")[0]):
+            words = shlex.split(part)
+            if words[:1] != ["kmq"]:
+                continue
+            argv: list[str] = []
+            skip = False
+            for word in words[1:]:
+                if skip:
+                    skip = False
+                elif re.fullmatch(r"\d?>>?(&\d)?", word):
+                    skip = not word.endswith(("&1", "&2"))
+                elif not re.match(r"\d?>", word):
+                    argv.append(word)
+            found.append(argv)
+    return found
+
+
+SHELL_COMMANDS = [
+    (block.name, argv) for block in ALL if block.lang == "sh" for argv in _kmq_command_lines(block)
+]
+
+
+@pytest.mark.parametrize(("where", "argv"), SHELL_COMMANDS, ids=[n for n, _ in SHELL_COMMANDS])
+def test_every_kmq_command_the_documentation_shows_names_real_commands_and_options(
+    where: str, argv: list[str]
+) -> None:
+    """Blocks that cannot run here (a cluster, a path under /data) are still parsed the way
+    ``kmq`` parses them: every command and option must exist, and every value an option's
+    type checks must be valid (values a command checks when it runs are not)."""
+    from kmq_dagster.cli import cli
+
+    command: click.Command = cli
+    args, name, parent = list(argv), "kmq", None
+    while True:
+        context = command.make_context(name, args, parent=parent)
+        if not isinstance(command, click.Group):
+            break
+        rest = [*getattr(context, "_protected_args", []), *context.args]
+        if not rest and command.invoke_without_command:
+            break  # e.g. `kmq console`: a group that is also a command
+        assert rest, f"{where}: `kmq {' '.join(argv)}` names no command"
+        found_name, found, args = command.resolve_command(context, rest)
+        assert found is not None and found_name, f"{where}: no command {found_name!r}"
+        command, parent, name = found, context, found_name
