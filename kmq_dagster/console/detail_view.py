@@ -28,6 +28,7 @@ from kmq_dagster.console.rendering import (
     view_value,
 )
 from kmq_dagster.core.retry_headers import TRACEBACK
+from kmq_dagster.core.wording import counted
 
 FORMATS = ("JSON", "Text", "Hex")
 _log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ def _value(dead_letter: DeadLetter, masker: Masker) -> None:
     default = {JSON: 0, BINARY: 2}.get(view.kind, 1)
     shown = st.selectbox("Show as", FORMATS, index=default, key=f"format-{dead_letter.id}")
     if view.masked_fields:
-        st.caption(f"{view.masked_fields} sensitive field(s) masked")
+        st.caption(f"{counted(view.masked_fields, 'sensitive field')} masked")
     if view.note:
         st.caption(view.note)
     if shown == "JSON" and view.kind == JSON:
