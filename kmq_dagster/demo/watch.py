@@ -44,14 +44,25 @@ def _stored_transitions(store: AuditStore, queue: Queue) -> list[TransitionEvent
     return [transition_event(row) for row in store.transitions(queue.topic, queue.group)]
 
 
-def watch_transitions(
-    audit_url: str, queue: Queue, say: Callable[[str], None], stop: threading.Event
-) -> None:
-    """Say each new transition of ``queue``'s breaker until ``stop`` is set; transitions stored
-    before the watch began are not repeated."""
+def newest_transition_id(audit_url: str, queue: Queue) -> int:
+    """The id of ``queue``'s newest stored transition (0: none): where a watch begins."""
     store = AuditStore(audit_url)
     try:
-        last_seen = max((t.id for t in _stored_transitions(store, queue)), default=0)
+        return max((t.id for t in _stored_transitions(store, queue)), default=0)
+    finally:
+        store.close()
+
+
+def watch_transitions(
+    audit_url: str,
+    queue: Queue,
+    say: Callable[[str], None],
+    stop: threading.Event,
+    last_seen: int,
+) -> None:
+    """Say each transition of ``queue``'s breaker after ``last_seen`` until ``stop`` is set."""
+    store = AuditStore(audit_url)
+    try:
         while not stop.wait(POLL_INTERVAL_S):
             try:
                 lines, last_seen = new_transition_lines(
@@ -98,10 +109,15 @@ def alert_receiver(say: Callable[[str], None]) -> Iterator[str]:
 
 @contextmanager
 def watching_breaker(audit_url: str, queue: Queue, say: Callable[[str], None]) -> Iterator[None]:
-    """Run :func:`watch_transitions` on a thread for the duration of the ``with`` block."""
+    """Run :func:`watch_transitions` on a thread for the duration of the ``with`` block; a
+    transition stored once the block has begun is told, one stored before it is not (the
+    starting point is read here, not on the thread, which may start late)."""
     stop = threading.Event()
+    last_seen = newest_transition_id(audit_url, queue)
     thread = threading.Thread(
-        target=watch_transitions, args=(audit_url, queue, say, stop), name="demo-breaker"
+        target=watch_transitions,
+        args=(audit_url, queue, say, stop, last_seen),
+        name="demo-breaker",
     )
     thread.start()
     try:
