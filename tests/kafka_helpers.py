@@ -10,6 +10,7 @@ from typing import Protocol, TypeVar
 
 from confluent_kafka import Message, Producer
 
+from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.core.headers import replace_headers
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.replay import REPLAY_COUNT
@@ -156,10 +157,14 @@ def poll_until(consumer: KmqConsumer, count: int, timeout_s: float = 30) -> list
 
 @contextmanager
 def running_worker(
-    opened: OpenedQueue, handler: Callable[[KmqMessage], object]
+    opened: OpenedQueue,
+    handler: Callable[[KmqMessage], object],
+    *,
+    breaker: SharedBreaker | None = None,
 ) -> Iterator[Worker]:
-    """Run a :class:`Worker` of ``opened`` with ``handler`` on a thread for the block."""
-    worker = Worker(opened, handler)
+    """Run a :class:`Worker` of ``opened`` with ``handler`` (and ``breaker``) on a thread for
+    the block."""
+    worker = Worker(opened, handler, breaker=breaker)
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,))
     thread.start()

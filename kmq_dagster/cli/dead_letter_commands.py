@@ -99,8 +99,9 @@ def _quiet_logs(ctx: click.Context, command: str) -> None:
     type=click.Choice(["retry", "original"]),
     default="retry",
     show_default=True,
-    help="retry: the group's first retry topic (only this group sees it); original: the "
-    "queue topic (every group consuming it sees it again).",
+    help="retry: back to this group only (its redelivery topic, processed at once; never "
+    "counted as a failure by the breaker); original: the queue topic (every group consuming "
+    "it sees it again).",
 )
 @click.option("--dry-run", is_flag=True, help="Show what would move; move nothing (audited).")
 @click.option("--rate", type=Number(0, low_open=True), help="Copies per second at most.")

@@ -20,7 +20,7 @@ PREVIEW_KEY = "kmq_replay_preview"
 STARTED_KEY = "kmq_started_job"
 NOTICE_KEY = "kmq_notice"
 TARGETS = {
-    "the group's first retry topic (only this group sees the copies)": TO_RETRY,
+    "this group only, on its redelivery topic (a replay never counts as a failure)": TO_RETRY,
     "the original queue topic (every group consuming it sees them)": TO_ORIGINAL,
 }
 

@@ -4,6 +4,10 @@ failures, with what does not count yet carried to the next tick.
 A watcher sees no single handler call; it sees, per tick, how many messages the group finished
 and how many of them failed in a way that is retried (copies to the retry topics; dead letters
 are mostly bad input, which the workers' breaker ignores too, or retries already counted).
+An operator's replay never writes to a retry topic: its copies go to the group's redelivery
+topic and count as finished messages when processed, so a replay into a healthy group lowers
+the error rate rather than raising it (invariant 12); a replayed copy that fails again is a
+failure like any other.
 :func:`~kmq_dagster.core.breaker.judge_samples` judges the samples.
 """
 

@@ -125,7 +125,7 @@ class Queue:
 
     @property
     def first_retry_topic(self) -> str:
-        """The retry topic of the first retry (where a replay to "retry" goes)."""
+        """The retry topic of the first retry."""
         return retry_topic(self.topic, self.group, self.retry_policy.nominal_delay_ms(1))
 
     @property

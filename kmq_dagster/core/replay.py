@@ -32,10 +32,18 @@ REPLAY_COUNT = "kmq-replay-count"
 #: Replays of one message before a replay skips it.
 DEFAULT_MAX_REPLAYS = 3
 
-#: Where replayed messages go.
+#: Where replayed messages go. ``retry``: back to this group only, on its redelivery topic
+#: (processed at once, as the message's second attempt; the name is kept from when the copies
+#: went to the first retry topic, which counted them as failures). ``original``: the queue
+#: topic, a first attempt, seen by every group consuming it.
 TO_RETRY = "retry"
 TO_ORIGINAL = "original"
 TARGETS = (TO_RETRY, TO_ORIGINAL)
+#: Where a target puts the copies, in the words of a replay's report.
+TARGET_WORDS = {
+    TO_RETRY: "to this group's redelivery topic",
+    TO_ORIGINAL: "to the original topic",
+}
 
 OffsetRanges = Mapping[int, tuple[tuple[int, int], ...]]
 
@@ -251,9 +259,9 @@ class ReplayHeaders:
 
 
 def replay_headers(target: str, replay_count: int, now_ms: int) -> ReplayHeaders:
-    """Headers for a copy going to the first retry topic (due now, attempt 2) or back to the
-    original topic (a first attempt). Origin headers are kept, so a copy that fails again
-    still names where the message was first produced."""
+    """Headers for a copy going back to the group (its redelivery topic: attempt 2, due now,
+    no redelivery yet) or back to the original topic (a first attempt). Origin headers are
+    kept, so a copy that fails again still names where the message was first produced."""
     count = {REPLAY_COUNT: str(replay_count + 1)}
     if target == TO_RETRY:
         return ReplayHeaders(

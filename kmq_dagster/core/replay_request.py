@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.replay import (
     DEFAULT_MAX_REPLAYS,
+    TARGET_WORDS,
     TARGETS,
     TO_RETRY,
     ReplaySelection,
@@ -95,7 +96,7 @@ class ReplayReport:
         return (
             ("cancelled: " if self.cancelled else "")
             + f"{verb} {count} of {counted(self.scanned, 'dead letter')} "
-            f"to the {self.target} topic "
+            f"{TARGET_WORDS[self.target]} "
             f"(replay id {self.replay_id}); selected {self.selected}, skipped at the replay "
             f"limit {self.over_limit}, discarded {self.discarded}, "
             f"possible duplicates {self.possible_duplicates}"
@@ -109,8 +110,16 @@ class ReplayReport:
 
 
 def target_topic(queue: Queue, request: ReplayRequest) -> str:
-    """The topic a replay writes to: the group's first retry topic, or the queue topic."""
-    return queue.first_retry_topic if request.target == TO_RETRY else queue.topic
+    """The topic a replay writes to: the group's redelivery topic (target ``retry``), or the
+    queue topic (target ``original``).
+
+    A copy back to the group goes to its redelivery topic, not to a retry topic: the breaker
+    sensor and every failure count (``kmq status``, the Dagster observations, the console)
+    read the retry topics' growth as handler failures, and an operator's replay is not one
+    (invariant 12). The redelivery topic is the group's own (invariant 9), consumed at once
+    like a due retry, and counted as work done, never as a failure; a replayed copy that fails
+    again goes to its next retry topic like any failed message, and is counted then."""
+    return queue.redelivery_topic if request.target == TO_RETRY else queue.topic
 
 
 class StopRequest(threading.Event):

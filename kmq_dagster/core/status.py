@@ -89,7 +89,8 @@ class QueueStatus:
 
     @property
     def redelivery_lag(self) -> int:
-        """Redelivered copies waiting to be fetched."""
+        """Copies waiting on the group's redelivery topic: redelivered by the tracker, or
+        replayed back to the group by an operator."""
         return sum(p.pending for p in self.redelivery)
 
     @property
@@ -142,7 +143,9 @@ class QueueStatus:
     def failures_written(self) -> int:
         """Every copy ever written to the group's retry topics: handler failures that are
         retried (dead letters are left out: mostly bad input, or failures already counted on
-        their way through the retry topics)."""
+        their way through the retry topics). An operator's replay is not among them: its
+        copies go to the redelivery topic (invariant 12), and count as messages finished once
+        processed; a replayed copy that fails again is one, on its next retry topic."""
         return sum(p.end_offset for p in self.retries)
 
     def totals(self) -> dict[str, int]:
@@ -178,7 +181,7 @@ class QueueStatus:
         """The figures a person needs to see why there is (or is not) work, in one line."""
         parts = [
             f"lag {self.lag:,} on {len(self.lags)} partitions",
-            f"{self.redelivery_lag:,} redelivered waiting",
+            f"{self.redelivery_lag:,} redelivered or replayed waiting",
             f"{self.due_retries:,} retries due",
         ]
         waiting = sum(self.retry_depths.values()) - self.due_retries

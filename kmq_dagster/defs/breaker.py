@@ -1,7 +1,8 @@
 """The circuit-breaker sensor: throttles a group on error floods and announces transitions.
 
 Each tick it measures the queue, adds what the group did since the last tick (messages
-processed, copies written to the retry topics) to a window kept in its cursor, and runs the
+processed, copies written to the retry topics; an operator's replay writes none, see
+:mod:`kmq_dagster.core.breaker_samples`) to a window kept in its cursor, and runs the
 breaker's state machine on it (:func:`kmq_dagster.core.breaker.judge_samples`). A change is
 written to the group's shared breaker in the audit store through the same writer as
 ``kmq worker --breaker`` processes use (:class:`~kmq_dagster.audit.breaker_state.StoredBreaker`:

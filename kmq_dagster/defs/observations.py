@@ -50,7 +50,8 @@ def status_metadata(
             ],
             schema=_LAG_SCHEMA,
         ),
-        "redelivered_waiting": MetadataValue.int(status.redelivery_lag),
+        # The redelivery topic holds the tracker's redeliveries and operators' replays alike.
+        "redelivered_or_replayed_waiting": MetadataValue.int(status.redelivery_lag),
         "in_flight": MetadataValue.int(status.inflight),
         "overdue_in_flight": MetadataValue.int(status.overdue),
         "markers_read_to_end": MetadataValue.bool(status.markers_complete),

@@ -1,4 +1,9 @@
-"""DLQ replay: send selected dead letters back to the first retry topic or the original topic.
+"""DLQ replay: send selected dead letters back to the group (its redelivery topic) or to the
+original topic.
+
+A copy back to the group goes to its redelivery topic rather than a retry topic, so that the
+breaker and the failure counts, which read a retry topic's growth as handler failures, never
+count an operator's replay as one (invariant 12, ``core.replay_request.target_topic``).
 
 Resumable without a store of its own: a replay has an id, and two consumer groups of the DLQ
 named after it hold its progress. Before a chunk of dead letters is replayed, the *intent*

@@ -33,7 +33,7 @@ class ReplayCopier:
     """Writes the copies of one replay's dead letters to ``target`` (see the module docstring).
 
     Args:
-        partitions: how many partitions the DLQ (and so each retry topic) has.
+        partitions: how many partitions the DLQ (and so the redelivery topic) has.
         clock_ms: the clock a copy's replay time is read from (ms since the epoch).
     """
 
@@ -95,8 +95,8 @@ class ReplayCopier:
         ]
 
     def _target_partition(self, record: Message, headers: list[tuple[str, bytes | None]]) -> int:
-        """The DLQ partition for a retry topic (same partition count); the original partition
-        when going back to the queue topic, so a key keeps its partition."""
+        """The DLQ partition for the group's redelivery topic (same partition count); the
+        original partition when going back to the queue topic, so a key keeps its partition."""
         if self.request.target == TO_RETRY:
             return record.partition() or 0
         original_topic = header_value(headers, ORIGINAL_TOPIC)

@@ -68,7 +68,8 @@ class ProcessingReport:
     retried: int = 0
     #: Copies the group's DLQ received during the run (the tracker's included).
     dead_lettered: int = 0
-    #: Redelivered copies the run read.
+    #: Copies the run read from the group's redelivery topic: redelivered by the tracker, or
+    #: replayed back to the group by an operator.
     redelivered: int = 0
     rows_written: int = 0
     #: Output rows of the run, deduplicated by (topic, partition, offset).

@@ -13,7 +13,7 @@ from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.console import jobs, operations
 from kmq_dagster.console.auth import ADMIN, OPERATOR, VIEWER, Principal, UsersFile
 from kmq_dagster.console.operations import ReplayPlan
-from kmq_dagster.core.naming import retry_topic
+from kmq_dagster.core.naming import redelivery_topic
 from kmq_dagster.errors import ConfigError, PermissionDeniedError
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.settings import KmqSettings
@@ -92,7 +92,7 @@ def test_a_viewer_can_neither_replay_nor_discard_nor_cancel_and_nothing_changes(
     assert not job.cancel.is_set()
     assert [d.status for d in store.dead_letters(everything)] == ["new"]
     assert store.actions() == []
-    assert read_topic(settings, retry_topic(topic_name, "g", 1000), 1, timeout_s=2) == []
+    assert read_topic(settings, redelivery_topic(topic_name, "g"), 1, timeout_s=2) == []
     with pytest.raises(ConfigError, match="needs a reason"):
         operations.discard(Principal("olivia", OPERATOR), store, everything, reason=" ")
     store.close()

@@ -30,7 +30,7 @@ from kmq_dagster.console.login_guard import LOGIN_FAILED
 from kmq_dagster.console.operations import ReplayPlan, start_replay
 from kmq_dagster.core.headers import replace_headers
 from kmq_dagster.core.login_throttle import FREE_FAILURES
-from kmq_dagster.core.naming import dlq_topic, retry_topic
+from kmq_dagster.core.naming import dlq_topic, redelivery_topic
 from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
 from kmq_dagster.errors import PermissionDeniedError
 from kmq_dagster.kafka.consumer import KmqMessage
@@ -224,7 +224,7 @@ def test_an_operator_filters_inspects_and_replays_ten_dead_letters_in_the_browse
         page.get_by_role("button", name="Replay all matching (10)").click()
         dialog = page.get_by_role("dialog")
         dialog.get_by_role("button", name="Dry run").click()
-        target = retry_topic(topic_name, GROUP, 1_000)
+        target = redelivery_topic(topic_name, GROUP)
         expect(dialog.get_by_text(f"Dry run: 10 dead letters would be replayed to {target}.")
                ).to_be_visible()  # fmt: skip
         shoot(page, "replay-dialog")

@@ -19,7 +19,7 @@ from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.broker.ports import free_port
 from kmq_dagster.console import jobs
 from kmq_dagster.console.auth import OPERATOR, Principal, UsersFile
-from kmq_dagster.core.naming import retry_topic
+from kmq_dagster.core.naming import redelivery_topic
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.topic_reader import count_records
 from kmq_dagster.settings import KmqSettings
@@ -158,7 +158,7 @@ def test_the_console_replays_onto_the_kafka_given_with_b_not_the_default_one(
     button(app, "Replay selected (3)").click().run()
     button(app, "Dry run").click().run()
     button(app, "Replay 3 dead letters").click().run()
-    target = retry_topic(topic_name, group, 1_000)
+    target = redelivery_topic(topic_name, group)
     assert f"3 dead letters to {target}" in texts(app)
     (job,) = [j for j in jobs.jobs() if j.queue_topic == topic_name]
     assert wait_for(lambda: job.state != jobs.RUNNING, timeout_s=60), job

@@ -109,7 +109,7 @@ def test_a_replay_records_where_each_copy_went_and_a_copy_that_fails_again_links
 
     replay_dead_letters(queue, request, audit=store, actor="olivia")
 
-    copies = read_topic(settings, queue.queue.first_retry_topic, 2, at_least=2)
+    copies = read_topic(settings, queue.queue.redelivery_topic, 2, at_least=2)
     where = {r.key(): (r.topic(), r.partition(), r.offset()) for r in copies}
     (first_a,) = page(store, DeadLetterFilter(key=b"a")).rows
     steps = history(store, first_a)
@@ -161,6 +161,6 @@ def test_a_cancelled_replay_stops_early_is_audited_as_cancelled_and_resumes(
     assert first.cancelled and 0 < first.replayed < 40
     assert first.replayed + rest.replayed == 40
     assert store.actions()[0].outcome.startswith("cancelled: replayed")
-    copies = read_topic(settings, queue.queue.first_retry_topic, 2, at_least=40)
+    copies = read_topic(settings, queue.queue.redelivery_topic, 2, at_least=40)
     assert sorted(r.key() or b"" for r in copies) == sorted(f"k{i}".encode() for i in range(40))
     store.close()

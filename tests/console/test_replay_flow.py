@@ -16,7 +16,7 @@ from kmq_dagster.console import jobs
 from kmq_dagster.console.auth import OPERATOR, Principal
 from kmq_dagster.console.copies import copy_fates
 from kmq_dagster.console.operations import ReplayPlan, discard, start_replay
-from kmq_dagster.core.naming import retry_topic
+from kmq_dagster.core.naming import redelivery_topic
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
@@ -69,7 +69,7 @@ def test_an_operator_replays_ten_selected_dead_letters_after_a_dry_run_and_they_
     button(app, "Replay selected (10)").click().run()
     assert "Run a dry run to see what would move." in texts(app)
     button(app, "Dry run").click().run()
-    target = retry_topic(queue, GROUP, 1_000)  # the shortest delay is the first retry topic
+    target = redelivery_topic(queue, GROUP)  # back to this group only
     assert f"Dry run: 10 dead letters would be replayed to {target}." in texts(app)
     assert store.count_dead_letters(DeadLetterFilter(status="replayed")) == 0
     button(app, "Replay 10 dead letters").click().run()
@@ -117,7 +117,7 @@ def test_two_tabs_replaying_the_same_dead_letters_at_once_replay_each_of_them_on
     # then one replays all 15 while the other waits, and finds nothing left
     assert wait_for(lambda: jobs.RUNNING not in (first.state, second.state), timeout_s=60)
     assert sorted([first.replayed, second.replayed]) == [0, 15], (first, second)
-    copies = read_topic(settings, retry_topic(queue, GROUP, 1_000), 2, at_least=15)
+    copies = read_topic(settings, redelivery_topic(queue, GROUP), 2, at_least=15)
     assert sorted(r.key() or b"" for r in copies) == sorted(f"k{i}".encode() for i in range(15))
     store.close()
 

@@ -71,7 +71,7 @@ def test_a_console_stopped_mid_replay_leaves_the_replay_recorded_with_every_copy
     argv = kmq_argv("console", "--no-auth", "--port", str(port), "--audit-url", private_audit_store)
     console = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    target = queue.queue.first_retry_topic
+    target = queue.queue.redelivery_topic
     try:
         assert wait_for(lambda: _healthy(url), timeout_s=60), (tmp_path / "console.log").read_text()
         page = browser.new_page(viewport={"width": 1400, "height": 1100})

@@ -54,10 +54,11 @@ def declare(
     pyspark: PySparkResource | None = None,
     **spec_fields: Any,
 ) -> QueueUnderTest:
-    """The demo pricing function on ``topic`` (2 partitions, retries after 1 s), provisioned."""
+    """The demo pricing function on ``topic`` (2 partitions, retries after 1 s unless a
+    ``retry_policy`` is given), provisioned."""
     definition: dict[str, Any] = {
         "partitions": 2,
-        "retry_policy": RetryPolicy.fixed((1_000,)),
+        "retry_policy": spec_fields.pop("retry_policy", RetryPolicy.fixed((1_000,))),
         "visibility_timeout_ms": spec_fields.pop("visibility_timeout_ms", 30_000),
         "max_redeliveries": spec_fields.pop("max_redeliveries", 3),
     }

@@ -49,7 +49,7 @@ def test_ingest_replay_and_discard_are_audited_under_the_runs_actor(
     assert statuses == [
         (b"a", "replayed"), (b"b", "replayed"), (b"c", "discarded"), (b"d", "discarded"),
     ]  # fmt: skip
-    copies = read_topic(kmq.get_settings(), q.spec.queue.first_retry_topic, 2, at_least=2)
+    copies = read_topic(kmq.get_settings(), q.spec.queue.redelivery_topic, 2, at_least=2)
     assert sorted(c.key() or b"" for c in copies) == [b"a", b"b"]
     actions = [(a.kind, a.actor, a.dry_run, a.count) for a in store.actions(topic_name)]
     assert actions[0][0] == "provision"

@@ -68,7 +68,7 @@ def test_a_replay_on_a_full_disk_is_one_error_line_and_leaves_no_copy_unrecorded
     fill(settings, queue, private_audit_store, COUNT)
     database_of(private_audit_store)
     env = environment(settings, private_audit_store, tmp_path)
-    target = queue.queue.first_retry_topic
+    target = queue.queue.redelivery_topic
 
     # when `kmq replay` runs
     full = run_on_a_full_disk(env, "replay", "--topic", queue.topic, "--group", GROUP)
@@ -145,7 +145,7 @@ def test_a_full_store_records_the_discard_and_the_replay_as_failed_while_small_w
     assert discard.outcome.startswith("failed, nothing discarded: the audit store")
     assert (replay.state, replay.count) == ("failed", 0)
     assert "refused to record the copies about to be sent" in replay.outcome
-    assert copies(settings, queue.queue.first_retry_topic) == {}  # nothing sent unrecorded
+    assert copies(settings, queue.queue.redelivery_topic) == {}  # nothing sent unrecorded
     store.close()
 
 

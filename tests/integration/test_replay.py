@@ -75,7 +75,7 @@ def test_a_dry_run_lists_the_selection_and_moves_nothing(
 
     assert (dry.scanned, dry.selected, dry.replayed) == (9, 5, 0)
     assert len(dry.listed) == 5 and all("TimeoutError" in line for line in dry.listed)
-    assert read_topic(settings, queue.queue.first_retry_topic, PARTITIONS, timeout_s=3) == []
+    assert read_topic(settings, queue.queue.redelivery_topic, PARTITIONS, timeout_s=3) == []
     # a dry run records no progress: the real run still finds all five
     real = replay_dead_letters(queue, request(selection=only_timeouts))
     assert (real.selected, real.replayed) == (5, 5)
@@ -94,7 +94,7 @@ def test_replayed_dead_letters_are_processed_again_by_their_group(
     with running_worker(queue, seen.append):
         assert wait_for(lambda: len(seen) == 1, timeout_s=60)
     # nothing else can arrive: the replay wrote one copy, and the queue topic is empty
-    assert len(read_topic(settings, queue.queue.first_retry_topic, PARTITIONS, at_least=1)) == 1
+    assert len(read_topic(settings, queue.queue.redelivery_topic, PARTITIONS, at_least=1)) == 1
     assert read_topic(settings, queue.topic, PARTITIONS, timeout_s=3) == []
     (message,) = seen
     assert (message.key, message.value) == (b"b", b"value-b")
@@ -104,7 +104,7 @@ def test_replayed_dead_letters_are_processed_again_by_their_group(
     assert headers[ATTEMPT] == b"2"
     assert int(headers[DUE_MS] or b"0") <= time.time() * 1000
     assert DLQ_REASON not in headers
-    assert message.topic == queue.queue.first_retry_topic
+    assert message.topic == queue.queue.redelivery_topic
 
 
 def test_replay_to_the_original_topic_starts_afresh_on_the_original_partition(
@@ -135,7 +135,7 @@ def test_dead_letters_at_the_replay_limit_are_skipped_and_counted(
     report = replay_dead_letters(queue, request(max_replays=3))
 
     assert (report.selected, report.over_limit, report.replayed) == (2, 1, 1)
-    (copy,) = read_topic(settings, queue.queue.first_retry_topic, PARTITIONS, at_least=1)
+    (copy,) = read_topic(settings, queue.queue.redelivery_topic, PARTITIONS, at_least=1)
     assert copy.key() == b"fresh"
     assert headers_of(copy)[REPLAY_COUNT] == b"3"
 
@@ -146,7 +146,7 @@ def test_offsets_and_time_range_select_exactly(settings: KmqSettings, queue: Ope
 
     report = replay_dead_letters(queue, request(selection=selection))
 
-    copies = read_topic(settings, queue.queue.first_retry_topic, PARTITIONS, at_least=3)
+    copies = read_topic(settings, queue.queue.redelivery_topic, PARTITIONS, at_least=3)
     # partition 0 holds k0, k2, k4, k6; partition 1 holds k1, k3, k5, k7
     assert sorted(r.key() or b"" for r in copies) == [b"k2", b"k4", b"k7"]
     assert report.replayed == 3
@@ -173,7 +173,7 @@ def test_a_replay_killed_mid_way_resumes_where_it_was_done_and_duplicates_at_mos
     count = 1_600
     per_partition = count // PARTITIONS
     dead_letter(settings, queue, [(str(i), "TimeoutError") for i in range(count)])
-    target = queue.queue.first_retry_topic
+    target = queue.queue.redelivery_topic
     env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
     argv = kmq_argv("replay", "--topic", queue.topic, "--group", GROUP, "--rate", "200")
     log = (tmp_path / "replay-1.log").open("wb")
@@ -292,7 +292,7 @@ def test_a_replay_marks_its_dead_letters_in_the_audit_store_and_writes_its_actio
     assert (real.dry_run, real.count, real.target) == (
         False,
         3,
-        queue.queue.first_retry_topic,
+        queue.queue.redelivery_topic,
     )
     assert real.outcome.startswith("replayed 3 of 4 dead letters")
     assert "error type TimeoutError" in real.selection

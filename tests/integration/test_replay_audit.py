@@ -133,7 +133,7 @@ def test_a_replay_stopped_by_sigterm_records_every_copy_and_its_end_and_resumes_
     # given 3,000 dead letters replayed at 300 a second
     fill(settings, queue, audit_url, COUNT)
     env = environment(settings, audit_url, tmp_path)
-    target = queue.queue.first_retry_topic
+    target = queue.queue.redelivery_topic
     replay = start_replay(env, queue, tmp_path / "first.log", "--rate", "300")
 
     # when it gets SIGTERM half-way through a chunk
@@ -170,7 +170,7 @@ def test_a_replay_killed_with_sigkill_reads_interrupted_and_its_rerun_sends_reco
     # given a replay of 3,000 dead letters at 300 a second
     fill(settings, queue, audit_url, COUNT)
     env = environment(settings, audit_url, tmp_path)
-    target = queue.queue.first_retry_topic
+    target = queue.queue.redelivery_topic
     replay = start_replay(env, queue, tmp_path / "first.log", "--rate", "300")
 
     # when it is SIGKILLed mid-way
@@ -213,7 +213,7 @@ def test_two_replays_of_one_selection_at_once_replay_each_dead_letter_once(
     # given 1,000 dead letters
     fill(settings, queue, audit_url, 1_000)
     env = environment(settings, audit_url, tmp_path)
-    target = queue.queue.first_retry_topic
+    target = queue.queue.redelivery_topic
 
     # when two operators run the same replay at the same moment (10 s each: they overlap)
     both = [start_replay(env, queue, tmp_path / f"{n}.log", "--rate", "100") for n in (1, 2)]
@@ -253,7 +253,7 @@ def test_the_replay_limit_counts_per_dead_letter_however_since_is_worded(
         outputs.append(result.stdout)
 
     # then each dead letter was replayed three times, with counts 1, 2 and 3
-    records = read_topic(settings, queue.queue.first_retry_topic, PARTITIONS, timeout_s=3)
+    records = read_topic(settings, queue.queue.redelivery_topic, PARTITIONS, timeout_s=3)
     per_key: dict[bytes | None, list[bytes]] = collections.defaultdict(list)
     for record in records:
         per_key[record.key()].append(dict(normalize_headers(record.headers()))[REPLAY_COUNT] or b"")
@@ -283,6 +283,6 @@ def test_a_replay_whose_progress_in_kafka_was_lost_sends_no_recorded_copy_again(
     # then the store's records keep it from sending any copy twice
     assert (first.replayed, again.scanned, again.replayed, again.already_replayed) == (
         50, 50, 0, 50)  # fmt: skip
-    keys = collections.Counter(copies(settings, queue.queue.first_retry_topic).values())
+    keys = collections.Counter(copies(settings, queue.queue.redelivery_topic).values())
     assert len(keys) == 50 and max(keys.values()) == 1
     store.close()
