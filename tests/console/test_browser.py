@@ -2,8 +2,10 @@
 ``kmq console`` as a real process, the real broker and a real worker: an operator logs in,
 filters, opens a dead letter whose value and headers carry XSS payloads (shown literally,
 never run), replays 10 dead letters with a dry run then for real, and sees them processed and
-audited; a viewer gets no replay control and the action itself refuses them. The screenshots
-in README's Console section are taken here."""
+audited; a viewer gets no replay control and the action itself refuses them. Every page is
+read at 1280x900, a laptop with the sidebar open: every table cell whole and on screen
+(:mod:`tests.console.screen_checks`). The screenshots in docs/guides/console.md are taken here
+(``KMQ_SCREENSHOTS=1``)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.audit.store import AuditStore
@@ -188,7 +191,7 @@ def test_an_operator_filters_inspects_and_replays_ten_dead_letters_in_the_browse
     page.on("dialog", on_dialog)
     log_in(page, console, "olivia")
     updated = page.get_by_text(re.compile(r"^Updated "))
-    expect(updated).to_be_visible()
+    expect(updated).to_be_visible(timeout=60_000)
     settle(page)
     # on-call figures: rates and ages in units, "-" for nothing in flight, never None
     cells = page.locator("td").all_text_contents()
@@ -371,12 +374,22 @@ def log_in(page: Page, url: str, name: str) -> None:
 def apply_filter(page: Page, label: str, value: str) -> None:
     page.get_by_label(label, exact=True).fill(value)
     page.get_by_role("button", name="Apply filters").click()
+    # the page says the filter it shows (a settle alone may look before the run began)
+    shown = re.compile(rf"^Showing .*{label.lower()} {re.escape(value)}")
+    expect(page.get_by_text(shown)).to_be_visible(timeout=60_000)
     settle(page)
 
 
 def choose(page: Page, label: str, option_text: str) -> None:
-    page.get_by_role("combobox", name=label).click()
-    page.get_by_role("option", name=re.compile(re.escape(option_text))).first.click()
+    option = page.get_by_role("option", name=re.compile(re.escape(option_text))).first
+    for _ in range(3):  # a rerun the page was still finishing may close the list just opened
+        page.get_by_role("combobox", name=label).click()
+        try:
+            option.wait_for(timeout=10_000)
+            break
+        except PlaywrightTimeoutError:
+            settle(page)
+    option.click()
     settle(page)
 
 
@@ -392,8 +405,9 @@ def settle(page: Page) -> None:
 
 
 def shoot(page: Page, name: str) -> None:
-    """Screenshot the page for README when KMQ_SCREENSHOTS=1 (the tracked images stay as they
-    are on ordinary test runs); always render it, so a page that cannot be drawn fails."""
+    """Screenshot the page for the console guide when KMQ_SCREENSHOTS=1 (the tracked images
+    stay as they are on ordinary test runs); always render it, so a page that cannot be drawn
+    fails."""
     image = page.screenshot()
     if os.environ.get("KMQ_SCREENSHOTS") == "1":
         IMAGES.mkdir(parents=True, exist_ok=True)
