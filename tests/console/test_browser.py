@@ -45,6 +45,9 @@ from tests.kafka_helpers import new_queue, running_worker, wait_for
 from tests.processes import kmq_argv, pid_alive, stop
 
 pytestmark = [pytest.mark.browser, pytest.mark.kafka]
+# A page's run takes seconds on a loaded machine (2 cores, other suites beside): what a test
+# expects to see gets 30 s, not Playwright's 5.
+expect.set_options(timeout=30_000)
 
 CHROMIUM = "/usr/bin/chromium"
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
