@@ -17,6 +17,7 @@ from kmq_dagster.audit.store import AuditStore, now
 from kmq_dagster.core.breaker import State, Transition
 from kmq_dagster.core.breaker_alerts import TransitionEvent
 from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.readable import state_text
 
 #: The alert severity of a transition into each state.
 SEVERITIES = {State.OPEN: "critical", State.HALF_OPEN: "warning", State.CLOSED: "info"}
@@ -79,7 +80,8 @@ class StoredBreaker:
     def record(self, transition: Transition) -> None:
         """Record a transition that was saved: its ``breaker_transitions`` and ``alerts`` rows."""
         topic, group = self.queue.topic, self.queue.group
-        change = f"{transition.from_state.value} -> {transition.to_state.value}"
+        states = transition.from_state.value, transition.to_state.value
+        change = " -> ".join(state_text(s) for s in states)
         self.store.record_transition(
             queue_topic=topic,
             group_id=group,

@@ -12,6 +12,7 @@ import streamlit as st
 from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.console import operations, session
 from kmq_dagster.console.operations import ReplayPlan, ReplayPreview
+from kmq_dagster.console.rendering import sample_rows
 from kmq_dagster.core.replay import DEFAULT_MAX_REPLAYS, TO_ORIGINAL, TO_RETRY
 from kmq_dagster.core.wording import counted
 
@@ -87,7 +88,8 @@ def replay_dialog(where: DeadLetterFilter, described: str) -> None:
         if job is not None:
             st.session_state[STARTED_KEY] = job.id
             st.session_state[NOTICE_KEY] = (
-                f"Replay {job.id} started: {counted(count, 'dead letter')} to {job.target_topic}. "
+                f"Replay {job.replay_id} started: {counted(count, 'dead letter')} to "
+                f"{job.target_topic}. "
                 "Follow it on the Actions page."
             )
             close_dialog()
@@ -106,8 +108,8 @@ def _show_preview(preview: ReplayPreview) -> None:
         counts = [{"error type": k, "count": n} for k, n in report.by_error_type.most_common()]
         st.dataframe(pd.DataFrame(counts), hide_index=True)
     if report.listed:
-        st.text("Sample")
-        st.code("\n".join(report.listed), language=None)
+        st.text(f"The first {counted(len(report.listed), 'dead letter')} it would replay")
+        st.dataframe(pd.DataFrame(sample_rows(report.listed)), hide_index=True)
 
 
 @st.dialog("Discard dead letters", width="large", on_dismiss=close_dialog)

@@ -16,6 +16,8 @@ import streamlit as st
 from kmq_dagster.audit.browse import Cursor
 from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.console.masking import Masker
+from kmq_dagster.console.overview_format import time_text
+from kmq_dagster.console.rendering import key_text
 from kmq_dagster.console.session import attempt, config
 from kmq_dagster.core.replay import parse_time_ms
 from kmq_dagster.errors import ConfigError
@@ -91,6 +93,39 @@ def filter_of(
         since=moment("since"),
         until=moment("until"),
     )
+
+
+def filter_text(where: DeadLetterFilter) -> str:
+    """The filter as a person reads it: ``new dead letters of orders / billing, error type
+    TimeoutError`` (not the code-like form :meth:`DeadLetterFilter.describe` gives the audit
+    log). Values are shown as given; pages show this through literal text elements."""
+    status = f"{where.status} dead letters" if where.status else "dead letters of any status"
+    if where.queue_topic or where.group_id:
+        status += f" of {where.queue_topic or 'any queue'} / {where.group_id or 'any group'}"
+    parts = [status]
+    for label, value in (
+        ("error type", where.error_type),
+        ("error pattern", where.error_pattern),
+        ("reason contains", where.reason),
+        ("key", None if where.key is None else key_text(where.key)),
+        ("value or error message contains", where.search),
+        ("error message or reason contains", where.text),
+        ("header", _header_text(where.header)),
+        ("since", time_text(where.since) if where.since else None),
+        ("until", time_text(where.until) if where.until else None),
+    ):
+        if value is not None:
+            parts.append(f"{label} {value}")
+    if where.ids is not None:
+        parts.append(f"{len(where.ids)} chosen by id")
+    return ", ".join(parts)
+
+
+def _header_text(header: tuple[str, str | None] | None) -> str | None:
+    if header is None:
+        return None
+    name, value = header
+    return name if value is None else f"{name}={value}"
 
 
 def show_form(queues: list[tuple[str, str]]) -> None:

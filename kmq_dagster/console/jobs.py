@@ -45,6 +45,9 @@ class ReplayJob:
     target_topic: str
     #: Dead letters the replay is expected to move (from the audit store).
     expected: int
+    #: The replay's id, as the audit trail names it (pages show this one).
+    replay_id: str = ""
+    #: This job's key in the console's registry (one replay id may be started again).
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     finished_at: datetime | None = None

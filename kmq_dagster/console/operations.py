@@ -113,7 +113,7 @@ def start_replay(
     job = jobs.ReplayJob(
         principal.name, selection.queue_topic, selection.group_id,
         target_topic(opened.queue, request),
-        expected=selection.count,
+        expected=selection.count, replay_id=request.id_for(opened.queue),
     )  # fmt: skip
 
     def work(job: jobs.ReplayJob) -> str:

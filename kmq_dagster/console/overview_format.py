@@ -8,6 +8,7 @@ Pure functions of rows and times (no Streamlit, no clock reads): the pages pass 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,11 +24,12 @@ from kmq_dagster.core.readable import (
     duration_text,
     percent_text,
     rate_text,
+    state_text,
 )
 
 #: Chart windows the Overview offers: label -> length.
 WINDOWS = {
-    "last hour": timedelta(hours=1),
+    "last hour": timedelta(hours=1),  # the default: a day's buckets squeeze a burst to a sliver
     "last 24 hours": timedelta(hours=24),
     "last 7 days": timedelta(days=7),
 }
@@ -59,7 +61,7 @@ def breaker_text(state: str | None, since: datetime | None, now: datetime) -> st
     never used one."""
     if state is None:
         return NOTHING
-    shown = state.replace("_", "-")
+    shown = state_text(state)
     return shown if since is None else f"{shown} for {age_text(since, now)}"
 
 
@@ -71,17 +73,23 @@ def summary_row(summary: QueueSummary, now: datetime) -> dict[str, object]:
     return {
         "queue": summary.queue_topic,
         "group": summary.group_id,
+        # the on-call's first question, so right after the names and never cut
+        "breaker": breaker_text(summary.breaker_state, summary.breaker_since, now),
+        "dead letters": dead_letters_text(counts),
         "lag": count_text(snapshot.lag if snapshot else None),
         "in flight": count_text(snapshot.inflight if snapshot else None),
         "oldest unacked": duration_text(snapshot.oldest_unacked_age_ms if snapshot else None),
         "in": rate_text(snapshot.in_rate if snapshot else None),
         "acked": rate_text(snapshot.ack_rate if snapshot else None),
         "snapshot age": age_text(snapshot.at if snapshot else None, now),
-        "DL new": counts.get("new", 0),
-        "DL replayed": counts.get("replayed", 0),
-        "DL discarded": counts.get("discarded", 0),
-        "breaker": breaker_text(summary.breaker_state, summary.breaker_since, now),
     }
+
+
+def dead_letters_text(counts: dict[str, int]) -> str:
+    """A queue's dead letters by status in words: ``"15 new, 3 replayed"`` (statuses with
+    none left out); ``"none"`` when it has none."""
+    parts = [f"{counts[s]:,} {s}" for s in ("new", "replayed", "discarded") if counts.get(s)]
+    return ", ".join(parts) or "none"
 
 
 def arrival_frame(
@@ -111,11 +119,12 @@ def breaker_rows(states: Sequence[tuple[BreakerState, datetime | None]]) -> list
         {
             "queue": state.queue_topic,
             "group": state.group_id,
-            "state": state.state.replace("_", "-"),
+            "state": state_text(state.state),
             "since": time_text(since),
+            # a closed breaker is not open: its last opening is in the transitions below
             "opened at": time_text(
                 datetime.fromtimestamp(state.opened_at_ms / 1000, UTC)
-                if state.opened_at_ms
+                if state.opened_at_ms and state.state != "closed"
                 else None
             ),
             "cooldown": duration_text(state.cooldown_ms),
@@ -129,10 +138,9 @@ def transition_rows(transitions: Sequence[BreakerTransition]) -> list[dict[str, 
     return [
         {
             "at": time_text(t.at),
-            "queue": t.queue_topic,
-            "group": t.group_id,
-            "from": t.from_state.replace("_", "-"),
-            "to": t.to_state.replace("_", "-"),
+            "queue": f"{t.queue_topic} / {t.group_id}",
+            "from": state_text(t.from_state),
+            "to": state_text(t.to_state),
             "error rate": percent_text(t.error_rate) if t.window_calls else NOTHING,
             "messages judged": t.window_calls,
             "reason": t.reason,
@@ -148,7 +156,12 @@ def alert_rows(alerts: Sequence[Alert]) -> list[dict[str, Any]]:
             "at": time_text(a.at),
             "severity": a.severity,
             "queue": f"{a.queue_topic} / {a.group_id}",
-            "message": a.message,
+            "message": _STATE_NAME.sub(lambda m: state_text(m.group()), a.message),
         }
         for a in alerts
     ]
+
+
+#: A breaker state as the code spells it, in alerts stored before they used
+#: :func:`~kmq_dagster.core.readable.state_text` (or written by older versions).
+_STATE_NAME = re.compile(r"\bhalf_open\b")

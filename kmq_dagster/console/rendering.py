@@ -1,17 +1,21 @@
 """How message bytes are shown: pretty JSON, text or a hex dump, always masked, always as data.
 
 Nothing here produces HTML or markdown. The pages show these strings through elements that
-render text literally (``st.code``, ``st.text``, ``st.json``, ``st.dataframe``), so a value
-holding ``<script>`` or ``**bold**`` is shown exactly as stored.
+render text literally (``st.code``, ``st.text``, ``st.json``, ``st.dataframe``), or escaped
+for the ones that render markdown (``st.table``: :func:`static_table`), so a value holding
+``<script>`` or ``**bold**`` is shown exactly as stored.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import re
 from dataclasses import dataclass
 from typing import Any
+
+import pandas as pd
 
 from kmq_dagster.audit.models import DeadLetter
 from kmq_dagster.console.masking import Masker
@@ -137,6 +141,15 @@ def escape_markdown(text: str) -> str:
     return "".join("\\" + char if char in _MARKDOWN_SPECIAL else char for char in text)
 
 
+def static_table(rows: list[dict[str, object]]) -> pd.DataFrame:
+    """``rows`` for ``st.table``, which renders a text cell as markdown: every text escaped
+    (:func:`escape_markdown`), so ``-`` shows as a dash, not an empty list, and ``->`` or
+    ``**`` in an alert show as written."""
+    return pd.DataFrame(
+        [{k: escape_markdown(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows]
+    )
+
+
 def hex_dump(raw: bytes) -> str:
     """Offset, hex bytes and printable ASCII, 16 bytes a line."""
     lines = []
@@ -156,6 +169,32 @@ def key_text(key: bytes | None) -> str:
     except UnicodeDecodeError:
         return "0x" + key.hex()
     return text if text.isprintable() else "0x" + key.hex()
+
+
+#: A dry run's sample line (``kmq_dagster.kafka.replay``): position, key as Python shows
+#: bytes (or None), error type.
+_SAMPLE_LINE = re.compile(
+    r"^(?P<at>\S+\[\d+\]@\d+) key=(?P<key>None|b'(?:[^'\\]|\\.)*'|b\"(?:[^\"\\]|\\.)*\") "
+    r"(?P<error_type>.*)$",
+    re.DOTALL,
+)
+
+
+def sample_rows(lines: list[str]) -> list[dict[str, str]]:
+    """A dry run's sample as table rows (DLQ position, key, error type), keys shown as the
+    Dead letters page shows them (:func:`key_text`); a line of another shape is kept whole
+    as the position."""
+    rows = []
+    for line in lines:
+        found = _SAMPLE_LINE.match(line)
+        if found is None:
+            rows.append({"DLQ position": line, "key": "", "error type": ""})
+            continue
+        key = ast.literal_eval(found["key"])  # a bytes or None literal, nothing else matches
+        rows.append(
+            {"DLQ position": found["at"], "key": key_text(key), "error type": found["error_type"]}
+        )
+    return rows
 
 
 def header_rows(dead_letter: DeadLetter, masker: Masker) -> list[dict[str, str]]:

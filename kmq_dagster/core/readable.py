@@ -75,6 +75,11 @@ def percent_text(fraction: float | None) -> str:
     return f"{percent:.0f}%"
 
 
+def state_text(state: str) -> str:
+    """A breaker state as people read it everywhere: ``half-open`` (the code's ``half_open``)."""
+    return state.replace("_", "-")
+
+
 def arrival_bucket_s(window_s: int) -> int:
     """The bucket of a chart over ``window_s`` seconds: the smallest of
     :data:`BUCKET_SIZES_S` that draws at most :data:`MAX_BUCKETS` bars (1 hour: minutes,

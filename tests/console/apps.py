@@ -7,6 +7,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from streamlit.testing.v1 import AppTest
 
@@ -66,3 +67,12 @@ def button(app: AppTest, label_start: str):  # type: ignore[no-untyped-def]
 
 def has_button(app: AppTest, label_start: str) -> bool:
     return any(str(b.label).startswith(label_start) for b in app.button)
+
+
+def records(table) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    """A shown table's rows, texts read back plain (``st.table`` cells are markdown-escaped:
+    :func:`kmq_dagster.console.rendering.static_table`)."""
+    return [
+        {k: re.sub(r"\\(.)", r"\1", v) if isinstance(v, str) else v for k, v in row.items()}
+        for row in table.value.to_dict("records")
+    ]

@@ -2,8 +2,10 @@
 ``kmq console`` as a real process, the real broker and a real worker: an operator logs in,
 filters, opens a dead letter whose value and headers carry XSS payloads (shown literally,
 never run), replays 10 dead letters with a dry run then for real, and sees them processed and
-audited; a viewer gets no replay control and the action itself refuses them. The screenshots
-in README's Console section are taken here."""
+audited; a viewer gets no replay control and the action itself refuses them. Every page is
+read at 1280x900, a laptop with the sidebar open: every table cell whole and on screen
+(:mod:`tests.console.screen_checks`). The screenshots in docs/guides/console.md are taken here
+(``KMQ_SCREENSHOTS=1``)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.audit.store import AuditStore
@@ -37,10 +40,14 @@ from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.queues import open_queue
 from kmq_dagster.settings import KmqSettings
+from tests.console.screen_checks import assert_whole, grids, tables
 from tests.kafka_helpers import new_queue, running_worker, wait_for
 from tests.processes import kmq_argv, pid_alive, stop
 
 pytestmark = [pytest.mark.browser, pytest.mark.kafka]
+# A page's run takes seconds on a loaded machine (2 cores, other suites beside): what a test
+# expects to see gets 30 s, not Playwright's 5.
+expect.set_options(timeout=30_000)
 
 CHROMIUM = "/usr/bin/chromium"
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
@@ -122,7 +129,7 @@ def console(
         "HOME": str(tmp_path),
         "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "KMQ_CONSOLE_USERS_FILE": str(tmp_path / "users.json"),
-        "KMQ_CONSOLE_REFRESH_S": "2",
+        "KMQ_CONSOLE_REFRESH_S": "5",
     }
     log = (tmp_path / "console.log").open("w")
     argv = kmq_argv("console", "--port", str(port), "--audit-url", audit_url)
@@ -153,14 +160,19 @@ def fill_store(settings: KmqSettings, topic: str, url: str) -> None:
             at=now - timedelta(minutes=minutes), lag=max(0, 2_000 - abs(minutes - 60) * 30),
             inflight=40, oldest_unacked_age_ms=2_300, in_rate=180.0, ack_rate=175.5, **queue,
         )  # fmt: skip
-    store.save_breaker_state(topic, GROUP, state="closed", opened_at_ms=0, cooldown_ms=10_000,
-                             expected_version=None)  # fmt: skip
+    # closed again after an opening: its last opening stays stored in the row
+    opened_ms = int((now - timedelta(minutes=3)).timestamp() * 1000)
+    store.save_breaker_state(topic, GROUP, state="closed", opened_at_ms=opened_ms,
+                             cooldown_ms=10_000, expected_version=None)  # fmt: skip
     for before, after in [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]:
         store.record_transition(
             at=now, from_state=before, to_state=after, error_rate=0.9, window_calls=20,
             window_ms=30_000, reason="payments API outage", **queue,
         )  # fmt: skip
     store.record_alert(severity="critical", message="circuit breaker closed -> open", **queue)
+    # as versions before one spelling for people stored it
+    store.record_alert(severity="warning", message="circuit breaker open -> half_open: probing",
+                       **queue)  # fmt: skip
     store.record_alert(severity="critical", message=f"circuit breaker closed -> open: {OUTAGE}",
                        **queue)  # fmt: skip
     # a second group, idle: nothing in flight
@@ -172,7 +184,7 @@ def fill_store(settings: KmqSettings, topic: str, url: str) -> None:
 def test_an_operator_filters_inspects_and_replays_ten_dead_letters_in_the_browser(
     console: str, browser: Browser, settings: KmqSettings, topic_name: str, audit_url: str
 ) -> None:
-    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
     alerts: list[str] = []
 
     def on_dialog(dialog: Dialog) -> None:  # an alert() from a payload that ran
@@ -182,30 +194,53 @@ def test_an_operator_filters_inspects_and_replays_ten_dead_letters_in_the_browse
     page.on("dialog", on_dialog)
     log_in(page, console, "olivia")
     updated = page.get_by_text(re.compile(r"^Updated "))
-    expect(updated).to_be_visible()
+    expect(updated).to_be_visible(timeout=60_000)
     settle(page)
     # on-call figures: rates and ages in units, "-" for nothing in flight, never None
     cells = page.locator("td").all_text_contents()
-    assert {"180 /s", "2s", "-"} <= set(cells) and "None" not in cells, cells
+    assert {"180 /s", "2s", "-", "15 new", "none"} <= set(cells) and "None" not in cells, cells
+    assert any(re.fullmatch(r"closed for \d+[smh].*", c) for c in cells), cells
     expect(page.get_by_text(OUTAGE)).to_be_visible()  # the long alert, whole and wrapped
+    # at 1280x900 every cell whole (the breaker first of all), in words, not "DL new"
+    summary = tables(page)[0]["header"]
+    assert summary[:4] == ["queue", "group", "breaker", "dead letters"], summary
+    assert_whole(page)
+    halves = [c for c in cells if "half" in c]  # (a markdown table draws -> as an arrow)
+    assert [re.sub(r"open \S+ half", "open -> half", c) for c in halves] == [
+        "circuit breaker open -> half-open: probing"], halves  # fmt: skip
+    # the arrivals of the last hour by default: a day of 10-minute bars squeezes a burst
+    expect(page.get_by_role("combobox", name="Charts")).to_have_value("last hour")
     shoot(page, "overview")
     first_update = updated.inner_text()
-    expect(updated).not_to_have_text(first_update, timeout=15_000)  # it refreshed itself
+    expect(updated).not_to_have_text(first_update, timeout=30_000)  # it refreshed itself
 
     page.get_by_role("link", name="Dead letters").click()
     settle(page)
+    # the filter in words; all 15 rows of the page shown, every cell whole and on screen
+    expect(page.get_by_text("Showing new dead letters", exact=True)).to_be_visible()
+    expect(page.locator("td", has_text="failed 4 attempts, the last with KeyError").first
+           ).to_be_attached()  # fmt: skip
+    listed = grids(page)[0]
+    assert listed["rows"] == 15 and "reason" in listed["titles"], listed
+    assert_whole(page)
     page.get_by_role("radio", name="By cause").click()
     settle(page)
     expect(page.get_by_text("Click a cause to list its dead letters.")).to_be_visible()
+    expect(page.locator("td", has_text="'customer_id'").first).to_be_attached()
+    # each cause's name whole beside its count's bar (no chart with labels cut short)
+    assert page.get_by_test_id("stVegaLiteChart").count() == 0
+    assert [[t for t in g["titles"] if t] for g in grids(page)] == [  # less the tick boxes
+        ["error type", "error pattern", "count", "latest"]]  # fmt: skip
+    assert_whole(page)
     shoot(page, "by-cause")
     page.get_by_role("radio", name="List").click()
     apply_filter(page, "Error type", "ValueError")
     choose(page, "Open dead letter", "ValueError")
     heading = page.get_by_role("heading", name=re.compile(r"Dead letter #\d+"))
     expect(heading).to_be_visible()
+    heading.evaluate("element => element.scrollIntoView({block: 'start'})")
     expect(page.get_by_text(XSS_VALUE)).to_be_visible()  # the value, as JSON text
     expect(page.get_by_text(CARD)).to_have_count(0)  # masked
-    heading.evaluate("element => element.scrollIntoView({block: 'start'})")
     shoot(page, "detail")
     page.get_by_role("tab", name="Headers").click()
     settle(page)
@@ -227,6 +262,10 @@ def test_an_operator_filters_inspects_and_replays_ten_dead_letters_in_the_browse
         target = redelivery_topic(topic_name, GROUP)
         expect(dialog.get_by_text(f"Dry run: 10 dead letters would be replayed to {target}.")
                ).to_be_visible()  # fmt: skip
+        # keys as the Dead letters page shows them, not as Python shows bytes
+        expect(dialog.locator("td", has_text="order-3").first).to_be_attached()
+        assert "b'" not in " ".join(dialog.locator("td").all_text_contents())
+        assert_whole(page)
         shoot(page, "replay-dialog")
         dialog.get_by_role("button", name="Replay 10 dead letters").click()
         expect(page.get_by_text(f"10 dead letters to {target}")).to_be_visible()
@@ -238,14 +277,26 @@ def test_an_operator_filters_inspects_and_replays_ten_dead_letters_in_the_browse
     page.get_by_role("link", name="Actions").click()
     expect(page.get_by_text("replayed 10 of 15 dead letters").first).to_be_visible()
     expect(page.locator("td", has_text="olivia").first).to_be_attached()
+    # one replay, one id: the job names the replay id the audit trail names
+    job = page.get_by_text(re.compile(r"^Replay \w+ by olivia")).first.inner_text()
+    replay_id = job.split()[1]
+    expect(page.locator("td", has_text=f"(replay id {replay_id})").first).to_be_attached()
     shoot(page, "actions")
     page.get_by_role("link", name="Breakers & alerts").click()
     settle(page)
     expect(page.get_by_role("heading", name="Alerts", exact=True)).to_be_visible()
     # error rates as percentages (wait for the transitions table: it renders after the states)
-    expect(page.locator("td", has_text="90%").first).to_be_attached()  # a grid cell: hidden
+    expect(page.locator("td", has_text="90%").first).to_be_attached()
     cells = page.locator("td").all_text_contents()
     assert "0.9" not in cells, cells
+    # a closed breaker has no "opened at"; one spelling of half-open; every reason whole
+    states = tables(page)[0]
+    assert states["header"][:5] == ["queue", "group", "state", "since", "opened at"], states
+    row = page.get_by_test_id("stTable").first.locator("tbody tr").first
+    assert row.locator("td").all_text_contents()[2:5:2] == ["closed", "-"]
+    joined = " ".join(cells)
+    assert "half-open" in joined and "half_open" not in joined, cells
+    assert_whole(page)
     shoot(page, "breakers")
     store = AuditStore(audit_url)
     assert store.count_dead_letters(DeadLetterFilter(status="replayed")) == 10
@@ -258,7 +309,7 @@ def test_an_operator_filters_inspects_and_replays_ten_dead_letters_in_the_browse
 def test_a_viewer_gets_no_replay_control_and_the_action_refuses_them(
     console: str, browser: Browser, settings: KmqSettings, audit_url: str
 ) -> None:
-    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
     log_in(page, console, "victor")
     page.get_by_role("link", name="Dead letters").click()
     settle(page)
@@ -285,7 +336,7 @@ def test_a_499_deep_dead_letter_renders_exports_once_and_can_be_discarded(
     ingester = DlqIngester(open_queue(settings, topic_name, GROUP), store)
     ingester.ingest_available()
     ingester.close()
-    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
     log_in(page, console, "olivia")
     page.get_by_role("link", name="Dead letters").click()
     settle(page)
@@ -326,12 +377,22 @@ def log_in(page: Page, url: str, name: str) -> None:
 def apply_filter(page: Page, label: str, value: str) -> None:
     page.get_by_label(label, exact=True).fill(value)
     page.get_by_role("button", name="Apply filters").click()
+    # the page says the filter it shows (a settle alone may look before the run began)
+    shown = re.compile(rf"^Showing .*{label.lower()} {re.escape(value)}")
+    expect(page.get_by_text(shown)).to_be_visible(timeout=60_000)
     settle(page)
 
 
 def choose(page: Page, label: str, option_text: str) -> None:
-    page.get_by_role("combobox", name=label).click()
-    page.get_by_role("option", name=re.compile(re.escape(option_text))).first.click()
+    option = page.get_by_role("option", name=re.compile(re.escape(option_text))).first
+    for _ in range(3):  # a rerun the page was still finishing may close the list just opened
+        page.get_by_role("combobox", name=label).click()
+        try:
+            option.wait_for(timeout=10_000)
+            break
+        except PlaywrightTimeoutError:
+            settle(page)
+    option.click()
     settle(page)
 
 
@@ -342,13 +403,14 @@ def settle(page: Page) -> None:
     page.wait_for_function(
         "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
         " && !document.querySelector('[data-stale=\"true\"]')",
-        timeout=30_000,
+        timeout=90_000,  # a loaded machine: a run of every refresh may take seconds
     )
 
 
 def shoot(page: Page, name: str) -> None:
-    """Screenshot the page for README when KMQ_SCREENSHOTS=1 (the tracked images stay as they
-    are on ordinary test runs); always render it, so a page that cannot be drawn fails."""
+    """Screenshot the page for the console guide when KMQ_SCREENSHOTS=1 (the tracked images
+    stay as they are on ordinary test runs); always render it, so a page that cannot be drawn
+    fails."""
     image = page.screenshot()
     if os.environ.get("KMQ_SCREENSHOTS") == "1":
         IMAGES.mkdir(parents=True, exist_ok=True)
@@ -376,7 +438,7 @@ def test_failed_logins_are_throttled_and_audited_in_the_real_console(
     console: str, browser: Browser, audit_url: str
 ) -> None:
     """Last in this module: it locks this machine out of the console for a while."""
-    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto(console)
     messages = []
     for _ in range(FREE_FAILURES + 2):

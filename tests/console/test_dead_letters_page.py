@@ -5,15 +5,19 @@ read-only page, and injection strings typed into every filter field."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
+import pandas as pd
 from streamlit.testing.v1 import AppTest
 
 from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.audit.history import history
 from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.console import dead_letter_grid
 from kmq_dagster.console.auth import OPERATOR, VIEWER, Principal
-from kmq_dagster.console.filter_form import widget_key
+from kmq_dagster.console.dead_letter_grid import list_columns, list_frame, message_width_px
+from kmq_dagster.console.filter_form import filter_text, widget_key
 from tests.console.apps import button, has_button, open_app, texts
 from tests.console.conftest import BASE_MS, stored_row
 from tests.support.injections import INJECTIONS
@@ -103,7 +107,7 @@ def test_the_by_cause_view_counts_causes_and_a_click_filters_the_list(
         ("KeyError", "'customer_id'", 2),
         ("KeyError", "'amount'", 1),
     ]
-    assert app.get("vega_lite_chart")
+    assert not app.get("vega_lite_chart")  # the counts are bars in the table itself
     app.session_state["causes-table-0"] = {"selection": {"rows": [1], "columns": []}}
     app.run()
 
@@ -211,3 +215,34 @@ def test_injection_strings_typed_into_every_filter_match_nothing_and_change_noth
     assert store.actions() == []
     assert BASE_MS  # the rows are the fixture's
     store.close()
+
+
+def test_the_filter_reads_as_words_not_as_code() -> None:
+    where = DeadLetterFilter(
+        queue_topic="orders", group_id="billing", status="new", error_type="TimeoutError",
+        key=b"\xff\x01", header=("trace-id", None),
+        since=datetime(2026, 11, 23, 10, 0, tzinfo=UTC),
+    )  # fmt: skip
+    assert filter_text(where) == (
+        "new dead letters of orders / billing, error type TimeoutError, key 0xff01, "
+        "header trace-id, since 2026-11-23 10:00:00 UTC"
+    )
+    assert filter_text(DeadLetterFilter()) == "dead letters of any status"
+
+
+def test_the_list_fits_its_columns_to_a_laptop_and_cuts_long_texts_with_an_ellipsis() -> None:
+    # given: the columns the default filter shows (any queue, new)
+    columns = list_columns(DeadLetterFilter(status="new"))
+    assert "status" not in columns and "queue / group" in columns
+    assert sum(dead_letter_grid.WIDTHS_PX[c] for c in columns if c != "error message") + (
+        message_width_px(columns)) == dead_letter_grid.LIST_WIDTH_PX  # fmt: skip
+    table = pd.DataFrame([{"id": 1, "last failure": datetime(2026, 11, 23, 10, 0),
+                           "queue": "orders", "group": "billing", "status": "new",
+                           "error type": "TimeoutError", "error message": "timed out " * 40,
+                           "reason": "failed 4 attempts, the last with TimeoutError",
+                           "key": "k1"}])  # fmt: skip
+    (row,) = list_frame(table, DeadLetterFilter(status="new")).to_dict("records")
+    assert row["reason"] == "failed 4 attempts, the last with TimeoutError"  # whole
+    assert row["error message"].endswith("\N{HORIZONTAL ELLIPSIS}")
+    assert row["last failure"] == "2026-11-23 10:00:00"
+    assert row["queue / group"] == "orders / billing"

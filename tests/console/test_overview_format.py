@@ -11,6 +11,7 @@ from kmq_dagster.console.overview_format import (
     alert_rows,
     arrival_frame,
     breaker_rows,
+    dead_letters_text,
     summary_row,
     transition_rows,
     window_bucket_s,
@@ -34,7 +35,26 @@ def test_a_queue_row_shows_rates_ages_and_counts_as_people_read_them() -> None:
     assert (row["lag"], row["in flight"], row["oldest unacked"]) == ("12,345", "0", "1m 12s")
     assert (row["in"], row["acked"], row["snapshot age"]) == ("3.8 /s", "0 /s", "12s")
     assert row["breaker"] == "half-open for 1m 47s"
-    assert row["DL new"] == 4
+    assert row["dead letters"] == "4 new"
+    assert list(row)[:4] == ["queue", "group", "breaker", "dead letters"]
+
+
+def test_dead_letters_by_status_read_as_words() -> None:
+    assert dead_letters_text({"new": 1_500, "discarded": 2}) == "1,500 new, 2 discarded"
+    assert dead_letters_text({"new": 0}) == dead_letters_text({}) == "none"
+
+
+def test_a_closed_breaker_shows_no_opened_at_and_alerts_spell_half_open_as_people_do() -> None:
+    state = BreakerState(queue_topic="orders", group_id="pricing", state="closed",
+                         opened_at_ms=1_795_461_928_000, cooldown_ms=20_000, version=3)  # fmt: skip
+    (row,) = breaker_rows([(state, None)])
+    assert (row["state"], row["opened at"]) == ("closed", "-")
+    stored = "circuit breaker open -> half_open: cooldown over; half_openness stays"
+    (alert,) = alert_rows([Alert(at=NOW, queue_topic="orders", group_id="pricing",
+                                 severity="warning", message=stored)])  # fmt: skip
+    assert alert["message"] == (
+        "circuit breaker open -> half-open: cooldown over; half_openness stays"
+    )
 
 
 def test_nothing_in_flight_or_no_snapshot_shows_a_dash_never_none() -> None:

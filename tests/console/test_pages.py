@@ -10,7 +10,7 @@ from pathlib import Path
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.console import jobs
 from kmq_dagster.console.auth import OPERATOR, VIEWER, Principal
-from tests.console.apps import has_button, open_app, texts
+from tests.console.apps import has_button, open_app, records, texts
 from tests.console.conftest import stored_row
 
 OPERATOR_OLIVIA = Principal("olivia", OPERATOR)
@@ -46,23 +46,25 @@ def test_the_overview_shows_each_queue_with_its_newest_snapshot_counts_and_break
 
     app = open_app(OPERATOR_OLIVIA)
 
-    (table,) = app.dataframe
-    (row,) = table.value.to_dict("records")
+    (table,) = app.table
+    (row,) = records(table)
     assert (row["queue"], row["group"], row["lag"], row["in flight"]) == ("orders", "billing",
                                                                           "120", "7")  # fmt: skip
-    assert (row["oldest unacked"], row["DL new"], row["DL replayed"]) == ("4s", 4, 1)
+    assert (row["oldest unacked"], row["dead letters"]) == ("4s", "4 new, 1 replayed")
     assert (row["in"], row["acked"]) == ("10.0 /s", "9.5 /s")
     assert row["breaker"].startswith("open for ")
     assert "No queue snapshots yet" not in texts(app)
     assert len(app.get("vega_lite_chart")) == 2  # lag and arrivals
-    for window in ("last hour", "last 7 days"):  # arrivals per minute, per hour
+    assert app.selectbox(key="overview-window").value == "last hour"
+    for window in ("last 24 hours", "last 7 days"):  # arrivals per 10 minutes, per hour
         app.selectbox(key="overview-window").select(window).run()
         assert not app.exception and len(app.get("vega_lite_chart")) == 2
     assert "No alerts raised." in texts(app)
     store.record_alert(queue_topic="orders", group_id="billing", severity="critical",
                        message="circuit breaker closed -> open: " + "timeout; " * 40)  # fmt: skip
-    (alerts,) = open_app(OPERATOR_OLIVIA).table
-    assert list(alerts.value["message"]) == ["circuit breaker closed -> open: " + "timeout; " * 40]
+    _, alerts = open_app(OPERATOR_OLIVIA).table
+    assert [a["message"] for a in records(alerts)] == [
+        "circuit breaker closed -> open: " + "timeout; " * 40]  # fmt: skip
     store.close()
 
 
@@ -83,8 +85,7 @@ def test_breakers_and_alerts_list_states_transitions_and_alerts(
 
     app = open_app(Principal("victor", VIEWER), page="breakers")
 
-    states, transitions = (t.value.to_dict("records") for t in app.dataframe)
-    (alerts,) = (t.value.to_dict("records") for t in app.table)
+    states, transitions, alerts = (records(t) for t in app.table)
     assert [(s["queue"], s["state"], s["cooldown"]) for s in states] == [
         ("payments", "half-open", "20s")]  # fmt: skip
     assert [(t["from"], t["to"], t["error rate"], t["reason"]) for t in transitions] == [

@@ -21,6 +21,8 @@ from kmq_dagster.console.rendering import (
     hex_dump,
     key_text,
     preview,
+    sample_rows,
+    static_table,
     view_value,
 )
 
@@ -106,3 +108,21 @@ def test_markdown_and_html_in_data_are_escaped_for_the_places_that_render_markdo
     assert escaped.startswith("\\*\\*bold\\*\\* \\<img src\\=x")
     assert "\\[a\\]\\(http\\://x\\)" in escaped
     assert "\\$x\\$" in escaped and "\\:smile\\:" in escaped
+
+
+def test_a_dry_run_sample_shows_keys_as_the_dead_letters_page_does() -> None:
+    lines = ["orders.billing.dlq[0]@12 key=b'4' TimeoutError",
+             "orders.billing.dlq[1]@3 key=b'\\xff\\x00' KeyError",
+             "orders.billing.dlq[1]@4 key=None ValueError", "a line of another shape"]  # fmt: skip
+    assert sample_rows(lines) == [
+        {"DLQ position": "orders.billing.dlq[0]@12", "key": "4", "error type": "TimeoutError"},
+        {"DLQ position": "orders.billing.dlq[1]@3", "key": "0xff00", "error type": "KeyError"},
+        {"DLQ position": "orders.billing.dlq[1]@4", "key": "", "error type": "ValueError"},
+        {"DLQ position": "a line of another shape", "key": "", "error type": ""},
+    ]
+
+
+def test_a_static_table_shows_dashes_arrows_and_markup_as_written() -> None:
+    frame = static_table([{"a": "-", "b": "closed -> open **now**", "n": 3}])
+    assert frame.to_dict("records") == [
+        {"a": "\\-", "b": "closed \\-\\> open \\*\\*now\\*\\*", "n": 3}]  # fmt: skip

@@ -16,6 +16,7 @@ from kmq_dagster.console import jobs
 from kmq_dagster.console.auth import OPERATOR, Principal
 from kmq_dagster.console.copies import copy_fates
 from kmq_dagster.console.operations import ReplayPlan, discard, start_replay
+from kmq_dagster.console.rendering import key_text
 from kmq_dagster.core.naming import redelivery_topic
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.consumer import KmqMessage
@@ -71,11 +72,15 @@ def test_an_operator_replays_ten_selected_dead_letters_after_a_dry_run_and_they_
     button(app, "Dry run").click().run()
     target = redelivery_topic(queue, GROUP)  # back to this group only
     assert f"Dry run: 10 dead letters would be replayed to {target}." in texts(app)
+    (sample,) = [d.value for d in app.dataframe if "DLQ position" in d.value]
+    chosen_rows = store.dead_letters(DeadLetterFilter(ids=tuple(chosen)))
+    keys = {key_text(d.key) for d in chosen_rows}
+    assert set(sample["key"]) <= keys and len(sample) == 10  # as the list shows them, not b'..'
     assert store.count_dead_letters(DeadLetterFilter(status="replayed")) == 0
     button(app, "Replay 10 dead letters").click().run()
 
-    assert f"10 dead letters to {target}" in texts(app)
     (job,) = [j for j in jobs.jobs() if j.queue_topic == queue]
+    assert f"Replay {job.replay_id} started: 10 dead letters to {target}" in texts(app)
     assert wait_for(lambda: job.state != jobs.RUNNING, timeout_s=60), job
     assert (job.state, job.replayed) == (jobs.FINISHED, 10)
     replayed = store.dead_letters(DeadLetterFilter(queue_topic=queue, status="replayed"))
@@ -83,6 +88,7 @@ def test_an_operator_replays_ten_selected_dead_letters_after_a_dry_run_and_they_
     dry, real = store.actions(queue_topic=queue)
     assert (dry.actor, dry.dry_run, dry.count) == ("olivia", True, 10)
     assert (real.actor, real.dry_run, real.count, real.target) == ("olivia", False, 10, target)
+    assert f"(replay id {job.replay_id})" in real.selection  # one replay, one id
 
     steps = history(store, replayed[0])
     assert [(s.kind, s.actor, s.copy_topic) for s in steps][-1] == (REPLAY, "olivia", target)

@@ -24,7 +24,7 @@ def show_jobs() -> None:
     for job in known:
         with st.container(border=True):
             st.text(
-                f"Replay {job.id} by {job.actor}: {job.queue_topic} / {job.group_id} -> "
+                f"Replay {job.replay_id} by {job.actor}: {job.queue_topic} / {job.group_id} -> "
                 f"{job.target_topic}, {job.state}"
             )
             st.progress(

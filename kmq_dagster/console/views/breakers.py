@@ -3,14 +3,14 @@ and the alerts raised."""
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from kmq_dagster.console import queries, session
 from kmq_dagster.console.overview_format import alert_rows, breaker_rows, transition_rows
+from kmq_dagster.console.rendering import static_table
 
-#: Alerts listed, newest first (a table that wraps long texts grows with each).
-ALERTS_SHOWN = 50
+#: Alerts and transitions listed, newest first (a table that wraps long texts grows with each).
+ALERTS_SHOWN = TRANSITIONS_SHOWN = 50
 
 
 def show() -> None:
@@ -23,29 +23,25 @@ def show() -> None:
     )
     _section(
         "Transitions",
-        transition_rows(queries.recent_transitions(store)),
+        transition_rows(queries.recent_transitions(store, limit=TRANSITIONS_SHOWN)),
         "No transitions recorded.",
     )
     _section(
         "Alerts",
         alert_rows(queries.recent_alerts(store, limit=ALERTS_SHOWN)),
         "No alerts raised.",
-        wrap=True,
     )
 
 
-def _section(
-    title: str, rows: list[dict[str, object]], when_empty: str, *, wrap: bool = False
-) -> None:
-    """A titled table of ``rows``, or the ``when_empty`` line when there are none; ``wrap``
-    shows long texts whole, wrapped (a static table), instead of cut to the column."""
+def _section(title: str, rows: list[dict[str, object]], when_empty: str) -> None:
+    """A titled table of ``rows``, or the ``when_empty`` line when there are none. A static
+    table: long texts (a transition's reason, an alert) show whole, wrapped, never cut to a
+    column's edge."""
     st.subheader(title)
     if not rows:
         st.text(when_empty)
-    elif wrap:
-        st.table(pd.DataFrame(rows), hide_index=True)
     else:
-        st.dataframe(pd.DataFrame(rows), hide_index=True)
+        st.table(static_table(rows), hide_index=True)
 
 
 session.principal()

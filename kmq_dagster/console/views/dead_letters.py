@@ -12,7 +12,7 @@ from kmq_dagster.audit import browse
 from kmq_dagster.audit.browse import CauseCount
 from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.audit.models import DeadLetter
-from kmq_dagster.console import action_dialogs, filter_form, session
+from kmq_dagster.console import action_dialogs, dead_letter_grid, filter_form, session
 from kmq_dagster.console.auth import OPERATOR
 from kmq_dagster.console.detail_view import show_detail
 from kmq_dagster.console.downloads import download_button
@@ -75,17 +75,19 @@ def show_causes(causes: list[CauseCount]) -> None:
     )  # fmt: skip
     st.text("Click a cause to list its dead letters.")
     clicks = int(st.session_state.get(CAUSE_CLICKS_KEY, 0))
+    # the counts as bars in the table itself: each cause's name stays whole beside its bar
     event = st.dataframe(
-        table, hide_index=True, key=f"causes-table-{clicks}", on_select="rerun",
-        selection_mode="single-row",
+        dead_letter_grid.cause_frame(table), hide_index=True, key=f"causes-table-{clicks}",
+        on_select="rerun", selection_mode="single-row",
+        column_config=dead_letter_grid.cause_config(int(table["count"].max())),
+        row_height=dead_letter_grid.ROW_HEIGHT_PX,
+        height=dead_letter_grid.height_px(len(table), dead_letter_grid.ROW_HEIGHT_PX),
     )  # fmt: skip
     if event.selection.rows:
         cause = causes[event.selection.rows[0]]
         st.session_state[PENDING_CAUSE_KEY] = (cause.error_type, cause.error_pattern)
         st.session_state[CAUSE_CLICKS_KEY] = clicks + 1  # a fresh table: no selection left
         st.rerun()
-    top = table.head(15).assign(cause=lambda t: t["error type"] + ": " + t["error pattern"])
-    st.bar_chart(top, x="cause", y="count", horizontal=True, sort="-count")
 
 
 def apply_clicked_cause() -> None:
@@ -103,9 +105,12 @@ def show_list(where: DeadLetterFilter, total: int) -> None:
     result = browse.page(store, where, after=stack[-1], size=PAGE_SIZE)
     table = pd.DataFrame([table_row(d) for d in result.rows], columns=list(table_row_columns()))
     page_key = f"{hash(where)}-{len(stack)}"
+    grid = dead_letter_grid.list_frame(table, where)
     event = st.dataframe(
-        table, hide_index=True, key=f"table-{page_key}", on_select="rerun",
-        selection_mode="multi-row",
+        grid, hide_index=True, key=f"table-{page_key}", on_select="rerun",
+        selection_mode="multi-row", column_config=dead_letter_grid.list_config(list(grid)),
+        row_height=dead_letter_grid.ROW_HEIGHT_PX,
+        height=dead_letter_grid.height_px(len(grid), dead_letter_grid.ROW_HEIGHT_PX),
     )  # fmt: skip
     selected = [int(table["id"].iloc[i]) for i in event.selection.rows]
     newer, position, older = st.columns([1, 2, 1])
@@ -137,7 +142,7 @@ def actions(where: DeadLetterFilter, selected: list[int], total: int) -> None:
         return
     some = DeadLetterFilter(ids=tuple(selected))
     chosen = f"{len(selected)} selected dead letters"
-    matching = f"all {total:,} dead letters matching: {where.describe()}"
+    matching = f"all {total:,} matching: {filter_form.filter_text(where)}"
     cols = st.columns(4)
     if cols[0].button(f"Replay selected ({len(selected)})", disabled=not selected):
         action_dialogs.open_dialog("replay", some, chosen)
@@ -176,7 +181,7 @@ if notice:
 apply_clicked_cause()
 filter_form.show_form(_queues(session.config().audit_url))
 applied = filter_form.applied()
-st.text(f"Filter: {applied.describe()}")
+st.text(f"Showing {filter_form.filter_text(applied)}")
 counted = _causes(session.config().audit_url, applied)
 view = st.segmented_control("View", [LIST, BY_CAUSE], default=LIST, key=VIEW_KEY) or LIST
 if view == BY_CAUSE:

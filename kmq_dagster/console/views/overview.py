@@ -18,6 +18,7 @@ from kmq_dagster.console.overview_format import (
     summary_row,
     window_bucket_s,
 )
+from kmq_dagster.console.rendering import static_table
 from kmq_dagster.core.readable import bucket_label
 
 #: Alerts the Overview shows (the Breakers & alerts page has the rest).
@@ -31,13 +32,15 @@ def overview() -> None:
     if not summaries:
         st.info("No queue has dead letters, snapshots or a circuit breaker yet.")
     else:
-        st.dataframe(pd.DataFrame([summary_row(s, now) for s in summaries]), hide_index=True)
+        # a static table wraps long cells (a breaker "half-open for 1m 12s") instead of
+        # cutting them at a column's edge
+        st.table(static_table([summary_row(s, now) for s in summaries]), hide_index=True)
     if not any(s.snapshot for s in summaries):
         st.info(
             "No queue snapshots yet: lag, in flight and the oldest unacknowledged age come "
             "from the Dagster observation sensor, which has not written any."
         )
-    window = st.selectbox("Charts", list(WINDOWS), index=1, key="overview-window")
+    window = st.selectbox("Charts", list(WINDOWS), index=0, key="overview-window")
     since = now - WINDOWS[window]
     bucket_s = window_bucket_s(WINDOWS[window])
     left, right = st.columns(2)
@@ -60,7 +63,7 @@ def overview() -> None:
     st.subheader("Latest alerts")
     alerts = alert_rows(queries.recent_alerts(store, limit=LATEST_ALERTS))
     if alerts:
-        st.table(pd.DataFrame(alerts), hide_index=True)  # wraps long texts, shows them whole
+        st.table(static_table(alerts), hide_index=True)  # wraps long texts, shows them whole
     else:
         st.text("No alerts raised.")
     st.caption(f"Updated {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC")
