@@ -52,7 +52,7 @@ from kmq_dagster.core.breaker_reports import describe_quiet_tick, describe_trans
 from kmq_dagster.core.breaker_samples import Unsettled, settle
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.queue_checks import BREAKER_CLOSED
-from kmq_dagster.core.readable import percent_text
+from kmq_dagster.core.readable import percent_text, state_text
 from kmq_dagster.core.status import TOTALS, progress_between
 from kmq_dagster.defs.alert_sinks import Alert
 from kmq_dagster.defs.alerts import KmqAlertsResource
@@ -70,14 +70,17 @@ def _alert(queue: Queue, decision: AlertDecision) -> Alert:
     if decision.resolve:
         title = "resolved: circuit breaker closed"
     else:
-        title = f"circuit breaker {transition.to_state.replace('_', '-')}"
+        title = f"circuit breaker {state_text(transition.to_state)}"
     folded = f" ({decision.folded} transitions since the last alert)" if decision.folded > 1 else ""
     return Alert(
         kind=f"breaker_{transition.to_state}",
         severity=SEVERITIES[transition.to_state],
         subject=str(queue),
         title=title,
-        text=f"{transition.from_state} -> {transition.to_state}: {transition.reason}{folded}",
+        text=(
+            f"{state_text(transition.from_state)} -> {state_text(transition.to_state)}: "
+            f"{transition.reason}{folded}"
+        ),
         key=f"{queue.topic}/{queue.group}#transition-{transition.id}",
         details={"transition_id": transition.id, "at_ms": transition.at_ms},
     )
@@ -90,7 +93,9 @@ def _transition_metadata(
     (a timestamp, shown as a time), and the evidence."""
     return {
         "breaker_state": MetadataValue.text(event.to_state.value),
-        "transition": MetadataValue.text(f"{event.from_state} -> {event.to_state}"),
+        "transition": MetadataValue.text(
+            f"{state_text(event.from_state.value)} -> {state_text(event.to_state.value)}"
+        ),
         "reason": MetadataValue.text(description),
         "changed_at": MetadataValue.timestamp(event.at_ms / 1000),
         "error_rate": MetadataValue.text(percent_text(row.error_rate)),

@@ -169,9 +169,10 @@ def test_a_failure_flood_opens_alerts_throttles_and_recovery_resolves(
         ), message(ticks[-1])
         closing = [e for e in ticks[-1].asset_events if isinstance(e, AssetObservation)]
         assert [o.metadata["transition"] for o in closing] == [
-            TextMetadataValue("half_open -> closed")
+            TextMetadataValue("half-open -> closed")
         ]
         assert [b["kind"] for b in hook.bodies()] == ["breaker_open", "breaker_closed"]
         assert hook.bodies()[-1]["title"] == "resolved: circuit breaker closed"
+        assert hook.bodies()[-1]["text"].startswith("half-open -> closed: ")  # one spelling
         states = [t.to_state for t in audit.get_store().transitions(topic_name, q.spec.queue.group)]
         assert states == ["open", "half_open", "closed"]
