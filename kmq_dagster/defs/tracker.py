@@ -42,6 +42,7 @@ from kmq_dagster.defs.processing import ensure_queue
 from kmq_dagster.defs.queue_spec import QueueSpec, queue_job
 from kmq_dagster.defs.resources import KmqResource
 from kmq_dagster.defs.sensors import IN_FLIGHT
+from kmq_dagster.errors import KmqError, ProvisionError
 from kmq_dagster.kafka.queue_status import measure_queue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 
@@ -168,7 +169,9 @@ def make_tracker_keepalive_sensor(
 ) -> SensorDefinition:
     """A sensor that keeps exactly one tracker run of ``spec``'s queue in progress.
 
-    It launches one when none is queued, starting or running, and never two: the run key names
+    It launches one when none is queued, starting or running and the queue is provisioned (until
+    then it skips, naming the provisioning job: a tracker has no markers topic to read before),
+    and never two: the run key names
     the previous tracker run, so ticks that see the same runs request the same key (Dagster
     launches it once). A started run whose heartbeat went quiet for :data:`STALE_AFTER_S`
     (its process was killed) is marked failed, and a new run is requested in the same tick.
@@ -186,7 +189,7 @@ def make_tracker_keepalive_sensor(
         default_status=default_status,
         description=f"Keeps one {job_def.name} run in progress.",
     )
-    def keep_tracker(context: SensorEvaluationContext) -> SensorResult:
+    def keep_tracker(context: SensorEvaluationContext, kmq: KmqResource) -> SensorResult:
         instance = context.instance
         in_flight = list(
             instance.get_runs(filters=RunsFilter(job_name=job_def.name, statuses=IN_FLIGHT))
@@ -204,6 +207,9 @@ def make_tracker_keepalive_sensor(
             return SensorResult(
                 skip_reason=f"tracker run {run.run_id} is {run.status.value.lower()}"
             )
+        unready = _not_ready_reason(spec, kmq)
+        if unready is not None:
+            return SensorResult(skip_reason=unready)
         latest = instance.get_runs(filters=RunsFilter(job_name=job_def.name), limit=1)
         after = latest[0].run_id if latest else "none"
         return SensorResult(
@@ -211,3 +217,18 @@ def make_tracker_keepalive_sensor(
         )
 
     return keep_tracker
+
+
+def _not_ready_reason(spec: QueueSpec, kmq: KmqResource) -> str | None:
+    """Why no tracker run can start yet (the queue is not provisioned, Kafka does not answer),
+    in words an operator acts on; ``None``: it can."""
+    try:
+        kmq.open_queue(spec.queue)
+    except ProvisionError as exc:
+        return (
+            f"{spec.queue} is not provisioned yet, so no tracker run: {exc}; or launch "
+            f"{spec.job_name('provision')}. The tracker starts on the first tick after."
+        )
+    except KmqError as exc:
+        return f"no tracker run for {spec.queue} for now: {exc}"
+    return None
