@@ -9,6 +9,11 @@ process died (SIGKILL, a lost machine) stops stamping, and the keep-alive sensor
 and launches another. Its replacement resumes from the committed markers position: nothing is
 lost.
 
+A tracker run also stops, cleanly, when a process it was started under is gone
+(:class:`~kmq_dagster.child_processes.Lifeline`): a killed ``dagster dev`` or ``dg dev`` does not
+leave it running (its code server would wait for it forever). Under a run launcher that starts
+the run as a container's first process there is nothing above it to lose.
+
 No ``from __future__ import annotations`` here: Dagster reads op and sensor signatures at run
 time.
 """
@@ -38,6 +43,7 @@ from dagster import (
 )
 from pydantic import Field
 
+from kmq_dagster.child_processes import Lifeline
 from kmq_dagster.defs.processing import ensure_queue
 from kmq_dagster.defs.queue_spec import QueueSpec, queue_job
 from kmq_dagster.defs.resources import KmqResource
@@ -57,6 +63,8 @@ HEARTBEAT_INTERVAL_S = 2.0
 STALE_AFTER_S = 10.0
 #: A run that has not stamped its first heartbeat yet gets this long to start its op.
 START_GRACE_S = 120.0
+#: Seconds between looks at the processes the tracker run was started under.
+LIFELINE_INTERVAL_S = 1.0
 
 
 class TrackerConfig(Config):
@@ -81,7 +89,8 @@ def tracker_job(spec: QueueSpec) -> JobDefinition:
         settings = kmq.get_settings()
         queue = ensure_queue(settings, spec.queue)
         tracker = RedeliveryTracker(queue)
-        last = {"heartbeat": 0.0, "stats": time.monotonic()}
+        last = {"heartbeat": 0.0, "stats": time.monotonic(), "lifeline": time.monotonic()}
+        lifeline, stop = Lifeline(), threading.Event()
         # Where the tracker runs, for an operator looking for its process.
         instance.add_run_tags(run_id, {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()})
 
@@ -94,9 +103,19 @@ def tracker_job(spec: QueueSpec) -> JobDefinition:
                 last["stats"] = now
                 context.log.info(f"tracker of {queue}: {tracker.describe_stats()}")
                 context.log_event(_observation(spec, tracker, kmq))
+            if now - last["lifeline"] >= LIFELINE_INTERVAL_S and not stop.is_set():
+                last["lifeline"] = now
+                lost = lifeline.lost()
+                if lost is not None:
+                    context.log.warning(
+                        f"{lost}, which this tracker run was started under, is gone (Dagster "
+                        "was stopped or killed): the tracker stops; the keep-alive sensor "
+                        "starts a new one when Dagster runs again"
+                    )
+                    stop.set()
 
         context.log.info(f"tracking {queue}; terminate the run to stop it")
-        tracker.run(threading.Event(), on_tick=on_tick)  # until the run is terminated
+        tracker.run(stop, on_tick=on_tick)  # until terminated, or its Dagster is gone
 
     return queue_job(
         spec,
