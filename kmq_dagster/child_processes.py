@@ -71,3 +71,61 @@ class GroupService:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class Lifeline:
+    """The processes this one runs under (its parent, their parent, ... up to, not including,
+    PID 1), as they were when it started: :meth:`lost` names the first one gone since.
+
+    A Dagster run's process (and its step processes) outlives whatever launched it: killing
+    ``dagster dev`` or ``dg dev`` leaves the run going, and its code server waits for it. A
+    service that runs until terminated (the tracker) asks its lifeline instead, and stops. A
+    process is told from a later one with its number by its start time (Linux ``/proc``);
+    elsewhere only the parent is watched (:func:`os.getppid` changes when it dies). Under a
+    launcher that starts runs as a container's first process there is nothing above: it never
+    reports a loss.
+    """
+
+    def __init__(self) -> None:
+        self._chain: list[tuple[int, str, str]] = []  # (pid, start time, name)
+        pid = os.getppid()
+        while pid > 1:
+            stat = _proc_stat(pid)
+            if stat is None:
+                if not self._chain:  # no /proc: watch the parent only
+                    self._chain.append((pid, "", "the parent process"))
+                break
+            name, ppid, started = stat
+            self._chain.append((pid, started, name))
+            pid = ppid
+
+    @property
+    def pids(self) -> list[int]:
+        """The watched processes, nearest first."""
+        return [pid for pid, _, _ in self._chain]
+
+    def lost(self) -> str | None:
+        """``"<name> (pid N)"`` of the nearest watched process that is gone; ``None``: all live."""
+        for pid, started, name in self._chain:
+            if not started:
+                gone = os.getppid() != pid
+            else:
+                stat = _proc_stat(pid)
+                gone = stat is None or stat[2] != started
+            if gone:
+                return f"{name} (pid {pid})"
+        return None
+
+
+def _proc_stat(pid: int) -> tuple[str, int, str] | None:
+    """``(name, parent pid, start time)`` of a live process from ``/proc``; ``None`` if it is
+    gone, a zombie, or there is no ``/proc``."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name = text[text.index("(") + 1 : text.rindex(")")]
+    fields = text[text.rindex(")") + 1 :].split()  # state is field 3, starttime field 22
+    if fields[0] in ("Z", "X"):
+        return None
+    return name, int(fields[1]), fields[19]

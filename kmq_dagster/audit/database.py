@@ -25,7 +25,13 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
 
 from kmq_dagster.errors import AuditStoreError, ConfigError
-from kmq_dagster.home import kmq_home, private_file, private_folder, warn_if_shared
+from kmq_dagster.home import (
+    PRIVATE_FILE_MODE,
+    kmq_home,
+    private_file,
+    private_folder,
+    warn_if_shared,
+)
 from kmq_dagster.secrets import mask_text, mask_url
 
 #: Environment variable naming the store; default: a SQLite file in ``~/.kmq``.
@@ -72,17 +78,38 @@ def _upgrade(engine: Engine) -> None:
 
 @contextlib.contextmanager
 def _sqlite_migration_lock(engine: Engine) -> Iterator[None]:
+    """One migrator at a time per SQLite file: an exclusive lock on ``<file>.migrate.lock``,
+    removed when done so that it does not litter the store's folder. The holder removes it
+    while still holding the lock; a process that was waiting on the removed file sees that its
+    file is no longer the one at the path and locks the new one."""
     database = engine.url.database if engine.dialect.name == "sqlite" else None
     if not database or database == ":memory:":
         yield
         return
-    lock_file = private_file(Path(f"{database}.migrate.lock"))
-    with open(lock_file, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    path = Path(f"{database}.migrate.lock")
+    while True:
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, PRIVATE_FILE_MODE)
         try:
-            yield
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if not _still_at(fd, path):
+                continue  # the holder before us removed it: lock the one at the path now
+            try:
+                yield
+            finally:
+                path.unlink(missing_ok=True)  # still locked: a waiter sees it is gone
+            return
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            os.close(fd)  # releases the lock
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is the file at ``path`` (not removed or replaced)."""
+    try:
+        at_path = path.stat()
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(fd)
+    return (opened.st_dev, opened.st_ino) == (at_path.st_dev, at_path.st_ino)
 
 
 def schema_revision(engine: Engine) -> str | None:
@@ -137,7 +164,7 @@ def engine_for(url: str) -> Engine:
 
 def _private_sqlite_files(database: Path) -> None:
     """The store's file ``0600`` before SQLite opens it (its WAL and shared-memory files take
-    its mode); an existing folder readable by others gets a warning."""
+    its mode); a folder that exposes it gets a warning (:func:`warn_if_shared`)."""
     warn_if_shared(database.parent)
     private_file(database)
     for companion in ("-wal", "-shm"):

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from kmq_dagster.core.durations import format_duration_ms
+from kmq_dagster.core.readable import duration_text
+from kmq_dagster.core.wording import counted
 
 #: Names of the checks (Dagster asset check names).
 DEAD_LETTERS_NOT_GROWING = "dead_letters_not_growing"
@@ -40,14 +42,14 @@ class CheckOutcome:
 
 def dead_letters_not_growing(new_in_window: int, *, threshold: int, window_ms: int) -> CheckOutcome:
     """WARN when more than ``threshold`` dead letters arrived within the last ``window_ms``."""
-    window = format_duration_ms(window_ms)
     passed = new_in_window <= threshold
     verdict = "at most" if passed else "more than"
     return CheckOutcome(
         DEAD_LETTERS_NOT_GROWING,
         passed,
         WARN,
-        f"{new_in_window} new dead letters in the last {window} ({verdict} {threshold} allowed)",
+        f"{counted(new_in_window, 'new dead letter')} in the last {duration_text(window_ms)} "
+        f"({verdict} {threshold} allowed)",
         {"new_dead_letters": new_in_window, "threshold": threshold, "window_ms": window_ms},
     )
 

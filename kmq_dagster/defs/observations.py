@@ -16,6 +16,7 @@ from dagster import (
 )
 
 from kmq_dagster.core.queue_checks import WARN, CheckOutcome
+from kmq_dagster.core.readable import duration_text
 from kmq_dagster.core.status import QueueStatus, Rates
 
 _LAG_SCHEMA = TableSchema(
@@ -84,13 +85,16 @@ def _severity(outcome: CheckOutcome) -> AssetCheckSeverity:
 def _figures(outcome: CheckOutcome) -> dict[str, MetadataValue]:
     """The outcome's figures as typed metadata; a point in time (``*_at_ms``, epoch ms) as a
     timestamp named without the unit, which Dagster shows as a time rather than plotting a
-    number near 1.8e12."""
+    number near 1.8e12; a duration (``*_ms``) as a person reads it (``window: 15m``, not
+    ``window_ms: 900000``)."""
     typed: dict[str, MetadataValue] = {}
     for name, value in outcome.figures.items():
         if isinstance(value, bool) or value is None:
             continue
         if name.endswith("_at_ms") and isinstance(value, int):
             typed[name.removesuffix("_ms")] = MetadataValue.timestamp(value / 1000)
+        elif name.endswith("_ms") and isinstance(value, int):
+            typed[name.removesuffix("_ms")] = MetadataValue.text(duration_text(value))
         elif isinstance(value, int):
             typed[name] = MetadataValue.int(value)
         elif isinstance(value, float):

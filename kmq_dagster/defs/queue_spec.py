@@ -30,8 +30,12 @@ DEFAULT_BACKLOG_INTERVAL_S = 30
 DEFAULT_OBSERVATION_INTERVAL_S = 30
 #: Longest a processing run keeps running batches before it ends (seconds).
 DEFAULT_MAX_RUN_SECONDS = 600
-#: Dead letters in the window above which ``dead_letters_not_growing`` warns.
-DEFAULT_DEAD_LETTER_THRESHOLD = 0
+#: Dead letters in the window above which ``dead_letters_not_growing`` warns. A dead-letter
+#: queue exists so that a message that cannot be processed (a poison message, retries used up)
+#: steps aside while the rest flows: one now and then is the DLQ doing its job, not something to
+#: look at on call. Ten within the window is a pattern (a bad deploy, a producer sending a new
+#: format); a mass failure is the circuit breaker's to catch, within seconds.
+DEFAULT_DEAD_LETTER_THRESHOLD = 10
 #: The window ``dead_letters_not_growing`` counts dead letters in (ms).
 DEFAULT_DEAD_LETTER_WINDOW_MS = 15 * 60_000
 #: Seconds between breaker sensor ticks.
@@ -66,7 +70,8 @@ class QueueSpec:
         backlog_interval_s: seconds between backlog sensor ticks.
         observation_interval_s: seconds between observation sensor ticks.
         dead_letter_threshold: ``dead_letters_not_growing`` warns above this many new dead
-            letters within ``dead_letter_window_ms``.
+            letters within ``dead_letter_window_ms`` (default 10: a single dead letter is the
+            DLQ doing its job; see :data:`DEFAULT_DEAD_LETTER_THRESHOLD`); 0 warns on every one.
         ingest_per_tick: dead letters the observation sensor stores per tick at most.
         breaker: when the breaker sensor opens the group's shared breaker, its cooldown and
             probes; ``None``: no breaker sensor.

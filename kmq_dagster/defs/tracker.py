@@ -9,6 +9,11 @@ process died (SIGKILL, a lost machine) stops stamping, and the keep-alive sensor
 and launches another. Its replacement resumes from the committed markers position: nothing is
 lost.
 
+A tracker run also stops, cleanly, when a process it was started under is gone
+(:class:`~kmq_dagster.child_processes.Lifeline`): a killed ``dagster dev`` or ``dg dev`` does not
+leave it running (its code server would wait for it forever). Under a run launcher that starts
+the run as a container's first process there is nothing above it to lose.
+
 No ``from __future__ import annotations`` here: Dagster reads op and sensor signatures at run
 time.
 """
@@ -38,10 +43,12 @@ from dagster import (
 )
 from pydantic import Field
 
+from kmq_dagster.child_processes import Lifeline
 from kmq_dagster.defs.processing import ensure_queue
 from kmq_dagster.defs.queue_spec import QueueSpec, queue_job
 from kmq_dagster.defs.resources import KmqResource
 from kmq_dagster.defs.sensors import IN_FLIGHT
+from kmq_dagster.errors import KmqError, ProvisionError
 from kmq_dagster.kafka.queue_status import measure_queue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 
@@ -56,6 +63,8 @@ HEARTBEAT_INTERVAL_S = 2.0
 STALE_AFTER_S = 10.0
 #: A run that has not stamped its first heartbeat yet gets this long to start its op.
 START_GRACE_S = 120.0
+#: Seconds between looks at the processes the tracker run was started under.
+LIFELINE_INTERVAL_S = 1.0
 
 
 class TrackerConfig(Config):
@@ -80,7 +89,8 @@ def tracker_job(spec: QueueSpec) -> JobDefinition:
         settings = kmq.get_settings()
         queue = ensure_queue(settings, spec.queue)
         tracker = RedeliveryTracker(queue)
-        last = {"heartbeat": 0.0, "stats": time.monotonic()}
+        last = {"heartbeat": 0.0, "stats": time.monotonic(), "lifeline": time.monotonic()}
+        lifeline, stop = Lifeline(), threading.Event()
         # Where the tracker runs, for an operator looking for its process.
         instance.add_run_tags(run_id, {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()})
 
@@ -93,9 +103,19 @@ def tracker_job(spec: QueueSpec) -> JobDefinition:
                 last["stats"] = now
                 context.log.info(f"tracker of {queue}: {tracker.describe_stats()}")
                 context.log_event(_observation(spec, tracker, kmq))
+            if now - last["lifeline"] >= LIFELINE_INTERVAL_S and not stop.is_set():
+                last["lifeline"] = now
+                lost = lifeline.lost()
+                if lost is not None:
+                    context.log.warning(
+                        f"{lost}, which this tracker run was started under, is gone (Dagster "
+                        "was stopped or killed): the tracker stops; the keep-alive sensor "
+                        "starts a new one when Dagster runs again"
+                    )
+                    stop.set()
 
         context.log.info(f"tracking {queue}; terminate the run to stop it")
-        tracker.run(threading.Event(), on_tick=on_tick)  # until the run is terminated
+        tracker.run(stop, on_tick=on_tick)  # until terminated, or its Dagster is gone
 
     return queue_job(
         spec,
@@ -168,7 +188,9 @@ def make_tracker_keepalive_sensor(
 ) -> SensorDefinition:
     """A sensor that keeps exactly one tracker run of ``spec``'s queue in progress.
 
-    It launches one when none is queued, starting or running, and never two: the run key names
+    It launches one when none is queued, starting or running and the queue is provisioned (until
+    then it skips, naming the provisioning job: a tracker has no markers topic to read before),
+    and never two: the run key names
     the previous tracker run, so ticks that see the same runs request the same key (Dagster
     launches it once). A started run whose heartbeat went quiet for :data:`STALE_AFTER_S`
     (its process was killed) is marked failed, and a new run is requested in the same tick.
@@ -186,7 +208,7 @@ def make_tracker_keepalive_sensor(
         default_status=default_status,
         description=f"Keeps one {job_def.name} run in progress.",
     )
-    def keep_tracker(context: SensorEvaluationContext) -> SensorResult:
+    def keep_tracker(context: SensorEvaluationContext, kmq: KmqResource) -> SensorResult:
         instance = context.instance
         in_flight = list(
             instance.get_runs(filters=RunsFilter(job_name=job_def.name, statuses=IN_FLIGHT))
@@ -204,6 +226,9 @@ def make_tracker_keepalive_sensor(
             return SensorResult(
                 skip_reason=f"tracker run {run.run_id} is {run.status.value.lower()}"
             )
+        unready = _not_ready_reason(spec, kmq)
+        if unready is not None:
+            return SensorResult(skip_reason=unready)
         latest = instance.get_runs(filters=RunsFilter(job_name=job_def.name), limit=1)
         after = latest[0].run_id if latest else "none"
         return SensorResult(
@@ -211,3 +236,18 @@ def make_tracker_keepalive_sensor(
         )
 
     return keep_tracker
+
+
+def _not_ready_reason(spec: QueueSpec, kmq: KmqResource) -> str | None:
+    """Why no tracker run can start yet (the queue is not provisioned, Kafka does not answer),
+    in words an operator acts on; ``None``: it can."""
+    try:
+        kmq.open_queue(spec.queue)
+    except ProvisionError as exc:
+        return (
+            f"{spec.queue} is not provisioned yet, so no tracker run: {exc}; or launch "
+            f"{spec.job_name('provision')}. The tracker starts on the first tick after."
+        )
+    except KmqError as exc:
+        return f"no tracker run for {spec.queue} for now: {exc}"
+    return None

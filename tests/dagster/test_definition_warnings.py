@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.e2e.dg_project import run_dg
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Loads the demo definitions (workspace.yaml's) as Dagster does (the repository is
@@ -56,3 +60,15 @@ def test_loading_the_definitions_warns_about_nothing_of_ours(tmp_path: Path) -> 
 
     caught = json.loads(loaded.stdout.strip().splitlines()[-1])
     assert [w for w in caught if ours(w)] == []
+
+
+@pytest.mark.parametrize("command", [("list", "components"), ("check", "defs")])
+def test_dg_commands_print_no_warning(command: tuple[str, ...]) -> None:
+    """``dg`` in the example project, a fresh interpreter each: nothing reaches the user as a
+    warning (dagster-spark's preview ``SparkDeclarativePipelineScaffolder``, which ``dg``
+    instantiated for every command, is silenced where kmq imports dagster-pyspark)."""
+    result = run_dg(*command)
+
+    assert result.returncode == 0, result.stdout
+    warned = [line for line in result.stdout.splitlines() if "Warning:" in line]
+    assert warned == [], result.stdout

@@ -99,6 +99,21 @@ def test_an_open_breaker_throttles_the_backlog_sensor_and_fails_its_check(
     assert "; breaker open; failing: breaker_closed (circuit breaker open since 2026-11-23" in said
 
 
+def test_one_dead_letter_passes_by_default_and_the_window_reads_as_a_duration(
+    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
+    audit: AuditStoreResource,
+) -> None:  # fmt: skip
+    q = declare(topic_name, tmp_path, instance, kmq, audit)  # the default threshold
+    produce_dead_letters(kmq.get_settings(), q.spec.queue, [("k1", "ValueError")])
+
+    check = checks_of(q.tick("observe"))["dead_letters_not_growing"]
+
+    assert check.passed, check.description
+    assert check.description == "1 new dead letter in the last 15m (at most 10 allowed)"
+    assert check.metadata["window"] == MetadataValue.text("15m")
+    assert "window_ms" not in check.metadata
+
+
 def test_dead_letters_growing_warn_and_are_ingested_with_a_snapshot_per_tick(
     topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
     audit: AuditStoreResource,

@@ -21,6 +21,11 @@ def test_dead_letters_warn_only_above_the_threshold() -> None:
     assert above.description == "6 new dead letters in the last 1m (more than 5 allowed)"
 
 
+def test_one_dead_letter_reads_in_the_singular_with_its_window_as_a_duration() -> None:
+    one = dead_letters_not_growing(1, threshold=0, window_ms=900_000)
+    assert one.description == "1 new dead letter in the last 15m (more than 0 allowed)"
+
+
 def test_oldest_unacked_fails_past_every_delivery_the_queue_allows() -> None:
     # visibility 30 s and 3 redeliveries: a message may be in flight 4 x 30 s = 2 min
     limit = {"visibility_timeout_ms": 30_000, "max_redeliveries": 3}
