@@ -158,7 +158,8 @@ def engine_for(url: str) -> Engine:
     except ImportError as exc:
         raise AuditStoreError(
             f"the database driver for {shown} is not installed ({exc}); for PostgreSQL, "
-            "pip install 'kmq-dagster[postgres]'"
+            "pip install 'psycopg[binary]' (the postgres extra: pip install -e '.[postgres]' "
+            "in a clone)"
         ) from None
 
 

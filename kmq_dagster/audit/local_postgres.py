@@ -95,7 +95,8 @@ class PostgresServer:
             import psycopg
         except ImportError:
             raise AuditStoreError(
-                "PostgreSQL support needs psycopg: pip install 'kmq-dagster[postgres]'"
+                "PostgreSQL support needs psycopg: pip install 'psycopg[binary]' (the postgres "
+                "extra: pip install -e '.[postgres]' in a clone)"
             ) from None
         deadline = time.monotonic() + timeout_s
         while True:

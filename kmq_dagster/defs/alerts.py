@@ -1,7 +1,7 @@
 """Alert sinks as a Dagster resource, Slack through dagster-slack, and the run-failure sensor.
 
 Alerts always go to the Dagster log (and breaker transitions to the asset check); the sinks
-configured here are extra: Slack (``pip install 'kmq-dagster[slack]'``), a JSON webhook, and
+configured here are extra: Slack (``pip install dagster-slack``), a JSON webhook, and
 e-mail over SMTP.
 
 No ``from __future__ import annotations`` here: Dagster reads the sensor's resource parameter
@@ -46,7 +46,8 @@ class SlackSink:
             from dagster_slack import SlackResource
         except ImportError:
             raise ConfigError(
-                "Slack alerts need dagster-slack: pip install 'kmq-dagster[slack]'"
+                "Slack alerts need dagster-slack: pip install dagster-slack (the slack extra: "
+                "pip install -e '.[slack]' in a clone)"
             ) from None
         client = SlackResource(token=token).get_client()
         if base_url is not None:  # a Slack-compatible server (tests, Enterprise Grid proxies)
