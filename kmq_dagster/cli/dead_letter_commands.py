@@ -152,7 +152,8 @@ def replay(
     opened = open_queue(settings, topic, group)
     queue = opened.queue
     progress = LiveLine()
-    header = [f"replay {request.id_for(queue)}: {selection.describe()} -> {target}"]
+    # The selection is typed by an operator, maybe pasted from message data: escaped too.
+    header = [escape_control(f"replay {request.id_for(queue)}: {selection.describe()} -> {target}")]
 
     def introduce(report: ReplayReport) -> None:
         if header:  # once the replay is under way (bad requests fail before: one error line)

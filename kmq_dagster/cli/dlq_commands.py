@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -64,6 +65,7 @@ def dlq_show(
     as_json: bool,
 ) -> None:
     """One dead letter in full: its error, headers, traceback and value."""
+    from kmq_dagster.core.masking import masker_from_env
     from kmq_dagster.core.rendering import render_bytes
     from kmq_dagster.kafka.dead_letter_reader import show_dead_letter
     from kmq_dagster.kafka.queues import open_queue
@@ -73,9 +75,10 @@ def dlq_show(
         raise click.BadParameter(f"expected PARTITION:OFFSET, got {where!r}", param_hint="WHERE")
     opened = open_queue(settings_of(ctx), topic, group)
     letter = show_dead_letter(opened, int(partition), int(offset))
-    kind, value = render_bytes(letter.value)
+    masker = masker_from_env(os.environ)
+    kind, value = render_bytes(letter.value, masker=masker)
     summary = _summary(letter.partition, letter.offset, letter.key, letter.row)
-    headers = [[name, render_bytes(raw, 200)[1]] for name, raw in letter.headers]
+    headers = [[name, render_bytes(raw, 200)[1]] for name, raw in letter.masked_headers]
     if as_json:
         click.echo(
             json.dumps(

@@ -69,7 +69,7 @@ def dead_letter_selection_options(*, offsets: bool) -> Callable[[F], F]:
             **kwargs: Any,
         ) -> Any:
             selection = ReplaySelection(
-                offsets=parse_offsets(offsets) if offsets else {},
+                offsets={} if offsets is None else parse_offsets(offsets),
                 key=None if key is None else key.encode(),
                 error_type=error_type,
                 since=since,

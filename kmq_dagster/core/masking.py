@@ -8,8 +8,9 @@ all caught by the default patterns. Names are compared case- and separator-insen
 Values are masked as *text*, by a scanner that never parses a document into a tree and never
 recurses per nesting level, so it holds for any input: JSON at any depth, JSON cut at the stored
 limit, JSON behind a byte-order mark, NDJSON, JSON quoted inside a JSON string, JSON inside a
-log line, ``token=...`` in a URL, and bytes that are not UTF-8 at all (masked through
-``surrogateescape``, so the bytes around a secret are kept exactly).
+log line, ``token=...`` in a URL, Python reprs, YAML, XML, HTTP auth headers, URL
+credentials and card numbers (:mod:`~kmq_dagster.core.secret_shapes`), and bytes that are not
+UTF-8 at all (masked through ``surrogateescape``, so the bytes around a secret are kept exactly).
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from kmq_dagster.core.secret_shapes import mask_shapes
+
 #: What a masked value shows (a JSON string, so masked JSON still parses).
 MASK = "****"
 #: Name patterns masked unless configured otherwise; ``KMQ_MASKED_FIELDS`` adds more.
 DEFAULT_SENSITIVE_PATTERNS = (
     "token", "secret", "password", "passwd", "pwd", "key", "auth", "credential", "session",
     "cookie", "signature", "private", "card_number", "cvv", "cvc", "iban", "ssn",
+    "passphrase", "pw", "jwt", "otp", "pin", "csrf", "xsrf",
 )  # fmt: skip
 #: Extra name patterns, comma-separated (read by the console and the DLQ ingester alike).
 MASKED_FIELDS_ENV = "KMQ_MASKED_FIELDS"
@@ -47,8 +51,6 @@ _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"(?P<colon>[ \t\r\n]*:)?', re.DOTALL)
 _SPACE = re.compile(r"[ \t\r\n]*")
 _SCALAR = re.compile(r'[^,}\]\s"]*')
-#: ``name=value`` in text (query strings, log lines); the value stops at a delimiter.
-_ASSIGNMENT = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]{0,99})=([^\s&;,\"'<>]+)")
 
 
 def _words(name: str) -> list[str]:
@@ -95,12 +97,16 @@ class Masker:
         return MASK if self.is_sensitive(name) else self.mask_text(value)[0]
 
     def mask_text(self, text: str) -> tuple[str, int]:
-        """``text`` with the value of every sensitive ``"name": value`` pair and ``name=value``
-        assignment masked, and how many were."""
-        if "\\" not in text and not self._may_name_a_secret(text):
-            return text, 0  # the common case, decided at C speed
-        masked, count = self._json_pairs(text, 0)
-        return self._assignments(masked, count)
+        """``text`` with every secret it holds masked, and how many were: the value of every
+        sensitive ``"name": value`` pair of JSON, and the shapes of
+        :mod:`~kmq_dagster.core.secret_shapes` (reprs, YAML, XML, ``name=value``, HTTP auth,
+        URL credentials, tokens, card numbers): error text is masked like values."""
+        may_name = "\\" in text or self._may_name_a_secret(text)
+        count = 0
+        if may_name:
+            text, count = self._json_pairs(text, 0)
+        text, more = mask_shapes(text, self.is_sensitive, may_name)
+        return text, count + more
 
     def mask_bytes(self, raw: bytes) -> tuple[bytes, int]:
         """``raw`` masked like :meth:`mask_text`; bytes that are not UTF-8 are kept as they were."""
@@ -161,19 +167,6 @@ class Masker:
             return token, 0
         masked, count = self._json_pairs(inner, depth + 1)
         return (json.dumps(masked, ensure_ascii=False), count) if count else (token, 0)
-
-    def _assignments(self, text: str, count: int) -> tuple[str, int]:
-        found = [0]
-
-        def masked(match: re.Match[str]) -> str:
-            if match.group(2) == MASK or not self.is_sensitive(match.group(1)):
-                return match.group(0)
-            found[0] += 1
-            return f"{match.group(1)}={MASK}"
-
-        if "=" not in text:
-            return text, count
-        return _ASSIGNMENT.sub(masked, text), count + found[0]
 
 
 def _unquoted(token: str) -> str:

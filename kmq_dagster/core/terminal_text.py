@@ -19,8 +19,13 @@ from __future__ import annotations
 import re
 
 #: C0 controls but tab and newline, DEL, C1 controls, bidirectional overrides and isolates,
-#: and lone surrogates (undecodable bytes Python kept, which no terminal encoding can print).
-_UNSAFE = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+#: invisible characters that make two different texts look alike (zero width space, word
+#: joiner, byte-order mark), and lone surrogates (undecodable bytes Python kept, which no
+#: terminal encoding can print). Zero width (non-)joiners are kept: emoji and scripts use them.
+_UNSAFE = (
+    "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u202a-\u202e\u2060\u2066-\u2069"
+    "\ufeff\ud800-\udfff"
+)
 _UNSAFE_IN_BLOCK = re.compile(f"[{_UNSAFE}]")
 _UNSAFE_IN_LINE = re.compile(f"[{_UNSAFE}\t\n]")
 

@@ -42,7 +42,7 @@ from kmq_dagster.core.wait_histogram import WaitHistogram
 from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.handler_runner import CallEnd, HandlerRunner
 from kmq_dagster.kafka.message import KmqMessage
-from kmq_dagster.kafka.retry_router import GiveUp, RetryRouter, error_text, failure_of
+from kmq_dagster.kafka.retry_router import GiveUp, RetryRouter, failure_of, logged_error_text
 from kmq_dagster.kafka.worker_loop import LoopConsumer, WorkerStats
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,8 @@ class ConcurrentLoop:
 
     def _failed(self, message: KmqMessage, exc: BaseException, failed: list[ToRoute]) -> None:
         self.stats.failed += 1
-        log.info("handler failed on %r: %s: %s", message, type(exc).__name__, error_text(exc))
+        shown = logged_error_text(exc)
+        log.info("handler failed on %r: %s: %s", message, type(exc).__name__, shown)
         now_ms = self.clock_ms()
         fatal = not self.router.policy.is_retryable(exc)
         if self.breaker is not None and fatal:

@@ -4,6 +4,7 @@ no audit store needed, the same selection as a replay.
 
 from __future__ import annotations
 
+from base64 import b64decode
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -44,8 +45,18 @@ class DeadLetterView:
         return min(read_replay_count(self.headers), 2**31 - 1)
 
     @property
+    def masked_headers(self) -> list[tuple[str, bytes | None]]:
+        """The headers as the audit store keeps them: a secret's name shows the mask, secrets
+        inside other values (the error message, the traceback) masked (invariant 13)."""
+        return [
+            (name, None if text is None else b64decode(text) if is_base64 else text.encode())
+            for name, text, is_base64 in self.row["headers"]
+        ]
+
+    @property
     def traceback(self) -> str:
-        raw = dict(self.headers).get(TRACEBACK)
+        """The stack text of the failure, masked."""
+        raw = dict(self.masked_headers).get(TRACEBACK)
         return raw.decode("utf-8", errors="replace") if raw else ""
 
 

@@ -9,6 +9,7 @@ be written leaves the original unacknowledged, so the tracker redelivers it.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import traceback
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ from typing import TypeVar
 from confluent_kafka import Producer
 
 from kmq_dagster.core.headers import REDELIVERY_COUNT, replace_headers
+from kmq_dagster.core.masking import masker_from_env
 from kmq_dagster.core.retry import DeadLetter, Retry
 from kmq_dagster.core.retry_headers import (
     ATTEMPT,
@@ -48,6 +50,12 @@ def error_text(exc: BaseException) -> str:
         return str(exc)
     except Exception as rendering:
         return f"<{type(exc).__name__}: str() raised {type(rendering).__name__}>"
+
+
+def logged_error_text(exc: BaseException) -> str:
+    """:func:`error_text` masked for a log line: error text is data (invariant 13), and
+    ``raise ValueError(f"rejected: {order}")`` puts the message's secrets into it."""
+    return masker_from_env(os.environ).mask_text(error_text(exc))[0]
 
 
 def failure_of(exc: BaseException) -> Failure:

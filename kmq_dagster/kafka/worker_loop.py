@@ -18,7 +18,7 @@ from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.core.wait_histogram import WaitHistogram
 from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.message import KmqMessage
-from kmq_dagster.kafka.retry_router import RetryRouter, error_text, failure_of
+from kmq_dagster.kafka.retry_router import RetryRouter, failure_of, logged_error_text
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,8 @@ class WorkerLoop:
         failed: list[tuple[KmqMessage, Failure | str]],
     ) -> None:
         self.stats.failed += 1
-        log.info("handler failed on %r: %s: %s", message, type(exc).__name__, error_text(exc))
+        shown = logged_error_text(exc)
+        log.info("handler failed on %r: %s: %s", message, type(exc).__name__, shown)
         fatal = self.router is not None and not self.router.policy.is_retryable(exc)
         if self.breaker is not None and fatal:
             self.breaker.release()

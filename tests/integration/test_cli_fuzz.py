@@ -349,6 +349,12 @@ def test_dead_letters_cannot_drive_the_operators_terminal(
     shown = capsys.readouterr().out
     assert main(["replay", "-t", topic_name, "-g", GROUP, "--dry-run"]) == 0
     replayed = capsys.readouterr().out
+    # and an operator's own selection, pasted from message data, is escaped when echoed
+    pasted = ["--error-type", f"Timeout{clear}Error", "--replay-id", "pasted"]
+    assert main(["replay", "-t", topic_name, "-g", GROUP, "--dry-run", *pasted]) == 0
+    echoed = capsys.readouterr()
+    replayed += echoed.out + echoed.err  # the replay's first line goes to stderr
+    assert "error type Timeout\\x1b[2JError" in replayed
 
     assert "Timeout\\x1b[2JError" in replayed  # the listing and the counts by error type
     for output in (listed, shown, replayed):

@@ -8,7 +8,10 @@ import pytest
 from confluent_kafka import Producer
 
 from kmq_dagster.cli import main
+from kmq_dagster.core.headers import replace_headers
+from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
 from kmq_dagster.settings import KmqSettings
+from tests.console.test_error_text_masking import SHAPES
 from tests.kafka_helpers import new_queue, produce_dead_letters
 
 pytestmark = pytest.mark.kafka
@@ -55,3 +58,34 @@ def test_list_filters_like_a_replay_and_show_renders_one_in_full(
     assert capsys.readouterr().err.startswith("kmq: error: ")
     assert main(["dlq", "show", "-t", topic_name, "-g", "g", "7:0"]) == 1
     assert "has 2 partitions" in capsys.readouterr().err
+
+
+def test_show_and_list_mask_secrets_in_the_error_text_of_every_shape(
+    settings: KmqSettings,
+    topic_name: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given dead letters whose error message and traceback hold a secret, one shape each
+    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
+    queue = new_queue(settings, topic_name, "g", partitions=1).queue
+    producer = Producer(settings.producer_config())
+    shapes = list(SHAPES.items())
+    for index, (_shape, make) in enumerate(shapes):
+        message = f"order rejected: {make('password', f'Zq-Leak{index}-Pw99')}"
+        failure = Failure("ValueError", message, f"Traceback ...\nValueError: {message}")
+        origin = Origin(topic_name, 0, index, 1_700_000_000_000)
+        headers = copy_headers(origin, "g", failure, attempt=1, dlq_reason="a fatal error")
+        producer.produce(queue.dlq_topic, value=b"{}", headers=[*replace_headers([], headers)])
+    assert producer.flush(30) == 0
+
+    # when each is shown in full, and all are listed as JSON
+    for index in range(len(shapes)):
+        assert main(["dlq", "show", "-t", topic_name, "-g", "g", f"0:{index}"]) == 0
+    assert main(["dlq", "list", "-t", topic_name, "-g", "g", "--json"]) == 0
+    printed = capsys.readouterr().out
+
+    # then no secret is printed, and the text around them is
+    leaked = [shape for index, (shape, _) in enumerate(shapes) if f"Leak{index}-" in printed]
+    assert leaked == []
+    assert printed.count("order rejected") >= 2 * len(shapes)

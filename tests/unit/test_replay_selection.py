@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kmq_dagster.cli import main
 from kmq_dagster.core.headers import DLQ_REASON, ERROR_TYPE, ORIGINAL_TOPIC, REDELIVERY_COUNT
 from kmq_dagster.core.replay import (
     REPLAY_COUNT,
@@ -183,3 +184,17 @@ def test_a_retry_copy_is_due_now_as_attempt_two_and_an_original_copy_starts_afre
     assert to_original.updates == {REPLAY_COUNT: "1"}
     assert {ATTEMPT, DUE_MS, DLQ_REASON, ERROR_TYPE, REDELIVERY_COUNT} <= set(to_original.drop)
     assert ORIGINAL_TOPIC not in to_original.drop  # the origin survives every hop
+
+
+@pytest.mark.parametrize("command", [["replay"], ["dlq", "list"]])
+@pytest.mark.parametrize("offsets", ["", " ", ","])
+def test_an_empty_offsets_selection_is_an_error_not_every_dead_letter(
+    command: list[str], offsets: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # when a command that selects dead letters is given an empty --offsets (a script's empty
+    # variable), it refuses before it reads anything
+    code = main([*command, "-t", "orders", "-g", "billing", "--offsets", offsets])
+
+    # then it is one error line naming the option, never a selection of every dead letter
+    assert code != 0
+    assert "offsets are PARTITION:FIRST[-LAST]" in capsys.readouterr().err

@@ -17,6 +17,8 @@ HOSTILE = [
     ("abc\u202eexe.pdf", "abc\\u202eexe.pdf"),  # right-to-left override
     ("\x7f\x00", "\\x7f\\x00"),
     ("bad \udcff byte", "bad \\udcff byte"),  # an undecodable byte Python kept
+    ("pay\u200bpal", "pay\\u200bpal"),  # a zero width space: two names that look alike
+    ("\ufeffid\u2060x", "\\ufeffid\\u2060x"),  # byte-order mark, word joiner
 ]
 
 
@@ -31,7 +33,7 @@ def test_a_field_stays_on_one_line_and_a_block_keeps_its_lines() -> None:
 
 
 def test_ordinary_text_is_unchanged() -> None:
-    text = 'order {"id": 7, "name": "Zoë", "note": "→ 東京"} \\x1b stays as typed'
+    text = 'order {"id": 7, "name": "Zoë", "note": "→ 東京 👩\u200d💻"} \\x1b stays as typed'
     assert escape_control(text) == text
 
 

@@ -334,3 +334,21 @@ def test_a_base_exception_other_than_an_exit_fails_the_message_and_the_loop_goes
     assert copy.header(ERROR_TYPE) == type(error).__name__.encode()
     assert [m.value for m in consumer.acked] == [b"x"]
     assert not loop.stop.is_set()
+
+
+def test_the_log_line_of_a_failed_call_masks_the_secrets_of_its_error_text(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # given a handler that puts the message's secret into its exception, as handlers do
+    error = ValueError("order rejected: {'card_number': '4111111111111111', 'password': 'Pw99x'}")
+    loop, _consumer, producer = loop_for([[message("orders", 0, b"x")]], raises(error))
+
+    # when it fails, with the worker logging at INFO
+    with caplog.at_level("INFO", logger="kmq_dagster"):
+        loop.step()
+
+    # then the log line names the failure without the secrets; the copy keeps the text as is
+    [line] = [r.getMessage() for r in caplog.records if "handler failed" in r.getMessage()]
+    assert "order rejected" in line and "Pw99x" not in line and "4111111111111111" not in line
+    (copy,) = producer.to(RETRY_TOPIC)
+    assert b"Pw99x" in (copy.header(ERROR_MESSAGE) or b"")
