@@ -247,6 +247,25 @@ def start_action(
     return ActionRecord(store, int(action_id), (queue_topic, group_id))
 
 
+def uses_of_replay_id(
+    store: AuditStore, *, queue_topic: str, group_id: str, replay_id: str
+) -> list[Action]:
+    """The replays (not dry runs) of a queue's group recorded under ``replay_id`` (their
+    selection ends with ``(replay id ...)``), oldest first."""
+    with store.session() as session:
+        return list(
+            session.scalars(
+                select(Action)
+                .where(
+                    Action.kind == "replay", Action.queue_topic == queue_topic,
+                    Action.group_id == group_id, Action.dry_run.is_(False),
+                    Action.selection.endswith(f" (replay id {replay_id})", autoescape=True),
+                )
+                .order_by(Action.id)
+            )
+        )  # fmt: skip
+
+
 def reap_abandoned(connection: Connection, now: datetime) -> int:
     """Write every running action whose owner is gone as ``interrupted`` (with what it did),
     its unacknowledged copies as ``unconfirmed``, and free its lease; returns how many."""

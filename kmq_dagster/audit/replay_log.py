@@ -42,6 +42,14 @@ class ChunkRecords:
         default_factory=lambda: defaultdict(set)
     )
 
+    #: State of the latest replay event recorded against a dead letter, whatever its replay.
+    latest: dict[Coordinates, str] = field(default_factory=dict)
+
+    def left_unconfirmed(self, coordinates: Coordinates) -> bool:
+        """Whether the last copy recorded of this dead letter, by any replay, was never
+        confirmed (its replay was killed or failed): a new copy may duplicate it."""
+        return self.latest.get(coordinates, SENT) != SENT
+
     def replay_ids(self, coordinates: Coordinates) -> set[str]:
         """Every replay that sent (or may have sent) a copy of this dead letter."""
         return {replay_id for replay_id, _ in self.replays.get(coordinates, ())}
@@ -70,10 +78,12 @@ def chunk_records(store: AuditStore, dlq_topic: str, offsets: dict[int, list[int
                 or_(*(and_(DeadLetterEvent.dlq_partition == p,
                            DeadLetterEvent.dlq_offset.between(first, last))
                       for p, first, last in spans)),
-            )
+            ).order_by(DeadLetterEvent.id)  # the last event of a dead letter is its latest
         )  # fmt: skip
         for partition, offset, replay_id, state in events:
-            found.replays[(int(partition), int(offset))].add((str(replay_id), state or SENT))
+            at = (int(partition), int(offset))
+            found.replays[at].add((str(replay_id), state or SENT))
+            found.latest[at] = state or SENT
     for partition, first, last in spans:
         statuses = store.statuses(dlq_topic, partition, first, last)
         found.discarded |= {(partition, o) for o, s in statuses.items() if s == "discarded"}

@@ -34,7 +34,9 @@ from kmq_dagster.audit.actions import (
     SUCCEEDED,
     ActionRecord,
     start_action,
+    uses_of_replay_id,
 )
+from kmq_dagster.audit.history import as_utc
 from kmq_dagster.audit.models import Action
 from kmq_dagster.audit.replay_log import (
     SENT,
@@ -120,11 +122,13 @@ def replay_dead_letters(
             f"{source} has {partitions} partitions; no partition {unknown}", setting="offsets"
         )
     report = ReplayReport(request.id_for(queue), request.target, request.dry_run)
+    selection = f"{request.selection.describe()} (replay id {report.replay_id})"
     action = None
     if audit is not None:
+        _refuse_reused_id(audit, queue, report.replay_id, selection, target)
         action = start_action(
             audit, kind="replay", actor=actor, queue_topic=queue.topic, group_id=queue.group,
-            selection=f"{request.selection.describe()} (replay id {report.replay_id})",
+            selection=selection,
             target=target, dry_run=request.dry_run,
         )  # fmt: skip
     run: _ReplayRun | None = None
@@ -165,6 +169,37 @@ def replay_dead_letters(
                 "interrupted once this process has exited, with every copy confirmed"
             ) from None
     return report
+
+
+def _refuse_reused_id(
+    audit: AuditStore, queue: Queue, replay_id: str, selection: str, target: str
+) -> None:
+    """A replay id names one replay: its selection as given (relative times as worded, e.g.
+    ``since 2h ago``) and its target. Under another selection or target the id's progress
+    would skip what the first use already passed, and the replay would quietly move nothing.
+
+    Raises:
+        ConfigError: ``replay_id`` was used on this queue's group for another selection or
+            target; the message names that first use.
+    """
+    for earlier in uses_of_replay_id(
+        audit, queue_topic=queue.topic, group_id=queue.group, replay_id=replay_id
+    ):
+        # Only where the copies went, original topic or back to the group, is compared: the
+        # group's topic is named by what that target wrote to when the action ran.
+        if earlier.selection == selection and (earlier.target == queue.topic) == (
+            target == queue.topic
+        ):
+            continue
+        first = earlier.selection.removesuffix(f" (replay id {replay_id})")
+        went = "the original topic" if earlier.target == queue.topic else "this group"
+        raise ConfigError(
+            f"replay id {replay_id} is taken: action #{earlier.id} by {earlier.actor} at "
+            f"{as_utc(earlier.at):%Y-%m-%d %H:%M:%S} UTC replayed {first} to {went} under it; "
+            "run that same selection and target again to resume it, or give this selection "
+            "another replay id",
+            setting="replay_id",
+        )
 
 
 def _end_failed(
@@ -291,7 +326,10 @@ class _ReplayRun:
             if read_replay_count(headers) + earlier[at] >= request.max_replays:
                 report.over_limit += 1
                 continue
-            if mine == UNCONFIRMED and not request.dry_run:
+            # A copy recorded unconfirmed may be on the topic: sending the dead letter again,
+            # under this replay's id or another's (the console's next filter resolves to
+            # another id), may duplicate it.
+            if (mine == UNCONFIRMED or known.left_unconfirmed(at)) and not request.dry_run:
                 report.possible_duplicates += 1
             error_type = (header_value(headers, ERROR_TYPE) or b"unknown").decode(errors="replace")
             report.by_error_type[error_type] += 1

@@ -1,11 +1,14 @@
 """The console stopped in the middle of a replay it runs: ``kmq console`` as a real process
 replays 3,000 dead letters (started in a real browser) and gets SIGTERM (its replay stops after
 its chunk and records how it ended) or SIGKILL (the next look shows the replay interrupted);
-either way every copy on the target topic has its record."""
+either way every copy on the target topic has its record. After SIGKILL the console's rerun
+counts the copies recorded unconfirmed it sends again as possible duplicates."""
 
 from __future__ import annotations
 
+import collections
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -14,8 +17,12 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, expect, sync_playwright
 
+from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.broker.ports import free_port
+from kmq_dagster.console import jobs, operations
+from kmq_dagster.console.auth import OPERATOR, Principal
+from kmq_dagster.console.operations import ReplayPlan
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.settings import KmqSettings
 from tests.console.test_browser import CHROMIUM, settle
@@ -24,6 +31,7 @@ from tests.integration.test_replay_audit import (
     check_copies_against_records,
     copies,
     fill,
+    key_at,
     queue,
     replay_events,
     wait_for_copies,
@@ -89,6 +97,8 @@ def test_a_console_stopped_mid_replay_leaves_the_replay_recorded_with_every_copy
         ).to_be_visible(timeout=60_000)
         dialog.get_by_role("button", name=f"Replay {COUNT} dead letters").click()
         wait_for_copies(settings, target, 450, console)
+        if stop_signal is signal.SIGKILL:  # caught with a chunk's copies in flight
+            assert wait_for(lambda: _paused_with_copies_in_flight(console, private_audit_store))
 
         # when the console gets SIGTERM or SIGKILL
         console.send_signal(stop_signal)
@@ -115,4 +125,42 @@ def test_a_console_stopped_mid_replay_leaves_the_replay_recorded_with_every_copy
         assert real.state == "interrupted", real.outcome
         assert f"its process {real.owner} is gone" in real.outcome
         assert 450 <= len(on_topic) < COUNT
+        _rerun_counts_the_unconfirmed_copies_as_possible_duplicates(settings, queue, store)
     store.close()
+
+
+def _paused_with_copies_in_flight(console: subprocess.Popen[bytes], url: str) -> bool:
+    """Stop ``console`` (SIGSTOP) at a moment its replay has copies recorded as being sent and
+    not yet confirmed; ``False`` (and running again) if it was caught between two chunks."""
+    console.send_signal(signal.SIGSTOP)
+    if any(event.state == "sending" for event in replay_events(url)):
+        return True
+    console.send_signal(signal.SIGCONT)
+    return False
+
+
+def _rerun_counts_the_unconfirmed_copies_as_possible_duplicates(
+    settings: KmqSettings, queue: OpenedQueue, store: AuditStore
+) -> None:
+    """The console's rerun after a SIGKILL (its default filter: the dead letters still new,
+    which the copies recorded unconfirmed are) resolves to other rows than the first run, so
+    to another replay id; it reports the unconfirmed copies it sends again as possible
+    duplicates all the same."""
+    events = replay_events(store.url)
+    confirmed = {key_at(e) for e in events if e.state == "sent"}
+    unconfirmed = {key_at(e) for e in events if e.state == "unconfirmed"}
+    assert 0 < len(unconfirmed) <= 100 and not unconfirmed & confirmed
+
+    operator = Principal("olivia", OPERATOR)
+    job = operations.start_replay(
+        operator, settings, store, ReplayPlan(DeadLetterFilter(status="new"))
+    )
+    assert job.thread is not None
+    job.thread.join(timeout=180)
+    assert job.state == jobs.FINISHED, job.summary
+
+    keys = collections.Counter(copies(settings, queue.queue.redelivery_topic).values())
+    assert len(keys) == COUNT
+    assert not {key for key, n in keys.items() if n > 1} - unconfirmed
+    assert f"replayed {COUNT - len(confirmed)} of" in job.summary, job.summary
+    assert re.search(rf"possible duplicates {len(unconfirmed)}\b", job.summary), job.summary

@@ -22,7 +22,8 @@ from kmq_dagster.audit.local_postgres import fresh_database
 from kmq_dagster.audit.models import Action, DeadLetterEvent
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.headers import normalize_headers
-from kmq_dagster.core.replay import REPLAY_COUNT
+from kmq_dagster.core.replay import REPLAY_COUNT, ReplaySelection
+from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import new_consumer
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.opened_queue import OpenedQueue
@@ -285,4 +286,54 @@ def test_a_replay_whose_progress_in_kafka_was_lost_sends_no_recorded_copy_again(
         50, 50, 0, 50)  # fmt: skip
     keys = collections.Counter(copies(settings, queue.queue.redelivery_topic).values())
     assert len(keys) == 50 and max(keys.values()) == 1
+    store.close()
+
+
+def test_a_replay_id_reused_for_another_selection_is_refused_naming_its_first_use(
+    settings: KmqSettings, queue: OpenedQueue, private_audit_store: str, tmp_path: Path
+) -> None:
+    # given 8 dead letters, two of them replayed under the id "fix-1", and the last hour's
+    # replayed under "recent" (a relative time)
+    fill(settings, queue, private_audit_store, 8)
+    env = environment(settings, private_audit_store, tmp_path)
+    base = ("replay", "--topic", queue.topic, "--group", GROUP, "--actor", "ana")
+    first = run_kmq(*base, "--offsets", "0:0-1", "--replay-id", "fix-1", env=env)
+    assert first.returncode == 0 and "replayed 2 of" in first.stdout, first.stderr
+    recent = run_kmq(*base, "--since", "1h", "--replay-id", "recent", env=env)
+    assert recent.returncode == 0 and "replayed 8 of" in recent.stdout, recent.stderr
+    store = AuditStore(private_audit_store)
+    used, _ = store.actions(queue_topic=queue.topic)
+
+    # when the ids are given again with other selections, by the CLI and by the library the
+    # console and the Dagster job call (a dry run too)
+    other = run_kmq(*base, "--offsets", "1:0-3", "--replay-id", "fix-1", env=env)
+    longer = run_kmq(*base, "--since", "2h", "--replay-id", "recent", env=env)
+    to_original = run_kmq(*base, "--offsets", "0:0-1", "--replay-id", "fix-1",
+                          "--to", "original", env=env)  # fmt: skip
+    selection = ReplaySelection(offsets={1: ((0, 3),)})
+    refused = []
+    for dry_run in (False, True):
+        request = ReplayRequest(selection, dry_run=dry_run, replay_id="fix-1")
+        with pytest.raises(ConfigError) as caught:
+            replay_dead_letters(queue, request, audit=store, actor="bo")
+        refused.append(str(caught.value))
+
+    # then each is an error naming the first use: its action, actor, time and selection
+    for result in (other, to_original):
+        assert result.returncode != 0, result.stdout
+        assert f"replay id fix-1 is taken: action #{used.id} by ana at " in result.stderr
+        assert "replayed offsets 0:0-1 to this group under it" in result.stderr, result.stderr
+    assert longer.returncode != 0 and "replayed since 1h ago to this group" in longer.stderr
+    assert all(f"action #{used.id} by ana at {used.at:%Y-%m-%d %H:%M:%S} UTC" in text
+               for text in refused), refused  # fmt: skip
+    # and nothing was replayed or recorded for them
+    assert len(copies(settings, queue.queue.redelivery_topic)) == 10
+    assert len(store.actions(queue_topic=queue.topic)) == 2
+
+    # and the same selections under their ids still resume (a relative time as worded,
+    # whatever the time now)
+    again = run_kmq(*base, "--offsets", "0:0-1", "--replay-id", "fix-1", env=env)
+    assert again.returncode == 0 and "replayed 0 of" in again.stdout, again.stderr
+    reworded = run_kmq(*base, "--since", "60m ago", "--replay-id", "recent", env=env)
+    assert reworded.returncode == 0 and "replayed 0 of" in reworded.stdout, reworded.stderr
     store.close()
