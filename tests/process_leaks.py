@@ -11,8 +11,9 @@ Processes of fixtures still set up are left alone until their fixture is torn do
 session's last teardown nothing of the worker may remain. A direct child started with an
 environment of its own (``env={}``) carries no tag; it is caught as a child of the worker.
 
-PySpark keeps one gateway JVM per Python process for every later session (``getOrCreate``): it
-and its children are left alone between tests and shut down before the session's last check.
+PySpark keeps one gateway JVM per Python process for every later session (``getOrCreate``),
+multiprocessing one resource tracker: they and their children are left alone between tests and
+shut down before the session's last check.
 
 Limits: a process that replaced its environment area (PostgreSQL's and Chromium's helpers
 rewrite it for their titles) is still found while it descends from a tagged process; once
@@ -33,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+
+from tests.processes import pid_alive
 
 ENV_VAR = "KMQ_TEST_PROCESS"
 _RUN_KEY = "kmq_test_run"
@@ -73,14 +76,6 @@ def snapshot(prefix: str) -> dict[int, Proc]:
             tag = next((token for token in value.split() if token.startswith(prefix)), None)
         table[int(entry.name)] = Proc(int(entry.name), int(fields[1]), int(fields[2]), tag)
     return table
-
-
-def is_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat_file:
-            return stat_file.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 def command_line(pid: int) -> str:
@@ -140,15 +135,37 @@ def stop_pyspark_gateway(timeout_s: float = 30) -> None:
     SparkContext._jvm = None
 
 
+def kept_helpers() -> set[int]:
+    """Helpers a library keeps for the life of this process and reuses for every later call:
+    PySpark's gateway JVM and multiprocessing's resource tracker."""
+    helpers = {pyspark_gateway_pid()}
+    if "multiprocessing.resource_tracker" in sys.modules:
+        from multiprocessing import resource_tracker
+
+        helpers.add(getattr(resource_tracker._resource_tracker, "_pid", None))
+    return {pid for pid in helpers if pid is not None and pid_alive(pid)}
+
+
+def stop_kept_helpers() -> None:
+    if pyspark_gateway_pid() is not None:
+        stop_pyspark_gateway()
+    if "multiprocessing.resource_tracker" in sys.modules:
+        from multiprocessing import resource_tracker
+
+        stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+        if stop is not None:
+            stop()  # closes its pipe: it exits
+
+
 def end_all(
     procs: dict[int, str], table: dict[int, Proc], keep: set[int], grace_s: float
 ) -> list[str]:
     """Wait up to ``grace_s`` for ``procs`` (pid: who started it) to exit; SIGKILL the rest
     and their own process groups (never a group with a process of ``keep``); describe them."""
     deadline = time.monotonic() + grace_s
-    while any(is_alive(pid) for pid in procs) and time.monotonic() < deadline:
+    while any(pid_alive(pid) for pid in procs) and time.monotonic() < deadline:
         time.sleep(0.05)
-    survivors = {pid: owner for pid, owner in procs.items() if is_alive(pid)}
+    survivors = {pid: owner for pid, owner in procs.items() if pid_alive(pid)}
     kept_groups = {table[pid].pgid for pid in keep if pid in table}
     lines = []
     for pid, owner in sorted(survivors.items()):
@@ -156,11 +173,11 @@ def end_all(
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         pgid = table[pid].pgid if pid in table else 0
-        if pgid > 1 and pgid not in kept_groups and (pgid in survivors or not is_alive(pgid)):
+        if pgid > 1 and pgid not in kept_groups and (pgid in survivors or not pid_alive(pgid)):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while any(is_alive(pid) for pid in survivors) and time.monotonic() < deadline:
+    while any(pid_alive(pid) for pid in survivors) and time.monotonic() < deadline:
         time.sleep(0.05)
     return lines
 
@@ -258,13 +275,12 @@ class ProcessLeakCheck:
     def check(self, *, final: bool) -> list[str]:
         """Kill and describe the survivors: of tests and torn-down fixtures; of everything
         this process started if ``final``."""
-        if final and pyspark_gateway_pid() is not None:
-            stop_pyspark_gateway()
+        if final:
+            stop_kept_helpers()
         table = snapshot(self.prefix)
         kept = self._me_and_ancestors(table)
-        gateway = None if final else pyspark_gateway_pid()
-        if gateway is not None:
-            kept |= {gateway} | descendants_of([gateway], table)
+        helpers = set() if final else kept_helpers()
+        kept |= helpers | descendants_of(helpers, table)
         left: dict[int, str] = {}
         for proc in table.values():
             if proc.pid in kept:
@@ -287,7 +303,7 @@ class ProcessLeakCheck:
             for descendant in descendants_of([pid], table) - kept:
                 left.setdefault(descendant, f"{left[pid]}, a descendant of pid {pid}")
         for pid in list(self.untagged):
-            if not is_alive(pid):
+            if not pid_alive(pid):
                 del self.untagged[pid]
         return end_all(left, table, kept, self.grace_s)
 

@@ -13,6 +13,8 @@ import pytest
 
 from tests.processes import pid_alive
 
+pytestmark = pytest.mark.slow  # each runs a pytest (with xdist workers) that waits out graces
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 HELPERS = """
@@ -99,6 +101,14 @@ def test_takes_a_moment_to_exit_after_sigterm(shared_server):
     slow.send_signal(signal.SIGTERM)  # and no wait
 
 
+def test_uses_multiprocessing(shared_server):
+    import multiprocessing
+    from multiprocessing import resource_tracker
+
+    multiprocessing.get_context("spawn").Lock()  # starts the resource tracker, kept for later
+    note("resource-tracker", resource_tracker._resource_tracker._pid)
+
+
 def test_server_still_up(shared_server):
     assert shared_server.poll() is None
 """
@@ -154,7 +164,7 @@ def test_a_process_a_test_leaves_running_fails_it_and_is_killed(
         assert not pid_alive(pids[key])
     # A session fixture's server is no leak while the session runs; it was stopped at the end.
     for name in ["test_stops_what_it_starts", "test_takes_a_moment_to_exit_after_sigterm",
-                 "test_server_still_up"]:  # fmt: skip
+                 "test_uses_multiprocessing", "test_server_still_up"]:  # fmt: skip
         assert outcomes[name] == "passed", output
     assert not pid_alive(pids["session-fixture"])
     # A module fixture that never stops its server is named when its module ends.
