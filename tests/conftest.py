@@ -20,6 +20,9 @@ from kmq_dagster.broker import EmbeddedBroker
 from kmq_dagster.settings import KmqSettings
 from tests.mock_cluster import MockCluster, mock_selected
 
+#: Fails a test that leaves a process running (and kills it); see its docstring.
+pytest_plugins = ("tests.process_leaks",)
+
 #: Fastest session timeout Apache Kafka accepts by default; group joins take ~3 s with it.
 TEST_SESSION_TIMEOUT_MS = 6_000
 

@@ -25,7 +25,7 @@ from kmq_dagster.console.auth import OPERATOR, Principal
 from kmq_dagster.console.operations import ReplayPlan
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.settings import KmqSettings
-from tests.console.test_browser import CHROMIUM, settle
+from tests.console.test_browser import CHROMIUM, new_page, settle
 from tests.integration.test_replay_audit import (
     COUNT,
     check_copies_against_records,
@@ -62,6 +62,7 @@ def _healthy(url: str) -> bool:
         return False
 
 
+@pytest.mark.timeout(600)  # the console's start (150 s), the page's runs, the replay's 450 copies
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["term", "kill"])
 def test_a_console_stopped_mid_replay_leaves_the_replay_recorded_with_every_copy(
     settings: KmqSettings,
@@ -81,8 +82,12 @@ def test_a_console_stopped_mid_replay_leaves_the_replay_recorded_with_every_copy
     url = f"http://127.0.0.1:{port}"
     target = queue.queue.redelivery_topic
     try:
-        assert wait_for(lambda: _healthy(url), timeout_s=60), (tmp_path / "console.log").read_text()
-        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        # on a loaded two-core machine Streamlit starts and answers slowly (at load average
+        # 25 page loads took over 30 s): its start, the page and the dry run get minutes
+        assert wait_for(lambda: _healthy(url), timeout_s=150), (
+            tmp_path / "console.log"
+        ).read_text()
+        page = new_page(browser)
         page.goto(url)
         page.get_by_role("link", name="Dead letters").click()
         settle(page)

@@ -60,7 +60,9 @@ def test_bench_parallel_prints_every_figure_and_handles_every_message_in_every_r
     assert figures["noop_n1_ratio"] == pytest.approx(
         figures["noop_n1_msgs_per_s"] / figures["noop_n1_direct_msgs_per_s"], abs=0.002
     )
+    # the peak is the highest RSS seen, the kernel's high-water mark or a sample above it
     assert 0 < figures["rss_start_mb"] <= figures["rss_peak_mb"]
+    assert max(figures["rss_samples_mb"]) <= figures["rss_peak_mb"]
     # the table and the explanation of the N = 1 comparison, on stderr; no INFO logs
     assert "Parallel Consumer" in result.stderr
     assert "the regression at N = 1" in result.stderr
