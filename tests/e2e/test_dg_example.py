@@ -24,6 +24,9 @@ from tests.e2e.dagster_graphql import DagsterClient
 from tests.e2e.dg_project import EXAMPLE, ROOT, DgDev, own_warnings, project_env, run_dg
 from tests.kafka_helpers import WaitBudget, wait_for
 
+#: Run statuses of a run not ended yet, as the GraphQL API spells them.
+IN_FLIGHT = {"QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING"}
+
 #: What the stale test may wait in all: for runs to start and end, and 2 minutes to go stale.
 WAITS_S = 1500
 
@@ -250,7 +253,18 @@ def test_the_example_in_dg_dev_processes_terminates_and_goes_stale(tmp_path: Pat
             # the backlog sensor stopped while orders keep arriving: nothing processes them,
             # and the output fails its freshness policy
             client.stop_sensor(BACKLOG)
-            runs_before = len(client.runs(PROCESS))
+            # A tick under way when the sensor stopped may still launch its run (on a loaded
+            # machine a tick takes many seconds): the count starts once the run list has held
+            # still, with nothing in flight, over two looks 10 s apart.
+            seen: list[list[tuple[str, str]]] = []
+
+            def runs_settled() -> bool:
+                seen.append(sorted((r["runId"], r["status"]) for r in client.runs(PROCESS)))
+                in_flight = any(status in IN_FLIGHT for _run, status in seen[-1])
+                return len(seen) > 1 and seen[-1] == seen[-2] and not in_flight
+
+            assert wait_for(runs_settled, timeout_s=budget.left_s(), interval_s=10)
+            runs_before = len(seen[-1])
             produce_orders(settings, 20, first_id=40)
             assert wait_for(lambda: client.freshness(OUTPUT) == "DEGRADED",
                             timeout_s=budget.left_s(), interval_s=2)  # fmt: skip
