@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +12,7 @@ import click
 from kmq_dagster.cli.app import cli, configure_logging, connection_options, settings_of, verbose
 from kmq_dagster.cli.options import (
     audit_url_option,
+    first_stop_signal,
     metrics_port_option,
     queue_options,
     serve_metrics_of,
@@ -185,7 +187,7 @@ def demo(
     ui: bool,
     dagster_port: int,
     console_port: int,
-) -> None:
+) -> int:
     """The whole pipeline on an embedded broker: orders in, priced orders out, a summary.
     With --ui: the same queue operated from Dagster and the console, until Ctrl-C."""
     import shutil
@@ -205,11 +207,12 @@ def demo(
             dagster_port=dagster_port or None,
             console_port=console_port or None,
         )
-        return
+        return 0
 
     log_file = log_file_for("demo")
     if not verbose(ctx):
         configure_logging(quiet=True, log_file=log_file)
+    stop = stop_on_signals()
     shutil.rmtree(output_dir / "orders_priced.parquet", ignore_errors=True)
     output_dir.mkdir(parents=True, exist_ok=True)
     progress = LiveLine()
@@ -219,11 +222,18 @@ def demo(
             orders,
             output_dir.resolve(),
             progress,
+            stop=stop,
             quiet=not verbose(ctx),
             jvm_log=None if verbose(ctx) else log_file,
         )
     finally:
-        progress.done()
+        progress.done(flush=not stop.is_set())  # no progress line after a stop request
+    if summary is None:
+        signum = first_stop_signal() or signal.SIGINT
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        click.echo(f"kmq demo: stopped by {name}; everything it started has ended", err=True)
+        return 128 + signum
     click.echo(summary.table())
     if summary.lost:
         raise KmqError(f"{summary.lost} orders were lost")
+    return 0
