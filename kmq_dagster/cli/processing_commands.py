@@ -154,9 +154,8 @@ def _show_batch(report: BatchReport) -> None:
 @click.option(
     "--output-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("kmq-demo-output"),
-    show_default=True,
-    help="Where the Spark output goes (replaced on each run).",
+    help="Where the Spark output goes (replaced on each run); created private (mode 700) "
+    "[default: ~/.kmq/demo].",
 )
 @click.option(
     "--ui",
@@ -183,7 +182,7 @@ def _show_batch(report: BatchReport) -> None:
 def demo(
     ctx: click.Context,
     orders: int,
-    output_dir: Path,
+    output_dir: Path | None,
     ui: bool,
     dagster_port: int,
     console_port: int,
@@ -192,8 +191,10 @@ def demo(
     With --ui: the same queue operated from Dagster and the console, until Ctrl-C."""
     import shutil
 
-    from kmq_dagster.demo.pipeline import run_demo
+    from kmq_dagster.demo.pipeline import demo_home, run_demo
+    from kmq_dagster.home import private_folder
 
+    output_dir = private_folder((output_dir or demo_home()).resolve())
     if ui:
         from kmq_dagster.demo.ui import run_demo_ui
 
@@ -201,7 +202,7 @@ def demo(
             configure_logging(quiet=True, log_file=log_file_for("demo-ui"))
         stop = stop_on_signals()
         run_demo_ui(
-            (output_dir / "ui").resolve(),
+            output_dir / "ui",
             stop,
             lambda line: click.echo(line, err=True),
             dagster_port=dagster_port or None,
@@ -214,13 +215,12 @@ def demo(
         configure_logging(quiet=True, log_file=log_file)
     stop = stop_on_signals()
     shutil.rmtree(output_dir / "orders_priced.parquet", ignore_errors=True)
-    output_dir.mkdir(parents=True, exist_ok=True)
     progress = LiveLine()
     progress.note(f"kmq demo: logs in {log_file}" if not verbose(ctx) else "kmq demo")
     try:
         summary = run_demo(
             orders,
-            output_dir.resolve(),
+            output_dir,
             progress,
             stop=stop,
             quiet=not verbose(ctx),

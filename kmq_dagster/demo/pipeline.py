@@ -22,6 +22,7 @@ from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.demo.orders import order_value, price_order
 from kmq_dagster.demo.stopping import DemoStopped, stoppable_spark
 from kmq_dagster.errors import DeliveryError, KmqTimeoutError
+from kmq_dagster.home import kmq_home
 from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import produce
 from kmq_dagster.kafka.provision import provision_queue
@@ -42,6 +43,12 @@ DEMO_QUEUE = Queue(
     retry_policy=RetryPolicy.fixed((1_000, 3_000)),
     visibility_timeout_ms=30_000,
 )
+
+
+def demo_home() -> Path:
+    """``~/.kmq/demo``: where the demo writes unless told otherwise; in kmq's private home,
+    not in the folder it is run from (a clone, say), and printed in its summary."""
+    return kmq_home() / "demo"
 
 
 class Progress(Protocol):
