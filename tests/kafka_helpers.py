@@ -136,8 +136,10 @@ class WaitBudget:
         >>> wait_for(finished, budget.left_s())                     # doctest: +SKIP
     """
 
-    def __init__(self, seconds: float) -> None:
-        assert seconds <= LONGEST_WAIT_S, f"{seconds} s cannot fit in pytest's limit"
+    def __init__(self, seconds: float, *, limit_s: float = LONGEST_WAIT_S) -> None:
+        """``limit_s``: the most the test may wait (a test with a ``timeout`` mark of its own
+        passes that mark's seconds less what its cleanup takes)."""
+        assert seconds <= limit_s, f"{seconds} s cannot fit in pytest's limit"
         self._deadline = time.monotonic() + seconds
 
     def left_s(self) -> float:
