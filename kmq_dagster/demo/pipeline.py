@@ -109,7 +109,11 @@ def run_demo(
     output = str(output_dir / "orders_priced.parquet")
     queue = DEMO_QUEUE
     partitions = queue.partitions or 1
+    if stop.is_set():
+        return None
     with EmbeddedBroker(port=0) as broker:
+        if stop.is_set():
+            return None
         settings = KmqSettings(bootstrap_servers=broker.bootstrap_servers, session_timeout_ms=6_000)
         progress.note(f"embedded broker on {broker.bootstrap_servers}")
         opened = provision_queue(settings, queue).opened
