@@ -3,24 +3,23 @@ demo queue (``kmq demo``'s orders priced by group pricing), processed on local S
 
 It needs an embedded broker (``kmq broker``) and ``KMQ_BOOTSTRAP_SERVERS``; launch
 ``provision_orders__pricing`` (no config), or let the first processing run provision it.
-``KMQ_DEMO_OUTPUT`` sets where the priced orders go (default ``kmq-demo-output/`` here);
+``KMQ_DEMO_OUTPUT`` sets where the priced orders go (default under ``~/.kmq/demo/``);
 ``KMQ_ALERT_WEBHOOK_URL``, if set, receives the alerts as JSON.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from kmq_dagster.core.breaker import BreakerConfig
 from kmq_dagster.defs import QueueSpec, kmq_definitions
 from kmq_dagster.defs.alerts import KmqAlertsResource
 from kmq_dagster.demo.orders import price_order
-from kmq_dagster.demo.pipeline import DEMO_QUEUE
+from kmq_dagster.demo.pipeline import DEMO_QUEUE, demo_home
 
 #: Where the demo's processed orders are appended.
 DEMO_OUTPUT = os.environ.get(
-    "KMQ_DEMO_OUTPUT", str(Path("kmq-demo-output", "dagster", "orders_priced.parquet").resolve())
+    "KMQ_DEMO_OUTPUT", str(demo_home() / "dagster" / "orders_priced.parquet")
 )
 
 DEMO_SPEC = QueueSpec(

@@ -138,7 +138,8 @@ class WaitBudget:
     """
 
     def __init__(self, seconds: float, *, limit_s: float = LONGEST_WAIT_S) -> None:
-        """``limit_s``: the most the test may wait in all, under its ``timeout`` mark."""
+        """``limit_s``: the most the test may wait (a test with a ``timeout`` mark of its own
+        passes that mark's seconds less what its cleanup takes)."""
         assert seconds <= limit_s, f"{seconds} s cannot fit in pytest's limit"
         self._deadline = time.monotonic() + seconds
 

@@ -1,7 +1,10 @@
-"""Is a Kafka broker answering? One ApiVersions request over a plain socket.
+"""Is a Kafka broker answering? One ApiVersions request over a plain socket; and is anything
+listening at all?
 
 The launcher must not import confluent-kafka (only ``kmq_dagster.kafka`` does), and a TCP
-accept alone does not prove the broker serves the protocol yet.
+accept alone does not prove the broker serves the protocol yet. A refused TCP connection, on
+the other hand, proves at once that no broker listens there: the Kafka clients would only retry
+until their request timeout.
 """
 
 from __future__ import annotations
@@ -34,6 +37,29 @@ def kafka_answers(host: str, port: int, timeout_s: float = 1.0) -> bool:
         return False
     _size, correlation_id, error_code = struct.unpack(">iih", head)
     return bool(correlation_id == _CORRELATION_ID and error_code == 0)
+
+
+def connection_refused(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """True if every address of ``host:port`` refuses a TCP connection (nothing listens there).
+
+    An accepted connection, a timeout (a slow or firewalled host) or a name that does not
+    resolve is not a refusal: those are left to the clients' own timeouts.
+    """
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return False
+    for family, kind, proto, _name, address in addresses:
+        try:
+            with socket.socket(family, kind, proto) as conn:
+                conn.settimeout(timeout_s)
+                conn.connect(address)
+        except ConnectionRefusedError:
+            continue
+        except OSError:
+            return False
+        return False
+    return bool(addresses)
 
 
 def _read_exactly(conn: socket.socket, count: int) -> bytes | None:

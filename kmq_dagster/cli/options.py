@@ -131,6 +131,11 @@ def stop_on_signals() -> threading.Event:
     return stop_requested
 
 
+def first_stop_signal() -> int | None:
+    """The signal that first asked this process to stop (SIGINT, SIGTERM), if one did."""
+    return _stop_signals[0] if _stop_signals else None
+
+
 def stop_exit_code() -> int:
     """The exit code of a command that stopped cleanly: :data:`EXIT_INTERRUPTED` if Ctrl-C
     (SIGINT) asked it to, as a shell reports a command Ctrl-C killed, so scripts see the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +12,7 @@ import click
 from kmq_dagster.cli.app import cli, configure_logging, connection_options, settings_of, verbose
 from kmq_dagster.cli.options import (
     audit_url_option,
+    first_stop_signal,
     metrics_port_option,
     queue_options,
     serve_metrics_of,
@@ -152,9 +154,8 @@ def _show_batch(report: BatchReport) -> None:
 @click.option(
     "--output-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("kmq-demo-output"),
-    show_default=True,
-    help="Where the Spark output goes (replaced on each run).",
+    help="Where the Spark output goes (replaced on each run); created private (mode 700) "
+    "[default: ~/.kmq/demo].",
 )
 @click.option(
     "--ui",
@@ -181,17 +182,19 @@ def _show_batch(report: BatchReport) -> None:
 def demo(
     ctx: click.Context,
     orders: int,
-    output_dir: Path,
+    output_dir: Path | None,
     ui: bool,
     dagster_port: int,
     console_port: int,
-) -> None:
+) -> int:
     """The whole pipeline on an embedded broker: orders in, priced orders out, a summary.
     With --ui: the same queue operated from Dagster and the console, until Ctrl-C."""
     import shutil
 
-    from kmq_dagster.demo.pipeline import run_demo
+    from kmq_dagster.demo.pipeline import demo_home, run_demo
+    from kmq_dagster.home import private_folder
 
+    output_dir = private_folder((output_dir or demo_home()).resolve())
     if ui:
         from kmq_dagster.demo.ui import run_demo_ui
 
@@ -199,31 +202,38 @@ def demo(
             configure_logging(quiet=True, log_file=log_file_for("demo-ui"))
         stop = stop_on_signals()
         run_demo_ui(
-            (output_dir / "ui").resolve(),
+            output_dir / "ui",
             stop,
             lambda line: click.echo(line, err=True),
             dagster_port=dagster_port or None,
             console_port=console_port or None,
         )
-        return
+        return 0
 
     log_file = log_file_for("demo")
     if not verbose(ctx):
         configure_logging(quiet=True, log_file=log_file)
+    stop = stop_on_signals()
     shutil.rmtree(output_dir / "orders_priced.parquet", ignore_errors=True)
-    output_dir.mkdir(parents=True, exist_ok=True)
     progress = LiveLine()
     progress.note(f"kmq demo: logs in {log_file}" if not verbose(ctx) else "kmq demo")
     try:
         summary = run_demo(
             orders,
-            output_dir.resolve(),
+            output_dir,
             progress,
+            stop=stop,
             quiet=not verbose(ctx),
             jvm_log=None if verbose(ctx) else log_file,
         )
     finally:
-        progress.done()
+        progress.done(flush=not stop.is_set())  # no progress line after a stop request
+    if summary is None:
+        signum = first_stop_signal() or signal.SIGINT
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        click.echo(f"kmq demo: stopped by {name}; everything it started has ended", err=True)
+        return 128 + signum
     click.echo(summary.table())
     if summary.lost:
         raise KmqError(f"{summary.lost} orders were lost")
+    return 0

@@ -54,12 +54,15 @@ class LiveLine:
         self.stream.write(text + "\n")
         self.stream.flush()
 
-    def done(self) -> None:
-        """End the live line (the last progress stays visible)."""
+    def done(self, *, flush: bool = True) -> None:
+        """End the live line (the last progress stays visible); ``flush=False`` drops a line
+        not shown yet (on a pipe), for a command stopped before it finished."""
         if self.live and self._shown:
             self.stream.write("\n")
             self.stream.flush()
             self._shown = ""
+        if not flush:
+            self._pending = ""
         self._flush_pending()
 
     def _clear(self) -> None:

@@ -8,6 +8,7 @@ every order is either in the output or in the dead-letter topic.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,9 @@ from kmq_dagster.broker import EmbeddedBroker
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.demo.orders import order_value, price_order
+from kmq_dagster.demo.stopping import DemoStopped, stoppable_spark
 from kmq_dagster.errors import DeliveryError, KmqTimeoutError
+from kmq_dagster.home import kmq_home
 from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import produce
 from kmq_dagster.kafka.provision import provision_queue
@@ -28,7 +31,8 @@ from kmq_dagster.kafka.topic_reader import count_records
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import BatchReport, SparkQueueJob
 from kmq_dagster.spark.processing import run_processing
-from kmq_dagster.spark.session import local_session
+
+log = logging.getLogger(__name__)
 
 #: The demo queue: orders priced by the "pricing" group; poison orders are dead-lettered at
 #: once (``JSONDecodeError`` is never retried), flaky ones retried after 1 s.
@@ -39,6 +43,12 @@ DEMO_QUEUE = Queue(
     retry_policy=RetryPolicy.fixed((1_000, 3_000)),
     visibility_timeout_ms=30_000,
 )
+
+
+def demo_home() -> Path:
+    """``~/.kmq/demo``: where the demo writes unless told otherwise; in kmq's private home,
+    not in the folder it is run from (a clone, say), and printed in its summary."""
+    return kmq_home() / "demo"
 
 
 class Progress(Protocol):
@@ -82,41 +92,61 @@ def run_demo(
     output_dir: Path,
     progress: Progress,
     *,
+    stop: threading.Event | None = None,
     quiet: bool = True,
     jvm_log: Path | None = None,
     timeout_s: float = 600,
-) -> DemoSummary:
+) -> DemoSummary | None:
     """Run the demo on a fresh embedded broker; ``quiet`` keeps Spark's console output off,
-    ``jvm_log`` takes the JVM's console output."""
+    ``jvm_log`` takes the JVM's console output.
+
+    Returns:
+        The summary, or ``None`` when ``stop`` was set first: then no phase starts after it,
+        a running Spark batch is cut short, and every process the demo started (the broker,
+        Spark's JVM and its Python workers) has ended when this returns.
+    """
+    stop = stop or threading.Event()
     output = str(output_dir / "orders_priced.parquet")
     queue = DEMO_QUEUE
     partitions = queue.partitions or 1
+    if stop.is_set():
+        return None
     with EmbeddedBroker(port=0) as broker:
+        if stop.is_set():
+            return None
         settings = KmqSettings(bootstrap_servers=broker.bootstrap_servers, session_timeout_ms=6_000)
         progress.note(f"embedded broker on {broker.bootstrap_servers}")
         opened = provision_queue(settings, queue).opened
-        produce_orders(settings, orders)
+        produce_orders(settings, orders, stop=stop)
+        if stop.is_set():
+            return None
         progress.note(f"produced {orders:,} orders to {queue.topic} (~5% poison, ~5% failing once)")
         tracker = RedeliveryTracker(opened)
-        stop = threading.Event()
-        tracker_thread = threading.Thread(target=tracker.run, args=(stop,), daemon=True)
+        tracker_stop = threading.Event()
+        tracker_thread = threading.Thread(target=tracker.run, args=(tracker_stop,), daemon=True)
         tracker_thread.start()
-        progress.update("starting Spark (local[2]) ...")
-        spark = local_session("kmq demo", quiet=quiet, jvm_log=jvm_log)
-        job = SparkQueueJob(spark, opened, function=price_order, output_path=output)
         try:
-            processed, rows = _drain(
-                job, spark, settings, orders=orders, output=output, progress=progress,
-                timeout_s=timeout_s,
-            )  # fmt: skip
+            progress.note("starting Spark (local[2]) ...")
+            with stoppable_spark(stop, quiet=quiet, jvm_log=jvm_log) as spark:
+                job = SparkQueueJob(spark, opened, function=price_order, output_path=output)
+                try:
+                    processed, rows = _drain(
+                        job, spark, settings, orders=orders, output=output, progress=progress,
+                        stop=stop, timeout_s=timeout_s,
+                    )  # fmt: skip
+                finally:
+                    job.close()
             retried = sum(
                 count_records(settings, name, partitions) for name in queue.retry_topics.values()
             )
             dead = count_records(settings, queue.dlq_topic, partitions)
+        except Exception:
+            if stop.is_set():  # Spark ended under a running call: the stop, not a failure
+                log.debug("the demo stopped while Spark ran", exc_info=True)
+                return None
+            raise
         finally:
-            job.close()
-            spark.stop()
-            stop.set()
+            tracker_stop.set()
             tracker_thread.join(30)
     return DemoSummary(
         produced=orders,
@@ -130,14 +160,19 @@ def run_demo(
     )
 
 
-def produce_orders(settings: KmqSettings, orders: int, first_id: int = 0) -> None:
-    """Produce the demo's sample orders ``first_id`` .. ``first_id + orders - 1``.
+def produce_orders(
+    settings: KmqSettings, orders: int, first_id: int = 0, *, stop: threading.Event | None = None
+) -> None:
+    """Produce the demo's sample orders ``first_id`` .. ``first_id + orders - 1``; stops early
+    (the rest unsent) once ``stop`` is set.
 
     Raises:
         DeliveryError: the broker did not take every order.
     """
     producer = new_producer(settings, **{"linger.ms": 20})
     for order_id in range(first_id, first_id + orders):
+        if stop is not None and order_id % 1_000 == 0 and stop.is_set():
+            break
         produce(producer, DEMO_QUEUE.topic, key=str(order_id).encode(), value=order_value(order_id))
     if producer.flush(60):
         raise DeliveryError("the broker did not take every order")
@@ -160,14 +195,24 @@ def _drain(
     orders: int,
     output: str,
     progress: Progress,
+    stop: threading.Event,
     timeout_s: float,
 ) -> tuple[int, int]:
-    """Run batches until every order is processed or dead-lettered; (distinct, rows)."""
+    """Run batches until every order is processed or dead-lettered, or ``stop`` is set;
+    (distinct, rows).
+
+    Raises:
+        DemoStopped: ``stop`` was set first.
+        KmqTimeoutError: not done within ``timeout_s``.
+    """
     queue = job.queue
     done = threading.Event()
     tally = _Tally()
 
     def show(batch: BatchReport) -> None:
+        if stop.is_set():  # no line about a batch once asked to stop
+            done.set()
+            return
         tally.batches += 1
         if batch.read:
             frame = spark.read.parquet(output)
@@ -187,6 +232,8 @@ def _drain(
         job, None, stop=done, until_idle=False, max_seconds=timeout_s, on_batch=show,
         count_output=False,
     )  # fmt: skip
+    if stop.is_set():
+        raise DemoStopped
     if done.is_set():
         return tally.processed, tally.rows
     raise KmqTimeoutError(f"the demo did not finish within {timeout_s:.0f} s")

@@ -25,6 +25,7 @@ from kmq_dagster.dagster_service import DagsterService
 from kmq_dagster.demo.orders import OUTAGE_FILE_VARIABLE
 from kmq_dagster.demo.pipeline import DEMO_QUEUE, produce_orders
 from kmq_dagster.demo.watch import alert_receiver, watching_breaker
+from kmq_dagster.home import private_folder
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.settings import KmqSettings
 
@@ -84,7 +85,7 @@ def run_demo_ui(
     outage: OutageScript | None = OutageScript(),
 ) -> None:
     """Run the demo until ``stop`` is set, telling a person what happens through ``say``."""
-    workdir.mkdir(parents=True, exist_ok=True)
+    private_folder(workdir)  # it holds the audit store: others must not read it
     workspace = workdir / "workspace.yaml"
     workspace.write_text(WORKSPACE_YAML)
     outage_file = workdir / "payment-service-down"

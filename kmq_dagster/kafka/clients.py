@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._metadata import ClusterMetadata
 
+from kmq_dagster.broker.probe import connection_refused
 from kmq_dagster.errors import ConfigError, KafkaAuthError, KafkaUnavailableError
 from kmq_dagster.secrets import mask_text
 from kmq_dagster.settings import KmqSettings
@@ -27,6 +28,9 @@ from kmq_dagster.settings import KmqSettings
 CLIENT_LOGGER = logging.getLogger("kmq.kafka.client")
 log = logging.getLogger(__name__)
 T = TypeVar("T", Producer, Consumer, AdminClient)
+#: Seconds a metadata request waits before kmq checks whether any bootstrap broker listens at
+#: all (a refused connection is final; a slow broker gets the whole request timeout).
+REFUSAL_CHECK_AFTER_S = 2.0
 
 #: Client error codes that mean "the broker answered but would not let us in".
 _AUTH_ERRORS = frozenset(
@@ -104,9 +108,15 @@ def _built(kind: type[T], config: dict[str, Any]) -> T:
 def cluster_metadata(settings: KmqSettings) -> ClusterMetadata:
     """Topic metadata of the whole cluster.
 
+    When the first :data:`REFUSAL_CHECK_AFTER_S` pass without an answer and every bootstrap
+    broker refuses a TCP connection, nothing listens there: that is reported at once, instead
+    of after the whole request timeout. A broker that accepts but is slow to answer gets the
+    whole request timeout.
+
     Raises:
         KafkaAuthError: the cluster refused the credentials or the TLS handshake.
-        KafkaUnavailableError: no broker answered within the request timeout.
+        KafkaUnavailableError: no broker answered within the request timeout, or every
+            bootstrap broker refused the connection.
     """
     timeout_s = settings.request_timeout_ms / 1000
     problems: list[str] = []
@@ -119,29 +129,78 @@ def cluster_metadata(settings: KmqSettings) -> ClusterMetadata:
 
     # Authentication and TLS failures reach us through error_cb or only as client log lines.
     admin = admin_client(settings, error_cb=remember, logger=_FailureLog(problems, lock))
+    first_s = min(REFUSAL_CHECK_AFTER_S, timeout_s)
     try:
-        return admin.list_topics(timeout=timeout_s)
+        return admin.list_topics(timeout=first_s)
     except KafkaException as exc:
-        admin.poll(0)  # serves the queued log lines and error callbacks
-        detail = exc.args[0].str() if exc.args else str(exc)
-        if problems or (exc.args and exc.args[0].code() in _AUTH_ERRORS):
-            reason = problems[0] if problems else detail
-            raise KafkaAuthError(
-                f"Kafka at {settings.bootstrap_servers} refused the connection: "
-                f"{mask_text(reason)}; check the security settings (KMQ_KAFKA_SECURITY_PROTOCOL, "
-                "KMQ_KAFKA_SASL_*, KMQ_KAFKA_SSL_* or -X)"
-            ) from None
-        protocol = str(settings.client_config.get("security.protocol", "plaintext"))
-        secured = (
-            f"; does its listener expect security.protocol={protocol}?"
-            if protocol.lower() != "plaintext"
-            else ""
+        failure = exc
+    admin.poll(0)  # serves the queued log lines and error callbacks
+    if not problems and not _is_auth_failure(failure):
+        if _every_bootstrap_refuses(settings.bootstrap_servers):
+            raise KafkaUnavailableError(
+                f"cannot reach Kafka at {settings.bootstrap_servers}: the connection was "
+                "refused (nothing listens there); is the broker running? Start one with "
+                "`kmq broker` or set KMQ_BOOTSTRAP_SERVERS"
+            )
+        if timeout_s > first_s:
+            try:
+                return admin.list_topics(timeout=timeout_s - first_s)
+            except KafkaException as exc:
+                failure = exc
+            admin.poll(0)
+    raise _metadata_error(settings, failure, problems, timeout_s)
+
+
+def _is_auth_failure(exc: KafkaException) -> bool:
+    return (
+        bool(exc.args)
+        and isinstance(exc.args[0], KafkaError)
+        and exc.args[0].code() in (_AUTH_ERRORS)
+    )
+
+
+def _metadata_error(
+    settings: KmqSettings, exc: KafkaException, problems: list[str], timeout_s: float
+) -> KafkaAuthError | KafkaUnavailableError:
+    """The error a failed metadata request is reported as."""
+    detail = exc.args[0].str() if exc.args else str(exc)
+    if problems or _is_auth_failure(exc):
+        reason = problems[0] if problems else detail
+        return KafkaAuthError(
+            f"Kafka at {settings.bootstrap_servers} refused the connection: "
+            f"{mask_text(reason)}; check the security settings (KMQ_KAFKA_SECURITY_PROTOCOL, "
+            "KMQ_KAFKA_SASL_*, KMQ_KAFKA_SSL_* or -X)"
         )
-        raise KafkaUnavailableError(
-            f"cannot reach Kafka at {settings.bootstrap_servers} within {timeout_s:g} s "
-            f"({mask_text(detail)}); is the broker running{secured}? "
-            "Start one with `kmq broker` or set KMQ_BOOTSTRAP_SERVERS"
-        ) from None
+    protocol = str(settings.client_config.get("security.protocol", "plaintext"))
+    secured = (
+        f"; does its listener expect security.protocol={protocol}?"
+        if protocol.lower() != "plaintext"
+        else ""
+    )
+    return KafkaUnavailableError(
+        f"cannot reach Kafka at {settings.bootstrap_servers} within {timeout_s:g} s "
+        f"({mask_text(detail)}); is the broker running{secured}? "
+        "Start one with `kmq broker` or set KMQ_BOOTSTRAP_SERVERS"
+    )
+
+
+def bootstrap_addresses(bootstrap_servers: str) -> list[tuple[str, int]] | None:
+    """``host:port`` pairs of a bootstrap list (``a:9092,[::1]:9093,SSL://b:9094``); ``None``
+    when an entry is not of that form (then nothing is concluded from it)."""
+    addresses = []
+    for entry in bootstrap_servers.split(","):
+        address = entry.strip().rpartition("://")[2]
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            return None
+        addresses.append((host.strip("[]"), int(port)))
+    return addresses
+
+
+def _every_bootstrap_refuses(bootstrap_servers: str) -> bool:
+    """True if every bootstrap broker refuses a TCP connection right now."""
+    addresses = bootstrap_addresses(bootstrap_servers)
+    return bool(addresses) and all(connection_refused(host, port) for host, port in addresses or [])
 
 
 class _FailureLog(logging.Logger):
