@@ -117,15 +117,29 @@ class Lifeline:
         return None
 
 
-def _proc_stat(pid: int) -> tuple[str, int, str] | None:
-    """``(name, parent pid, start time)`` of a live process from ``/proc``; ``None`` if it is
-    gone, a zombie, or there is no ``/proc``."""
+#: Fields of :func:`stat_fields`: state 0, parent 1, start time 19 (clock ticks after boot).
+STAT_STATE, STAT_PPID, STAT_START = 0, 1, 19
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (which may hold spaces and
+    parentheses: the fields after its last ``)`` are fixed); ``None`` if the process is gone
+    or there is no ``/proc``."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    name = text[text.index("(") + 1 : text.rindex(")")]
-    fields = text[text.rindex(")") + 1 :].split()  # state is field 3, starttime field 22
-    if fields[0] in ("Z", "X"):
+    return text[text.rindex(")") + 1 :].split()
+
+
+def _proc_stat(pid: int) -> tuple[str, int, str] | None:
+    """``(name, parent pid, start time)`` of a live process from ``/proc``; ``None`` if it is
+    gone, a zombie, or there is no ``/proc``."""
+    fields = stat_fields(pid)
+    if fields is None or fields[STAT_STATE] in ("Z", "X"):
         return None
-    return name, int(fields[1]), fields[19]
+    try:
+        text = Path(f"/proc/{pid}/comm").read_text().rstrip("\n")
+    except OSError:
+        return None
+    return text, int(fields[STAT_PPID]), fields[STAT_START]

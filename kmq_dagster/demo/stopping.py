@@ -24,12 +24,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from kmq_dagster.child_processes import STAT_PPID, STAT_START, STAT_STATE, stat_fields
 from kmq_dagster.errors import KmqError
 from kmq_dagster.spark.session import local_session
 
 _PROC = Path("/proc")
-#: Fields of /proc/<pid>/stat after the command name: state 0, parent 1, start time 19.
-_STATE, _PPID, _START = 0, 1, 19
 #: Seconds between two looks at whether the signalled processes are gone.
 _POLL_S = 0.1
 
@@ -40,15 +39,6 @@ STOP_POLL_S = 0.2
 Process = tuple[int, int]
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        text = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # The command name may hold spaces and parentheses; the fields after its last ")" are fixed.
-    return text.rsplit(")", 1)[1].split()
-
-
 def child_tree(pid: int | None = None) -> set[Process]:
     """Every live descendant of ``pid`` (default: this process)."""
     root = os.getpid() if pid is None else pid
@@ -56,10 +46,11 @@ def child_tree(pid: int | None = None) -> set[Process]:
     for entry in _PROC.iterdir() if _PROC.is_dir() else ():
         if not entry.name.isdigit():
             continue
-        fields = _stat_fields(int(entry.name))
-        if fields is None or fields[_STATE] == "Z":
+        fields = stat_fields(int(entry.name))
+        if fields is None or fields[STAT_STATE] == "Z":
             continue
-        by_parent.setdefault(int(fields[_PPID]), []).append((int(entry.name), int(fields[_START])))
+        process = (int(entry.name), int(fields[STAT_START]))
+        by_parent.setdefault(int(fields[STAT_PPID]), []).append(process)
     found: set[Process] = set()
     pending = [root]
     while pending:
@@ -72,8 +63,10 @@ def child_tree(pid: int | None = None) -> set[Process]:
 
 def is_running(process: Process) -> bool:
     """Whether ``process`` is still there (a zombie is not: it has ended, unreaped)."""
-    fields = _stat_fields(process[0])
-    return fields is not None and fields[_STATE] != "Z" and int(fields[_START]) == process[1]
+    fields = stat_fields(process[0])
+    if fields is None or fields[STAT_STATE] == "Z":
+        return False
+    return int(fields[STAT_START]) == process[1]
 
 
 def end_processes(processes: set[Process], grace_s: float = 15.0) -> None:
