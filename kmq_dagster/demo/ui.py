@@ -68,10 +68,23 @@ def _alerts_told(timeline: Timeline) -> Iterator[dict[str, str]]:
 
 @dataclass(frozen=True)
 class OutageScript:
-    """The payment service goes down ``after_s`` seconds in, for ``for_s`` seconds."""
+    """The payment service goes down ``after_s`` seconds in, and comes back ``for_s`` seconds
+    after the breaker opened (or ``give_up_s`` into the outage if it never does). The end
+    follows the breaker, not the clock: on a busy machine the first sensor-launched run may
+    only start minutes in, and an outage over before any order failed would show nothing."""
 
     after_s: float = 20.0
-    for_s: float = 40.0
+    for_s: float = 20.0
+    give_up_s: float = 600.0
+
+    def is_down(self, elapsed_s: float, opened_s: float | None) -> bool:
+        """Whether the service is down ``elapsed_s`` into the demo, the breaker having opened
+        at ``opened_s`` (``None``: not yet)."""
+        if elapsed_s < self.after_s:
+            return False
+        if opened_s is not None:
+            return elapsed_s < max(opened_s, self.after_s) + self.for_s
+        return elapsed_s < self.after_s + self.give_up_s
 
 
 def run_demo_ui(
@@ -111,12 +124,16 @@ def run_demo_ui(
             console = ConsoleService(
                 settings, audit_url, log_dir=workdir / "console", port=console_port
             )
-            with service as dagster, console, watching_breaker(audit_url, DEMO_QUEUE, timeline.say):
+            with (
+                service as dagster,
+                console,
+                watching_breaker(audit_url, DEMO_QUEUE, timeline.say) as opened,
+            ):
                 _tell_where(dagster.url, audit_url, workdir, console.url, say)
                 timeline.started = time.monotonic()
                 _trickle(
                     settings, stop, orders_per_s=orders_per_s, outage=outage,
-                    outage_file=outage_file, timeline=timeline,
+                    outage_file=outage_file, timeline=timeline, opened=opened,
                 )  # fmt: skip
 
 
@@ -143,10 +160,12 @@ def _trickle(
     outage: OutageScript | None,
     outage_file: Path,
     timeline: Timeline,
+    opened: threading.Event,
 ) -> None:
     """Send orders in small bursts, and switch the outage on and off as scripted."""
     sent = 0
     down = False
+    opened_s: float | None = None
     while not stop.is_set():
         elapsed = timeline.elapsed_s()
         due = int(elapsed * orders_per_s) - sent
@@ -154,13 +173,21 @@ def _trickle(
             produce_orders(settings, due, first_id=sent)
             sent += due
         if outage is not None:
-            should_be_down = outage.after_s <= elapsed < outage.after_s + outage.for_s
+            if opened_s is None and opened.is_set():
+                opened_s = elapsed
+            should_be_down = outage.is_down(elapsed, opened_s)
             if should_be_down and not down:
                 outage_file.touch()
                 timeline.say("the payment service is down (orders fail): watch the breaker open")
             elif down and not should_be_down:
                 outage_file.unlink(missing_ok=True)
-                timeline.say("the payment service is back: watch the breaker probe and close")
+                if opened_s is None:
+                    timeline.say(
+                        f"the payment service is back; the breaker did not open in "
+                        f"{outage.give_up_s:.0f} s (is the Dagster daemon running its sensors?)"
+                    )
+                else:
+                    timeline.say("the payment service is back: watch the breaker probe and close")
             down = should_be_down
         stop.wait(1.0)
     outage_file.unlink(missing_ok=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 from kmq_dagster.audit.breaker_state import transition_event
 from kmq_dagster.audit.store import AuditStore
+from kmq_dagster.core.breaker import State
 from kmq_dagster.core.breaker_alerts import TransitionEvent
 from kmq_dagster.core.breaker_reports import describe_transition
 from kmq_dagster.core.queue import Queue
@@ -59,18 +60,25 @@ def watch_transitions(
     say: Callable[[str], None],
     stop: threading.Event,
     last_seen: int,
+    *,
+    opened: threading.Event | None = None,
 ) -> None:
-    """Say each transition of ``queue``'s breaker after ``last_seen`` until ``stop`` is set."""
+    """Say each transition of ``queue``'s breaker after ``last_seen`` until ``stop`` is set;
+    set ``opened`` once one of them opens the breaker."""
     store = AuditStore(audit_url)
     try:
         while not stop.wait(POLL_INTERVAL_S):
             try:
-                lines, last_seen = new_transition_lines(
-                    _stored_transitions(store, queue), last_seen
-                )
+                transitions = _stored_transitions(store, queue)
+                lines, seen_now = new_transition_lines(transitions, last_seen)
             except Exception:  # the watch only informs: an unreadable store must not end it
                 log.warning("could not read the breaker transitions", exc_info=True)
                 continue
+            if opened is not None and any(
+                t.id > last_seen and t.to_state is State.OPEN for t in transitions
+            ):
+                opened.set()
+            last_seen = seen_now
             for line in lines:
                 say(line)
     finally:
@@ -108,20 +116,25 @@ def alert_receiver(say: Callable[[str], None]) -> Iterator[str]:
 
 
 @contextmanager
-def watching_breaker(audit_url: str, queue: Queue, say: Callable[[str], None]) -> Iterator[None]:
+def watching_breaker(
+    audit_url: str, queue: Queue, say: Callable[[str], None]
+) -> Iterator[threading.Event]:
     """Run :func:`watch_transitions` on a thread for the duration of the ``with`` block; a
     transition stored once the block has begun is told, one stored before it is not (the
-    starting point is read here, not on the thread, which may start late)."""
+    starting point is read here, not on the thread, which may start late). Yields an event
+    set once the breaker has opened within the block."""
     stop = threading.Event()
+    opened = threading.Event()
     last_seen = newest_transition_id(audit_url, queue)
     thread = threading.Thread(
         target=watch_transitions,
         args=(audit_url, queue, say, stop, last_seen),
+        kwargs={"opened": opened},
         name="demo-breaker",
     )
     thread.start()
     try:
-        yield
+        yield opened
     finally:
         stop.set()
         thread.join(10)

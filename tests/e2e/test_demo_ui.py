@@ -20,8 +20,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 #: Every wait of the test together, on a loaded 2-core machine: Dagster's start (up to 4 min
 #: there), the scripted outage (the breaker opens 33-60 s in on a quiet machine, several
-#: minutes later on a loaded one: each sensor-launched run starts its own Spark session) and
-#: its end (closed 65-100 s in, quiet), Ctrl-C and the children's exit.
+#: minutes later on a loaded one: each sensor-launched run starts its own Spark session; the
+#: outage lasts until 20 s after the opening) and its end (closed 65-100 s in, quiet), Ctrl-C
+#: and the children's exit.
 WAIT_S = 1_200
 #: pytest's limit for the test: its waits, the HTTP requests (30 s each at most) and killing
 #: whatever is left.

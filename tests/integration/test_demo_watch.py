@@ -33,9 +33,11 @@ def test_each_transition_is_told_once_in_words_and_the_close_says_how_long(
     move(breaker, State.OPEN, State.CLOSED, "it ended", 1)
     lines: list[str] = []
 
-    with watching_breaker(private_audit_store, QUEUE, lines.append):
+    with watching_breaker(private_audit_store, QUEUE, lines.append) as opened:
+        assert not opened.is_set()  # the earlier outage does not count
         move(breaker, State.CLOSED, State.OPEN, "error rate 100% over 20 messages in 30s", 2)
         assert wait_for(lambda: len(lines) == 1, timeout_s=30)
+        assert opened.is_set()
         move(breaker, State.OPEN, State.HALF_OPEN, "cooldown over: probing", 3)
         move(breaker, State.HALF_OPEN, State.CLOSED, "3 of 3 messages processed", 4)
         assert wait_for(lambda: len(lines) == 3, timeout_s=30)
