@@ -24,6 +24,7 @@ import pytest
 from confluent_kafka import Producer
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+from streamlit.runtime.memory_media_file_storage import _calculate_file_id
 
 from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.audit.store import AuditStore
@@ -363,7 +364,15 @@ def test_a_499_deep_dead_letter_renders_exports_once_and_can_be_discarded(
     download = started.value
     exported = json.loads(Path(download.path()).read_text())
     assert exported["value"] == deep.decode() and "tok-secret-1" not in json.dumps(exported)
-    # The URL the operator got, fetched later without their session: gone.
+    # Served under a random name of its own, never Streamlit's content-hash name (the same
+    # for the same export); the URL the operator got, fetched later without their session: gone.
+    content_hash = _calculate_file_id(
+        Path(download.path()).read_bytes(), "application/json", download.suggested_filename
+    )
+    assert content_hash not in download.url
+    assert (
+        _status(download.url.replace(download.url.rsplit("/", 1)[1], f"{content_hash}.json")) == 404
+    )
     assert wait_for(lambda: _status(download.url) == 404, timeout_s=30), _status(download.url)
 
     page.get_by_role("button", name="Discard all matching (1)").click()
