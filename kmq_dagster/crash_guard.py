@@ -6,12 +6,12 @@ Why: librdkafka 2.16 dereferences a NULL topic name (``rd_kafka_metadata_update_
 zero topic id and carries a new leader for it. The embedded broker answers exactly so for a
 topic deleted while a consumer fetches it, and a consumer fetches every 50 ms: a tracker whose
 markers topic is deleted dies of SIGSEGV in the client's own thread before any check of kmq's
-can run. No Python code survives that in the process. (``kmq worker`` is not supervised: a
-handler may rely on the worker's PID being its own.)
+can run. No Python code survives that in the process. A worker dies the same way when a
+retry topic it fetches is deleted, at any concurrency.
 
-So ``kmq tracker`` replaces itself (``exec``: same PID) with this small supervisor, which
-imports next to nothing (about 20 MB), runs the command in a child, and passes its exit code
-on. If the child crashes, the supervisor replaces itself with the command once
+So ``kmq tracker`` and ``kmq worker`` replace themselves (``exec``: same PID) with this small
+supervisor, which imports next to nothing (about 20 MB), runs the command in a child, and passes
+its exit code on. If the child crashes, the supervisor replaces itself with the command once
 more in *explain* mode (:data:`EXPLAIN_ENV` names the signal), which prints the one error line
 the cluster's state explains and exits with its code (see ``kmq_dagster.cli.crash_guard``).
 

@@ -1,5 +1,5 @@
-"""The command line's side of ``kmq_dagster.crash_guard``: ``kmq tracker`` runs supervised,
-and the line that explains a crash of its Kafka client.
+"""The command line's side of ``kmq_dagster.crash_guard``: ``kmq tracker`` and ``kmq worker``
+run supervised, and the line that explains a crash of their Kafka client.
 
 A command decorated with :func:`crash_guarded` replaces its process with the supervisor when
 run as the real ``kmq`` (not from Python, not already supervised), once its settings are

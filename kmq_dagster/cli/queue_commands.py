@@ -188,6 +188,7 @@ def _print_provision_report(report: ProvisionReport) -> None:
 @metrics_port_option
 @connection_options
 @click.pass_context
+@crash_guarded
 def worker(
     ctx: click.Context,
     topic: str,

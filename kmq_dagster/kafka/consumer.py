@@ -44,7 +44,7 @@ from kmq_dagster.kafka.message import (
 )
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.runs import fetched_runs, record_runs
-from kmq_dagster.kafka.topic_watch import TopicWatch, means_topic_gone
+from kmq_dagster.kafka.topic_watch import TopicWatch, means_topic_gone, watched_topics
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class KmqConsumer:
         # consumed topic deleted shows as fetch errors, checked then: one request per check.)
         self._topic_watch = TopicWatch(
             self._consumer,
-            [queue.markers_topic],
+            watched_topics(queue),
             fix=f"kmq provision --topic {queue.topic} --group {queue.group}",
         )
 

@@ -31,7 +31,7 @@ from kmq_dagster.kafka.clients import new_consumer, wall_clock_ms
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.record_reader import FETCH_MAX_BYTES
 from kmq_dagster.kafka.redelivery import Redeliverer
-from kmq_dagster.kafka.topic_watch import TopicWatch, means_topic_gone
+from kmq_dagster.kafka.topic_watch import TopicWatch, means_topic_gone, watched_topics
 from kmq_dagster.kafka.tracker_state import MarkersPartitionState, TrackerStats
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class RedeliveryTracker:
         self._redeliverer = Redeliverer(settings, queue, self.stats)
         self._topic_watch = TopicWatch(
             self._consumer,
-            [self.markers_topic],
+            watched_topics(queue),
             fix=f"kmq provision --topic {queue.topic} --group {queue.group}",
         )
 

@@ -1,11 +1,11 @@
 """Noticing that a topic a running component needs was deleted under it.
 
-``open_queue`` checks a queue's topics before anything subscribes; this watches them while the
-tracker and the worker run. A deleted markers topic takes the protocol's record of what is in
-flight with it: a tracker reading it has nothing left to read, and a worker writing to it
-would hand out messages whose start markers are never written (its offsets then stay
-uncommitted, so nothing is lost, but nothing moves either). Both stop with a clear error
-instead of going on without a word.
+``open_queue`` checks a queue's topics before anything subscribes; this watches them (every
+topic of the group, and the queue topic) while the tracker and the worker run. A deleted markers
+topic takes the protocol's record of what is in flight with it: a tracker reading it has nothing
+left to read, and a worker writing to it would hand out messages whose start markers are never
+written (its offsets then stay uncommitted, so nothing is lost, but nothing moves either). Both
+stop with a clear error instead of going on without a word.
 
 The check asks the component's own client for the topic's metadata every
 :data:`TOPIC_CHECK_INTERVAL_S`, and a fetch error saying the topic or partition is unknown
@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.errors import TopicDeletedError
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,14 @@ TOPIC_CHECK_INTERVAL_S = 5.0
 TOPIC_CHECK_TIMEOUT_S = 2.0
 #: Error codes that say a topic (or its partition) is gone.
 _GONE = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID})
+
+
+def watched_topics(queue: Queue) -> list[str]:
+    """What a tracker or worker of ``queue`` cannot work without, the markers topic first:
+    the group's topics and the queue topic. (A subscribed topic that is deleted can vanish
+    from the assignment without any fetch error, and a deleted dead-letter or retry topic only
+    shows when a copy to it fails: each is checked, one metadata request apiece.)"""
+    return [queue.markers_topic, queue.topic, *queue.group_topics[1:]]
 
 
 def means_topic_gone(error: KafkaError) -> bool:

@@ -12,6 +12,7 @@ import random
 import time
 
 from kmq_dagster.kafka.consumer import KmqMessage
+from tests.support import worker_pid
 
 _rng = random.Random()
 #: Output files by (pid, kind), opened on first use (a forked worker opens its own).
@@ -36,7 +37,7 @@ def handle(message: KmqMessage) -> None:
 
 
 def _record(kind: str, message: KmqMessage) -> None:
-    key = (os.getpid(), kind)
+    key = (worker_pid(), kind)
     if key not in _outputs:
         path = os.path.join(os.environ["KMQ_TEST_OUTPUT_DIR"], f"{kind}-{key[0]}.log")
         _outputs[key] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

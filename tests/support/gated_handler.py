@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from kmq_dagster.kafka.message import KmqMessage
+from tests.support import worker_pid
 
 _lock = threading.Lock()
 _output: dict[int, int] = {}
@@ -37,7 +38,7 @@ def handle(message: KmqMessage) -> None:
 
 
 def _write(out_dir: Path, text: str) -> None:
-    pid = os.getpid()
+    pid = worker_pid()
     with _lock:
         if pid not in _output:
             path = out_dir / f"gated-{pid}.log"

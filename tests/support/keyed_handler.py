@@ -15,6 +15,7 @@ import threading
 import time
 
 from kmq_dagster.kafka.consumer import KmqMessage
+from tests.support import worker_pid
 
 FAILURE_RATE = float(os.environ.get("KMQ_TEST_FAILURE_RATE", "0.1"))
 MAX_WORK_S = float(os.environ.get("KMQ_TEST_MAX_WORK_S", "0.005"))
@@ -42,7 +43,7 @@ def handle(message: KmqMessage) -> None:
 
 
 def _write(text: str) -> None:
-    pid = os.getpid()
+    pid = worker_pid()
     with _lock:
         if pid not in _output:
             path = os.path.join(os.environ["KMQ_TEST_OUTPUT_DIR"], f"keyed-{pid}.log")
