@@ -19,10 +19,12 @@ from kmq_dagster.cli.options import (
     metrics_port_option,
     queue_options,
     serve_metrics_of,
+    stop_exit_code,
     stop_on_signals,
     topic_option,
 )
 from kmq_dagster.cli.queue_definition_options import DefinitionOptions, definition_options
+from kmq_dagster.cli.stop_deadline import exit_if_still_calling
 from kmq_dagster.cli.value_types import Number
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.core.wording import counted
@@ -167,8 +169,8 @@ def _print_provision_report(report: ProvisionReport) -> None:
     type=Number(0, MAX_DRAIN_TIMEOUT_S),
     default=30.0,
     show_default=True,
-    help="With --concurrency above 1: seconds a stopping worker waits for running calls; "
-    "those still running are redelivered after their visibility timeout.",
+    help="Seconds a stopping worker waits for running calls (at any concurrency); those "
+    "still running are redelivered after their visibility timeout.",
 )
 @click.option(
     "--extend-running/--no-extend-running",
@@ -230,6 +232,11 @@ def worker(
         metrics_port, "worker", queue.topic, queue.group, lambda: worker_snapshot(service)
     )
     stop = stop_on_signals()
+    finished = threading.Event()
+    if concurrency == 1:  # above 1, calls run on threads of their own: the drain cuts them off
+        exit_if_still_calling(
+            stop, finished, drain_timeout, lambda: service.stats.calls_in_flight, stop_exit_code
+        )
     log.info("worker for %s started", queue)
     last_report = [time.monotonic()]
 
@@ -244,6 +251,7 @@ def worker(
         click.echo(f"kmq worker: stopped: {exit_}", err=True)
         return exit_.code
     finally:
+        finished.set()
         if metrics is not None:
             metrics.close()
     click.echo(f"kmq worker: stopped after {stats.handled} handled, {stats.failed} failed")

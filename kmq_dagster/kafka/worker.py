@@ -112,7 +112,9 @@ class Worker:
             before fetching pauses; default ``max(4 * concurrency, 100)``. Fetches are no
             larger (``batch_size`` is capped by it), so at most twice as many are held.
         drain_timeout_s: with ``concurrency`` above 1, how long a stopping worker waits for
-            the calls running; those still running then are left for redelivery.
+            the calls running; those still running then are left for redelivery. (At 1 the
+            call runs on the caller's thread; ``kmq worker`` ends its process if the call is
+            still running this long after the stop request.)
         extend_running: with ``concurrency`` above 1, a running call's message has its
             visibility extended like a waiting one's, so a slow call is not redelivered while
             the worker lives (default). ``False``: a call that outlives the visibility timeout

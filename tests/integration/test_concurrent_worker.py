@@ -367,6 +367,51 @@ def test_a_stopped_worker_acks_the_calls_that_end_within_the_drain_timeout_and_l
     assert set(gated("start", gated_lines(tmp_path, second.pid))) == cut
 
 
+@pytest.mark.parametrize(
+    ("stop_signal", "exit_code"),
+    [(signal.SIGTERM, 0), (signal.SIGINT, 130)],
+    ids=["SIGTERM exits 0", "Ctrl-C exits 130"],
+)
+def test_a_serial_worker_whose_call_hangs_exits_after_the_drain_timeout(
+    settings: KmqSettings,
+    topic_name: str,
+    tmp_path: Path,
+    stop_signal: signal.Signals,
+    exit_code: int,
+) -> None:
+    # given a worker at concurrency 1 whose call hangs (its gate stays closed)
+    queue = new_queue(settings, topic_name, GROUP, visibility_timeout_ms=3_000)
+    gate_of(tmp_path, "hung").touch()
+    produce(settings, topic_name, [b"hung-1"])
+    processes = processes_for(settings, topic_name, tmp_path)
+    budget = WaitBudget(150)
+    try:
+        first = processes.start(*GATED, "--drain-timeout", "2")
+        assert wait_for(lambda: gated("start", gated_lines(tmp_path, first.pid)), budget.left_s())
+
+        # when it is asked to stop, twice, with the call still hanging
+        first.send_signal(stop_signal)
+        first.send_signal(stop_signal)
+        first.wait(timeout=budget.left_s())
+        log = (tmp_path / "worker-0.log").read_text()
+
+        # and then the call can end: a tracker and a second worker run
+        gate_of(tmp_path, "hung").unlink()
+        with running_service(RedeliveryTracker(queue)):
+            second = processes.start(*GATED)
+            assert wait_for(
+                lambda: gated("ok", gated_lines(tmp_path, second.pid)), budget.left_s()
+            ), "the message of the hung call was not redelivered"
+    finally:
+        processes.stop_all()
+
+    # then it exited with the stop's code, said why in one line, and the message was not lost
+    assert first.returncode == exit_code, log[-2000:]
+    assert log.count("still running 2 s after the stop request (--drain-timeout)") == 1, log
+    assert not gated("ok", gated_lines(tmp_path, first.pid))
+    assert set(gated("ok", gated_lines(tmp_path, second.pid))) == {"hung-1"}
+
+
 def test_a_rebalance_while_calls_are_in_flight_loses_nothing(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
