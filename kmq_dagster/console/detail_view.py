@@ -22,6 +22,7 @@ from kmq_dagster.console.rendering import (
     BINARY,
     EMPTY,
     JSON,
+    escape_markdown,
     export,
     header_rows,
     key_text,
@@ -110,10 +111,10 @@ def _value(dead_letter: DeadLetter, masker: Masker) -> None:
         return
     default = {JSON: 0, BINARY: 2}.get(view.kind, 1)
     if dead_letter.value_undecodable is not None:
-        st.warning(f"{undecodable_text(dead_letter)}: its bytes are shown in hex.")
+        st.warning(escape_markdown(f"{undecodable_text(dead_letter)}. Its bytes are in hex."))
         default = 2
     elif dead_letter.schema_id is not None:
-        st.caption(f"Decoded from {schema_text(dead_letter)}.")
+        st.caption(escape_markdown(f"Decoded from {schema_text(dead_letter)}."))
     shown = st.selectbox("Show as", FORMATS, index=default, key=f"format-{dead_letter.id}")
     if view.masked_fields:
         st.caption(f"{counted(view.masked_fields, 'sensitive field')} masked")

@@ -121,11 +121,12 @@ def preview(raw: bytes | None, masker: Masker) -> str:
 
 def row_preview(dead_letter: DeadLetter, masker: Masker) -> str:
     """A dead letter's value for a table cell: :func:`preview`, or for a Schema Registry value
-    that could not be decoded, a placeholder saying why and the start of its bytes in hex."""
+    that could not be decoded, a placeholder and the start of its bytes in hex."""
     if dead_letter.value_undecodable is None:
         return preview(dead_letter.value, masker)
-    line = f"{undecodable_text(dead_letter)} 0x{(dead_letter.value or b'').hex()}"
-    return _cut_line(line.translate(_CONTROL))
+    schema_id = dead_letter.schema_id
+    placeholder = "(undecodable" + (f", schema id {schema_id})" if schema_id is not None else ")")
+    return _cut_line(f"{placeholder} 0x{(dead_letter.value or b'').hex()}")
 
 
 def _cut_line(line: str) -> str:
@@ -135,11 +136,10 @@ def _cut_line(line: str) -> str:
 
 
 def undecodable_text(dead_letter: DeadLetter) -> str:
-    """The placeholder of a Schema Registry value that could not be decoded."""
-    return (
-        f"(undecodable {schema_text(dead_letter) or 'Schema Registry value'}: "
-        f"{dead_letter.value_undecodable})"
-    )
+    """What a Schema Registry value that could not be decoded says about itself."""
+    schema_id = dead_letter.schema_id
+    which = f" (schema id {schema_id})" if schema_id is not None else ""
+    return f"Undecodable Schema Registry value{which}: {dead_letter.value_undecodable}"
 
 
 def schema_text(dead_letter: DeadLetter) -> str:
