@@ -147,7 +147,7 @@ def schema_text(dead_letter: DeadLetter) -> str:
     any other value): ``avro, subject orders-value version 2 (schema id 7)``."""
     if dead_letter.schema_id is None:
         return ""
-    words = [dead_letter.value_format or "schema id unknown to the registry"]
+    words = [dead_letter.value_format or "format unknown"]
     if dead_letter.schema_subject:
         version = dead_letter.schema_version
         words.append(f"subject {dead_letter.schema_subject}"
