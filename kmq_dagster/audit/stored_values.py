@@ -14,8 +14,8 @@ A framed value that cannot be decoded (a schema id the registry does not know, a
 does not fit its schema, a registry that does not answer) is stored as its bytes, with the
 reason in ``value_undecodable``: the console shows a placeholder and the bytes in hex. It is
 never dropped or held back: a dead letter stored while the registry was down keeps the
-placeholder (the store ignores a record it already holds); ``kmq dlq show`` decodes from the
-DLQ topic again. Without a registry setting, values are stored as before.
+placeholder (the store ignores a record it already holds; the DLQ topic keeps the original
+bytes). Without a registry setting, values are stored as before.
 """
 
 from __future__ import annotations
