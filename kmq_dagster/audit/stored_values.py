@@ -26,6 +26,7 @@ from typing import Any
 from kmq_dagster.audit.models import MAX_STORED_VALUE_BYTES
 from kmq_dagster.core.masking import Masker
 from kmq_dagster.schemas.preview import SchemaPreviewer, is_framed, previewer_from_env
+from kmq_dagster.secrets import mask_text as mask_registered
 
 #: The columns :func:`value_columns` fills, empty.
 _NO_SCHEMA: dict[str, Any] = {
@@ -73,7 +74,9 @@ def value_columns(
         "schema_version": preview.version,
     }
     if not preview.decoded:
-        reason = masker.mask_text(preview.undecodable or "")[0]
+        # registry error text may quote a URL or credentials; PostgreSQL text refuses NUL
+        reason = masker.mask_text(mask_registered(preview.undecodable or ""))[0]
+        reason = reason.replace("\x00", "\N{REPLACEMENT CHARACTER}")
         return {**plain, **schema, "value_undecodable": reason}
     decoded = json.dumps(preview.value, ensure_ascii=False).encode("utf-8")
     return {
