@@ -37,7 +37,7 @@ from kmq_dagster.secrets import mask_text, mask_url
 #: Environment variable naming the store; default: a SQLite file in ``~/.kmq``.
 URL_ENV = "KMQ_AUDIT_URL"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-HEAD_REVISION = "0004"
+HEAD_REVISION = "0005"
 
 
 def default_url() -> str:

@@ -1,6 +1,7 @@
 """A dead-letter record as a row of the audit store: whatever its headers hold, it gets a row.
 
-The store keeps values, headers and error messages *masked*
+The store keeps values (Schema Registry values decoded: :mod:`kmq_dagster.audit.stored_values`),
+headers and error messages *masked*
 (:mod:`kmq_dagster.core.masking`), values masked before they are cut at the stored limit: a
 JSON value cut short can no longer be parsed, and must not reach the console, its exports or
 its text search in clear. Nothing needs the raw bytes from the store: a replay copies the
@@ -15,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kmq_dagster.audit.filters import KMQ_HEADER_PREFIX
-from kmq_dagster.audit.models import MAX_STORED_VALUE_BYTES
+from kmq_dagster.audit.stored_values import value_columns
 from kmq_dagster.core.headers import (
     DLQ_REASON,
     ERROR_MESSAGE,
@@ -30,6 +31,7 @@ from kmq_dagster.core.headers import (
 )
 from kmq_dagster.core.masking import MASK, Masker, masker_from_env
 from kmq_dagster.core.retry_headers import ATTEMPT, read_first_failure_ms
+from kmq_dagster.schemas.preview import SchemaPreviewer
 
 UNKNOWN = "unknown"
 
@@ -47,10 +49,13 @@ def dead_letter_row(
     group_id: str,
     ingested_at: datetime,
     masker: Masker | None = None,
+    previewer: SchemaPreviewer | None = None,
 ) -> dict[str, Any]:
     """The ``dead_letters`` row of one DLQ record; unreadable headers read as unknown.
 
     ``masker``: which names are secret (default: the patterns ``KMQ_MASKED_FIELDS`` extends).
+    ``previewer``: decodes Schema Registry values (default: the registry
+    ``KMQ_SCHEMA_REGISTRY_URL`` names, if set; see :mod:`kmq_dagster.audit.stored_values`).
     """
     masker = masker or masker_from_env(os.environ)
     size = len(value) if value is not None else 0
@@ -61,9 +66,8 @@ def dead_letter_row(
         "queue_topic": queue_topic,
         "group_id": _text(headers, GROUP) or group_id,
         "key": key,
-        "value": stored_value(value, masker),
+        **value_columns(value, masker, previewer),
         "value_size": size,
-        "value_truncated": size > MAX_STORED_VALUE_BYTES,
         "headers": [_header_json(name, raw, masker) for name, raw in headers],
         "error_type": (_text(headers, ERROR_TYPE) or UNKNOWN)[:256],
         "error_message": masker.mask_text(_text(headers, ERROR_MESSAGE) or "")[0],
@@ -77,13 +81,6 @@ def dead_letter_row(
         "status": "new",
         "ingested_at": ingested_at,
     }
-
-
-def stored_value(value: bytes | None, masker: Masker) -> bytes | None:
-    """``value`` masked, then cut at :data:`MAX_STORED_VALUE_BYTES`."""
-    if value is None:
-        return None
-    return masker.cut(value, MAX_STORED_VALUE_BYTES)
 
 
 def _text(headers: Headers, name: str) -> str | None:

@@ -79,6 +79,15 @@ class DeadLetter(Base):
     last_failure_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     status: Mapped[str] = mapped_column(String(16), default="new")
     ingested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # A Schema Registry value (migration 0005; see kmq_dagster.audit.stored_values): ``value``
+    # then holds its decoded, masked JSON; all empty for any other value.
+    #: ``avro``, ``protobuf`` or ``json-schema`` (empty when unknown or not framed).
+    value_format: Mapped[str | None] = mapped_column(String(16), default=None)
+    schema_id: Mapped[int | None] = mapped_column(Integer, default=None)
+    schema_subject: Mapped[str | None] = mapped_column(String(255), default=None)
+    schema_version: Mapped[int | None] = mapped_column(Integer, default=None)
+    #: Why a framed value could not be decoded (``value`` then holds its bytes).
+    value_undecodable: Mapped[str | None] = mapped_column(Text, default=None)
 
 
 #: An action's states: running (its owner heartbeats ``expires_at``), then one of the others.

@@ -22,9 +22,12 @@ from kmq_dagster.console.rendering import (
     BINARY,
     EMPTY,
     JSON,
+    escape_markdown,
     export,
     header_rows,
     key_text,
+    schema_text,
+    undecodable_text,
     view_value,
 )
 from kmq_dagster.core.retry_headers import TRACEBACK
@@ -96,6 +99,8 @@ def _facts(d: DeadLetter) -> list[dict[str, str]]:
         "DLQ coordinates": f"{d.dlq_topic} [{d.dlq_partition}] @ {d.dlq_offset}",
         "value size": size,
     }
+    if d.schema_id is not None:
+        facts["value schema"] = schema_text(d)
     return [{"field": name, "value": value} for name, value in facts.items()]
 
 
@@ -105,6 +110,11 @@ def _value(dead_letter: DeadLetter, masker: Masker) -> None:
         st.text("(no value)")
         return
     default = {JSON: 0, BINARY: 2}.get(view.kind, 1)
+    if dead_letter.value_undecodable is not None:
+        st.warning(escape_markdown(f"{undecodable_text(dead_letter)}. Its bytes are in hex."))
+        default = 2
+    elif dead_letter.schema_id is not None:
+        st.caption(escape_markdown(f"Decoded from {schema_text(dead_letter)}."))
     shown = st.selectbox("Show as", FORMATS, index=default, key=f"format-{dead_letter.id}")
     if view.masked_fields:
         st.caption(f"{counted(view.masked_fields, 'sensitive field')} masked")

@@ -116,12 +116,43 @@ def preview(raw: bytes | None, masker: Masker) -> str:
         line = "0x" + view.shown[: PREVIEW_CHARS // 2].hex()
     else:
         line = _SPACES.sub(" ", view.text) if cut or view.note else view.text
-    line = line.translate(_CONTROL)
-    return (
-        line
-        if len(line) <= PREVIEW_CHARS
-        else line[: PREVIEW_CHARS - 1] + "\N{HORIZONTAL ELLIPSIS}"
-    )
+    return _cut_line(line.translate(_CONTROL))
+
+
+def row_preview(dead_letter: DeadLetter, masker: Masker) -> str:
+    """A dead letter's value for a table cell: :func:`preview`, or for a Schema Registry value
+    that could not be decoded, a placeholder and the start of its bytes in hex."""
+    if dead_letter.value_undecodable is None:
+        return preview(dead_letter.value, masker)
+    schema_id = dead_letter.schema_id
+    placeholder = "(undecodable" + (f", schema id {schema_id})" if schema_id is not None else ")")
+    return _cut_line(f"{placeholder} 0x{(dead_letter.value or b'').hex()}")
+
+
+def _cut_line(line: str) -> str:
+    if len(line) <= PREVIEW_CHARS:
+        return line
+    return line[: PREVIEW_CHARS - 1] + "\N{HORIZONTAL ELLIPSIS}"
+
+
+def undecodable_text(dead_letter: DeadLetter) -> str:
+    """What a Schema Registry value that could not be decoded says about itself."""
+    schema_id = dead_letter.schema_id
+    which = f" (schema id {schema_id})" if schema_id is not None else ""
+    return f"Undecodable Schema Registry value{which}: {dead_letter.value_undecodable}"
+
+
+def schema_text(dead_letter: DeadLetter) -> str:
+    """A Schema Registry value's format, subject, version and schema id in words (empty for
+    any other value): ``avro, subject orders-value version 2 (schema id 7)``."""
+    if dead_letter.schema_id is None:
+        return ""
+    words = [dead_letter.value_format or "format unknown"]
+    if dead_letter.schema_subject:
+        version = dead_letter.schema_version
+        words.append(f"subject {dead_letter.schema_subject}"
+                     + (f" version {version}" if version is not None else ""))  # fmt: skip
+    return ", ".join(words) + f" (schema id {dead_letter.schema_id})"
 
 
 def utf8_prefix(raw: bytes | None, size: int) -> bytes:
@@ -211,7 +242,9 @@ def export(dead_letter: DeadLetter, masker: Masker) -> dict[str, Any]:
     """A dead letter as a JSON-ready dict for download, masked like the views."""
     view = view_value(dead_letter.value, masker)
     value: Any
-    if view.kind == JSON:
+    if dead_letter.value_undecodable is not None:
+        value = {"undecodable": undecodable_text(dead_letter), "hex": view.shown.hex()}
+    elif view.kind == JSON:
         value = view.document
     elif view.kind == BINARY:
         value = {"base64": base64.b64encode(view.shown).decode("ascii")}
@@ -227,6 +260,9 @@ def export(dead_letter: DeadLetter, masker: Masker) -> dict[str, Any]:
         "value_size": dead_letter.value_size,
         "value_truncated": dead_letter.value_truncated,
         "value_masked_fields": view.masked_fields,
+        "value_format": dead_letter.value_format,
+        "schema": {"id": dead_letter.schema_id, "subject": dead_letter.schema_subject,
+                   "version": dead_letter.schema_version},
         "headers": header_rows(dead_letter, masker),
         "error_type": dead_letter.error_type,
         "error_message": dead_letter.error_message,

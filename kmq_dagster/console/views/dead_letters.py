@@ -16,7 +16,7 @@ from kmq_dagster.console import action_dialogs, dead_letter_grid, filter_form, s
 from kmq_dagster.console.auth import OPERATOR
 from kmq_dagster.console.detail_view import show_detail
 from kmq_dagster.console.downloads import download_button
-from kmq_dagster.console.rendering import escape_markdown, key_text, preview
+from kmq_dagster.console.rendering import escape_markdown, key_text, row_preview, schema_text
 
 PAGE_SIZE = 50
 PENDING_CAUSE_KEY = "kmq_pending_cause"
@@ -60,7 +60,8 @@ def _row(dead_letter: DeadLetter) -> dict[str, object]:
         "error message": dead_letter.error_message[:200],
         "reason": dead_letter.reason,
         "key": key_text(dead_letter.key),
-        "value": preview(dead_letter.value, masker),
+        "value": row_preview(dead_letter, masker),
+        "value schema": schema_text(dead_letter),
         "attempts": dead_letter.attempts,
     }
 
@@ -133,7 +134,7 @@ def show_list(where: DeadLetterFilter, total: int) -> None:
 
 def table_row_columns() -> tuple[str, ...]:
     return ("id", "last failure", "queue", "group", "status", "error type", "error message",
-            "reason", "key", "value", "attempts")  # fmt: skip
+            "reason", "key", "value", "value schema", "attempts")  # fmt: skip
 
 
 def actions(where: DeadLetterFilter, selected: list[int], total: int) -> None:
