@@ -39,7 +39,7 @@ class RegistrySettings:
 
     url: str | None = None
     #: Other ``SchemaRegistryClient`` settings (``basic.auth.user.info``, ``ssl.ca.location``).
-    config: Mapping[str, str] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.url:
@@ -57,13 +57,13 @@ class RegistrySettings:
         """Settings from ``KMQ_SCHEMA_REGISTRY_*`` variables (none set: no registry)."""
         env = os.environ if environ is None else environ
         config = {
-            key[len(_PREFIX) :].lower().replace("_", "."): value
+            key[len(_PREFIX) :].lower().replace("_", "."): _typed(value)
             for key, value in env.items()
             if key.startswith(_PREFIX) and key != f"{_PREFIX}URL"
         }
         return cls(url=env.get(f"{_PREFIX}URL") or None, config=config)
 
-    def client_config(self) -> dict[str, str]:
+    def client_config(self) -> dict[str, Any]:
         """The settings as confluent-kafka's ``SchemaRegistryClient`` takes them.
 
         Raises:
@@ -78,7 +78,14 @@ class RegistrySettings:
         return {**self.config, "url": self.url}
 
 
-def _masked(config: Mapping[str, str]) -> dict[str, Any]:
+def _typed(value: str) -> Any:
+    """A variable's value as the client takes it: numbers (``max.retries``, ``timeout``) as
+    numbers, the rest as text (the client refuses ``"0"`` where it wants ``0``)."""
+    text = value.strip()
+    return int(text) if text.isdigit() else value
+
+
+def _masked(config: Mapping[str, Any]) -> dict[str, Any]:
     masked = mask_config(config)
     if "basic.auth.user.info" in masked:
         masked["basic.auth.user.info"] = "***"

@@ -106,3 +106,13 @@ def test_a_bare_404_from_a_wrong_url_path_is_not_the_messages_fault() -> None:
         error_code = -1
 
     assert isinstance(registry_failure(WrongPath("Not Found")), RegistryUnavailable)
+
+
+def test_numeric_settings_reach_the_client_as_numbers() -> None:
+    settings = RegistrySettings.from_env({
+        "KMQ_SCHEMA_REGISTRY_URL": "mock://schema-core-numbers",
+        "KMQ_SCHEMA_REGISTRY_MAX_RETRIES": "0",
+        "KMQ_SCHEMA_REGISTRY_TIMEOUT": "3",
+    })  # fmt: skip
+    assert settings.client_config()["max.retries"] == 0
+    registry_client(RegistrySettings(url="http://127.0.0.1:9", config=settings.config))
