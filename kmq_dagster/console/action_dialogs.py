@@ -113,7 +113,12 @@ def _show_preview(preview: ReplayPreview) -> None:
         f"Dry run: {counted(report.movable, 'dead letter')} would be replayed to "
         f"{preview.target_topic}.\n"
         f"Selected {report.selected} of {report.scanned} scanned; skipped at the replay limit "
-        f"{report.over_limit}; discarded {report.discarded}."
+        f"{report.over_limit}; discarded {report.discarded}"
+        + (
+            f"; left where they are for want of an original topic {report.no_original_topic}."
+            if report.no_original_topic
+            else "."
+        )
     )
     if report.by_error_type:
         counts = [{"error type": k, "count": n} for k, n in report.by_error_type.most_common()]
