@@ -10,7 +10,8 @@ import struct
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 from sqlalchemy import select
 
 from kmq_dagster.audit.models import Action, DeadLetter, DeadLetterEvent
@@ -29,7 +30,9 @@ ORIGINS = [(0, 10), (2, 11), (1, 12), (2, 13)]
 EXCEPTION = "org.springframework.kafka.listener.ListenerExecutionFailedException"
 
 
-def spring_dead_letter(topic: str, partition: int, offset: int) -> list[tuple[str, bytes]]:
+def spring_dead_letter(
+    topic: str, partition: int, offset: int
+) -> list[tuple[str, str | bytes | None]]:
     """The headers Spring Kafka's DeadLetterPublishingRecoverer adds (KafkaHeaders.DLT_*):
     UTF-8 strings, the partition a 4-byte and offset and timestamp 8-byte big-endian ints."""
     return [
@@ -109,7 +112,7 @@ def test_a_spring_dlt_is_ingested_and_replayed_once_to_its_original_partitions(
     copies = read_topic(settings, original, ORIGINAL_PARTITIONS, at_least=4)
     assert len(copies) == 4
     by_trace = {dict(normalize_headers(c.headers()))["trace-id"]: c for c in copies}
-    assert sorted(by_trace) == sorted(f"t-{o}".encode() for _, o in ORIGINS)
+    assert sorted(by_trace, key=repr) == sorted((f"t-{o}".encode() for _, o in ORIGINS), key=repr)
     for partition, offset in ORIGINS:
         copy = by_trace[f"t-{offset}".encode()]
         headers = dict(normalize_headers(copy.headers()))

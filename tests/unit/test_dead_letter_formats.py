@@ -5,6 +5,7 @@ and timestamp, UTF-8 strings), and a clear reason, never a crash, for malformed 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -48,7 +49,7 @@ def spring_headers(
     ]
 
 
-def row_of(headers: list[tuple[str, bytes | None]]) -> dict[str, object]:
+def row_of(headers: Sequence[tuple[str, bytes | None]]) -> dict[str, object]:
     return dead_letter_row(
         dlq_topic="orders-dlt", partition=0, offset=7, key=b"k", value=b"{}", headers=headers,
         timestamp_ms=1_764_201_700_000, queue_topic="orders-dlt", group_id=SPRING,
