@@ -13,6 +13,7 @@ from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.console import jobs
 from kmq_dagster.console.action_dialogs import TARGETS
 from kmq_dagster.console.auth import OPERATOR, Principal
+from kmq_dagster.console.dead_letter_grid import original_text
 from kmq_dagster.console.operations import ReplayPlan, preview_replay
 from kmq_dagster.core.replay import TO_ORIGINAL, TO_RETRY
 from kmq_dagster.errors import ConfigError
@@ -24,6 +25,7 @@ from tests.console.test_dead_letters_page import apply_filters, listed, select_r
 from tests.integration.test_spring_dead_letters import (
     EXCEPTION,
     ORIGINAL_PARTITIONS,
+    ORIGINS,
     make_spring_dlt,
 )
 from tests.kafka_helpers import read_topic, wait_for
@@ -63,6 +65,13 @@ def test_an_operator_browses_and_replays_a_spring_dlt_to_its_original_topic(
     assert sorted(t[:40] for t in frame["error type"]) == ["java.lang.Error"] + [EXCEPTION[:40]] * 4
     assert "order 13 declined" in set(frame["error message"])
     assert all(reason.startswith("dead-lettered by Spring") for reason in frame["reason"])
+    # with where each came from (cut to the column; whole in the stored row's text)
+    assert sorted(o[:20] for o in frame["original"]) == ["", *[original[:20]] * 4]
+    store = AuditStore(private_audit_store)
+    stored = store.dead_letters(DeadLetterFilter(queue_topic=spring_dlt))
+    assert sorted(original_text(d) for d in stored) == sorted(
+        ["", *(f"{original}[{p}]@{o}" for p, o in ORIGINS)]
+    )
 
     # grouped by cause: Spring's exception class and its message's pattern
     app.segmented_control(key="dead-letters-view").set_value("By cause").run()
@@ -75,7 +84,6 @@ def test_an_operator_browses_and_replays_a_spring_dlt_to_its_original_topic(
     ]
 
     # back to "this group" is refused with its reason; the original topic is offered
-    store = AuditStore(private_audit_store)
     where = DeadLetterFilter(queue_topic=spring_dlt, group_id="spring")
     with pytest.raises(ConfigError, match="no kmq group to retry in"):
         preview_replay(OLIVIA, settings, store, ReplayPlan(where, TO_RETRY))

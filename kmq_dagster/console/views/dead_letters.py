@@ -62,6 +62,7 @@ def _row(dead_letter: DeadLetter) -> dict[str, object]:
         "key": key_text(dead_letter.key),
         "value": preview(dead_letter.value, masker),
         "attempts": dead_letter.attempts,
+        "original": dead_letter_grid.original_text(dead_letter),
     }
 
 
@@ -133,7 +134,7 @@ def show_list(where: DeadLetterFilter, total: int) -> None:
 
 def table_row_columns() -> tuple[str, ...]:
     return ("id", "last failure", "queue", "group", "status", "error type", "error message",
-            "reason", "key", "value", "attempts")  # fmt: skip
+            "reason", "key", "value", "attempts", "original")  # fmt: skip
 
 
 def actions(where: DeadLetterFilter, selected: list[int], total: int) -> None:
