@@ -29,6 +29,7 @@ from kmq_dagster.core.headers import (
     Headers,
     header_value,
 )
+from kmq_dagster.core.naming import validate_topic_name
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry_headers import TRACEBACK
 from kmq_dagster.errors import ConfigError
@@ -87,7 +88,13 @@ class ForeignDeadLetters(Queue):
     dead_letter_format: str = SPRING
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        # Not Queue's checks: it derives no topic names (a legal DLT name of 249 characters
+        # is one), and has no redelivery rules of its own.
+        validate_topic_name(self.topic)
+        if self.partitions is not None and self.partitions < 1:
+            raise ConfigError(
+                f"partitions must be at least 1, got {self.partitions}", setting="partitions"
+            )
         check_format(self.dead_letter_format)
         if self.group != self.dead_letter_format:
             raise ConfigError(

@@ -132,3 +132,10 @@ def test_a_foreign_topic_replays_to_each_original_or_a_chosen_topic_never_to_a_g
 def test_an_unknown_format_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="unknown dead-letter format 'celery'"):
         foreign_dead_letters("orders-dlt", "celery")
+
+
+def test_a_dead_letter_topic_of_any_legal_name_can_be_read() -> None:
+    longest = "d" * 249  # no kmq topic names are derived from it
+    assert foreign_dead_letters(longest, SPRING).dlq_topic == longest
+    with pytest.raises(ConfigError, match="illegal topic name"):
+        foreign_dead_letters("no spaces", SPRING)
