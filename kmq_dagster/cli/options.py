@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from kmq_dagster.cli.value_types import Moment
+from kmq_dagster.core.dead_letter_formats import FORMATS
 from kmq_dagster.core.replay import ReplaySelection, TimeBound, parse_offsets
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -50,7 +51,7 @@ dead_letter_source_options = add_options(
         click.option(
             "--format",
             "dead_letter_format",
-            type=click.Choice(["kmq", "spring"]),
+            type=click.Choice(FORMATS),
             default="kmq",
             show_default=True,
             help="How --dlq-topic's headers name the original and the error: kmq (ours) or "
