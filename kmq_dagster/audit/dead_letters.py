@@ -17,6 +17,7 @@ from typing import Any
 
 from kmq_dagster.audit.filters import KMQ_HEADER_PREFIX
 from kmq_dagster.audit.stored_values import value_columns
+from kmq_dagster.core.dead_letter_formats import KMQ, reading_headers
 from kmq_dagster.core.headers import (
     DLQ_REASON,
     ERROR_MESSAGE,
@@ -50,25 +51,32 @@ def dead_letter_row(
     ingested_at: datetime,
     masker: Masker | None = None,
     previewer: SchemaPreviewer | None = None,
+    dead_letter_format: str = KMQ,
 ) -> dict[str, Any]:
     """The ``dead_letters`` row of one DLQ record; unreadable headers read as unknown.
 
     ``masker``: which names are secret (default: the patterns ``KMQ_MASKED_FIELDS`` extends).
     ``previewer``: decodes Schema Registry values (default: the registry
     ``KMQ_SCHEMA_REGISTRY_URL`` names, if set; see :mod:`kmq_dagster.audit.stored_values`).
+    ``dead_letter_format``: how its headers say where it came from and why it failed
+    (:mod:`kmq_dagster.core.dead_letter_formats`); the row keeps the headers as they are.
+    A foreign dead letter is stored under ``group_id`` as given (its DLT's format), whatever
+    group its headers name.
     """
     masker = masker or masker_from_env(os.environ)
+    raw_headers, headers = headers, reading_headers(dead_letter_format, headers)
+    group = _text(headers, GROUP) if dead_letter_format == KMQ else None
     size = len(value) if value is not None else 0
     return {
         "dlq_topic": dlq_topic,
         "dlq_partition": partition,
         "dlq_offset": offset,
         "queue_topic": queue_topic,
-        "group_id": _text(headers, GROUP) or group_id,
+        "group_id": group or group_id,
         "key": key,
         **value_columns(value, masker, previewer),
         "value_size": size,
-        "headers": [_header_json(name, raw, masker) for name, raw in headers],
+        "headers": [_header_json(name, raw, masker) for name, raw in raw_headers],
         "error_type": (_text(headers, ERROR_TYPE) or UNKNOWN)[:256],
         "error_message": masker.mask_text(_text(headers, ERROR_MESSAGE) or "")[0],
         "reason": _text(headers, DLQ_REASON) or UNKNOWN,

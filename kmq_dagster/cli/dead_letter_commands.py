@@ -17,6 +17,7 @@ from kmq_dagster.cli.options import (
     actor_option,
     audit_url_option,
     dead_letter_selection_options,
+    dead_letter_source_options,
     default_actor,
     log_every,
     queue_options,
@@ -91,18 +92,19 @@ def _quiet_logs(ctx: click.Context, command: str) -> None:
 
 
 @cli.command()
-@queue_options
+@dead_letter_source_options
 @dead_letter_selection_options(offsets=True)
 @click.option(
     "--to",
     "target",
     type=click.Choice(["retry", "original"]),
-    default="retry",
-    show_default=True,
+    default=None,
     help="retry: back to this group only (its redelivery topic, processed at once; never "
     "counted as a failure by the breaker); original: the queue topic (every group consuming "
-    "it sees it again).",
+    "it sees it again), or for --dlq-topic each dead letter's original topic "
+    "[default: retry; original for --dlq-topic].",
 )
+@click.option("--to-topic", metavar="TOPIC", help="Send the copies to this topic instead.")
 @click.option("--dry-run", is_flag=True, help="Show what would move; move nothing (audited).")
 @click.option("--rate", type=Number(0, low_open=True), help="Copies per second at most.")
 @click.option(
@@ -123,10 +125,13 @@ def _quiet_logs(ctx: click.Context, command: str) -> None:
 @click.pass_context
 def replay(
     ctx: click.Context,
-    topic: str,
-    group: str,
+    topic: str | None,
+    group: str | None,
+    dlq_topic: str | None,
+    dead_letter_format: str,
     selection: ReplaySelection,
-    target: str,
+    target: str | None,
+    to_topic: str | None,
     dry_run: bool,
     rate: float | None,
     max_replays: int,
@@ -134,26 +139,35 @@ def replay(
     actor: str | None,
     audit_url: str | None,
 ) -> int:
-    """Send GROUP's dead letters of TOPIC back; run the same command again to resume."""
+    """Send GROUP's dead letters of TOPIC (or those of --dlq-topic) back; run the same command
+    again to resume."""
     from kmq_dagster.audit.store import AuditStore
-    from kmq_dagster.kafka.queues import open_queue
-    from kmq_dagster.kafka.replay import replay_dead_letters
+    from kmq_dagster.kafka.foreign_dlq import open_dead_letters
+    from kmq_dagster.kafka.replay import replay_dead_letters, target_topic
 
     _quiet_logs(ctx, "replay")
     settings = settings_of(ctx)
+    target = target or ("original" if dlq_topic else "retry")
     request = ReplayRequest(
         selection,
         target=target,
+        to_topic=to_topic,
         dry_run=dry_run,
         rate_per_s=rate,
         max_replays=max_replays,
         replay_id=replay_id,
     )
-    opened = open_queue(settings, topic, group)
+    opened = open_dead_letters(
+        settings, topic=topic, group=group, dlq_topic=dlq_topic,
+        dead_letter_format=dead_letter_format,
+    )  # fmt: skip
     queue = opened.queue
+    goes_to = target if to_topic is None else target_topic(queue, request)
     progress = LiveLine()
     # The selection is typed by an operator, maybe pasted from message data: escaped too.
-    header = [escape_control(f"replay {request.id_for(queue)}: {selection.describe()} -> {target}")]
+    header = [
+        escape_control(f"replay {request.id_for(queue)}: {selection.describe()} -> {goes_to}")
+    ]
 
     def introduce(report: ReplayReport) -> None:
         if header:  # once the replay is under way (bad requests fail before: one error line)
@@ -200,29 +214,36 @@ def _print_report(report: ReplayReport) -> None:
 
 
 @cli.command()
-@queue_options
+@dead_letter_source_options
 @click.option("--once", is_flag=True, help="Ingest what is there now, then exit.")
 @audit_url_option
 @connection_options
 @click.pass_context
 def ingest(
     ctx: click.Context,
-    topic: str,
-    group: str,
+    topic: str | None,
+    group: str | None,
+    dlq_topic: str | None,
+    dead_letter_format: str,
     once: bool,
     audit_url: str | None,
 ) -> None:
-    """Copy GROUP's dead letters of TOPIC into the audit store (idempotent; resumable)."""
+    """Copy GROUP's dead letters of TOPIC (or those of --dlq-topic, in its --format) into the
+    audit store (idempotent; resumable)."""
     from kmq_dagster.audit.store import AuditStore
     from kmq_dagster.kafka.audited_ingest import run_ingest
     from kmq_dagster.kafka.dlq_ingester import DlqIngester
-    from kmq_dagster.kafka.queues import open_queue
+    from kmq_dagster.kafka.foreign_dlq import open_dead_letters
 
     if once:
         _quiet_logs(ctx, "ingest")
     settings = settings_of(ctx)
+    opened = open_dead_letters(
+        settings, topic=topic, group=group, dlq_topic=dlq_topic,
+        dead_letter_format=dead_letter_format,
+    )  # fmt: skip
     store = AuditStore(audit_url)
-    ingester = DlqIngester(open_queue(settings, topic, group), store)
+    ingester = DlqIngester(opened, store)
     try:
         stop = None if once else stop_on_signals()
         if stop is not None:

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from kmq_dagster.cli.app import cli, connection_options, settings_of
-from kmq_dagster.cli.options import dead_letter_selection_options, queue_options
+from kmq_dagster.cli.options import dead_letter_selection_options, dead_letter_source_options
 from kmq_dagster.core.replay import ReplaySelection
 from kmq_dagster.core.terminal_text import escape_control
 from kmq_dagster.core.wording import counted
@@ -22,7 +22,7 @@ def dlq() -> None:
 
 
 @dlq.command("list")
-@queue_options
+@dead_letter_source_options
 @dead_letter_selection_options(offsets=True)
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line, for scripts.")
@@ -30,17 +30,24 @@ def dlq() -> None:
 @click.pass_context
 def dlq_list(
     ctx: click.Context,
-    topic: str,
-    group: str,
+    topic: str | None,
+    group: str | None,
+    dlq_topic: str | None,
+    dead_letter_format: str,
     selection: ReplaySelection,
     limit: int,
     as_json: bool,
 ) -> None:
-    """The first dead letters of GROUP's DLQ that the filters select, partition by partition."""
+    """The first dead letters of GROUP's DLQ (or of --dlq-topic) that the filters select,
+    partition by partition."""
     from kmq_dagster.kafka.dead_letter_reader import list_dead_letters
-    from kmq_dagster.kafka.queues import open_queue
+    from kmq_dagster.kafka.foreign_dlq import open_dead_letters
 
-    page = list_dead_letters(open_queue(settings_of(ctx), topic, group), selection, limit=limit)
+    opened = open_dead_letters(
+        settings_of(ctx), topic=topic, group=group, dlq_topic=dlq_topic,
+        dead_letter_format=dead_letter_format,
+    )  # fmt: skip
+    page = list_dead_letters(opened, selection, limit=limit)
     for letter in page.letters:
         summary = _summary(letter.partition, letter.offset, letter.key, letter.row)
         click.echo(json.dumps(summary) if as_json else _line(summary))
@@ -52,15 +59,17 @@ def dlq_list(
 
 
 @dlq.command("show")
-@queue_options
+@dead_letter_source_options
 @click.argument("where", metavar="PARTITION:OFFSET")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object, for scripts.")
 @connection_options
 @click.pass_context
 def dlq_show(
     ctx: click.Context,
-    topic: str,
-    group: str,
+    topic: str | None,
+    group: str | None,
+    dlq_topic: str | None,
+    dead_letter_format: str,
     where: str,
     as_json: bool,
 ) -> None:
@@ -68,12 +77,15 @@ def dlq_show(
     from kmq_dagster.core.masking import masker_from_env
     from kmq_dagster.core.rendering import render_bytes
     from kmq_dagster.kafka.dead_letter_reader import show_dead_letter
-    from kmq_dagster.kafka.queues import open_queue
+    from kmq_dagster.kafka.foreign_dlq import open_dead_letters
 
     partition, _, offset = where.partition(":")
     if not (partition.isdigit() and offset.isdigit()):
         raise click.BadParameter(f"expected PARTITION:OFFSET, got {where!r}", param_hint="WHERE")
-    opened = open_queue(settings_of(ctx), topic, group)
+    opened = open_dead_letters(
+        settings_of(ctx), topic=topic, group=group, dlq_topic=dlq_topic,
+        dead_letter_format=dead_letter_format,
+    )  # fmt: skip
     letter = show_dead_letter(opened, int(partition), int(offset))
     masker = masker_from_env(os.environ)
     kind, value = render_bytes(letter.value, masker=masker)

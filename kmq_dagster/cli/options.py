@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from kmq_dagster.cli.value_types import Moment
+from kmq_dagster.core.dead_letter_formats import FORMATS
 from kmq_dagster.core.replay import ReplaySelection, TimeBound, parse_offsets
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -37,6 +38,27 @@ def add_options(options: list[Callable[[F], F]]) -> Callable[[F], F]:
 topic_option = click.option("--topic", "-t", required=True, help="The queue topic.")
 group_option = click.option("--group", "-g", required=True, help="Consumer group.")
 queue_options = add_options([topic_option, group_option])
+#: Where dead letters are read: a kmq queue's DLQ, or a dead-letter topic of its own.
+dead_letter_source_options = add_options(
+    [
+        click.option("--topic", "-t", help="The queue topic (with --group)."),
+        click.option("--group", "-g", help="Consumer group (with --topic)."),
+        click.option(
+            "--dlq-topic",
+            metavar="TOPIC",
+            help="A dead-letter topic another framework writes, instead of a queue's DLQ.",
+        ),
+        click.option(
+            "--format",
+            "dead_letter_format",
+            type=click.Choice(FORMATS),
+            default="kmq",
+            show_default=True,
+            help="How --dlq-topic's headers name the original and the error: kmq (ours) or "
+            "spring (Spring Kafka's kafka_dlt-* headers).",
+        ),
+    ]
+)
 audit_url_option = click.option(
     "--audit-url",
     metavar="URL",

@@ -20,9 +20,13 @@ DIALOG_KEY = "kmq_dialog"
 PREVIEW_KEY = "kmq_replay_preview"
 STARTED_KEY = "kmq_started_job"
 NOTICE_KEY = "kmq_notice"
+#: The dialog's choice of a topic named by the operator.
+CHOSEN_TOPIC = "topic"
 TARGETS = {
     "this group only, on its redelivery topic (a replay never counts as a failure)": TO_RETRY,
-    "the original queue topic (every group consuming it sees them)": TO_ORIGINAL,
+    "the original queue topic (every group consuming it sees them; another framework's dead "
+    "letters: each one's own original topic)": TO_ORIGINAL,
+    "a topic I name": CHOSEN_TOPIC,
 }
 
 
@@ -53,6 +57,13 @@ def show_open_dialog() -> None:
 def replay_dialog(where: DeadLetterFilter, described: str) -> None:
     st.text(f"Selection: {described}")
     target = TARGETS[st.selectbox("Send the copies to", list(TARGETS), key="replay-target")]
+    to_topic = None
+    if target == CHOSEN_TOPIC:
+        target = TO_ORIGINAL
+        to_topic = st.text_input("Topic", key="replay-to-topic").strip() or None
+        if to_topic is None:
+            st.text("Name the topic the copies go to.")
+            return
     rate = st.number_input(
         "Rate limit, copies per second (0: as fast as the broker takes them)",
         min_value=0.0, value=0.0, step=10.0, key="replay-rate",
@@ -61,7 +72,7 @@ def replay_dialog(where: DeadLetterFilter, described: str) -> None:
         "Skip messages already replayed this many times (the loop guard)",
         min_value=1, value=DEFAULT_MAX_REPLAYS, step=1, key="replay-max",
     )  # fmt: skip
-    plan = ReplayPlan(where, target, float(rate) or None, int(max_replays))
+    plan = ReplayPlan(where, target, float(rate) or None, int(max_replays), to_topic)
     if st.button("Dry run", key="replay-dry-run"):
         with st.spinner("Scanning the DLQ..."):
             preview = session.attempt(
@@ -102,7 +113,12 @@ def _show_preview(preview: ReplayPreview) -> None:
         f"Dry run: {counted(report.movable, 'dead letter')} would be replayed to "
         f"{preview.target_topic}.\n"
         f"Selected {report.selected} of {report.scanned} scanned; skipped at the replay limit "
-        f"{report.over_limit}; discarded {report.discarded}."
+        f"{report.over_limit}; discarded {report.discarded}"
+        + (
+            f"; left where they are for want of an original topic {report.no_original_topic}."
+            if report.no_original_topic
+            else "."
+        )
     )
     if report.by_error_type:
         counts = [{"error type": k, "count": n} for k, n in report.by_error_type.most_common()]

@@ -15,6 +15,8 @@ import pandas as pd
 import streamlit as st
 
 from kmq_dagster.audit.filters import DeadLetterFilter
+from kmq_dagster.audit.models import DeadLetter
+from kmq_dagster.core.dead_letter_formats import FORMATS
 
 #: Width the list's columns share at 1280 px with the sidebar open (the selection checkboxes
 #: take the rest); on a wider screen Streamlit stretches them in proportion.
@@ -32,6 +34,7 @@ WIDTHS_PX = {
     "id": 50,
     "last failure": 96,
     "queue / group": 120,
+    "original": 120,
     "status": 80,
     "error type": 140,
     "reason": 150,
@@ -44,17 +47,32 @@ HELP = {
     "error message": "its start; open the dead letter below to read it whole",
     "reason": "why it was dead-lettered instead of retried",
     "key": "as text if it is printable UTF-8, else 0x and its hex",
+    "original": "where the message was first produced: topic[partition]@offset",
 }
 
 
 def list_columns(where: DeadLetterFilter) -> list[str]:
-    """The list's columns: queue and status only when the filter does not fix them."""
+    """The list's columns: queue and status only when the filter does not fix them; where a
+    foreign dead-letter topic's dead letters came from when it is the one shown."""
     columns = ["id", "last failure"]
     if where.queue_topic is None or where.group_id is None:
         columns.append("queue / group")
+    elif where.group_id in FORMATS:  # another framework's dead letters: where they came from
+        columns.append("original")
     if where.status is None:
         columns.append("status")
     return [*columns, "error type", "error message", "reason", "key"]
+
+
+def original_text(dead_letter: DeadLetter) -> str:
+    """Where the message was first produced: ``topic[partition]@offset`` (what is known)."""
+    if not dead_letter.original_topic:
+        return ""
+    partition, offset = dead_letter.original_partition, dead_letter.original_offset
+    return (
+        f"{dead_letter.original_topic}[{'?' if partition is None else partition}]"
+        f"@{'?' if offset is None else offset}"
+    )
 
 
 def list_frame(table: pd.DataFrame, where: DeadLetterFilter) -> pd.DataFrame:
@@ -66,6 +84,8 @@ def list_frame(table: pd.DataFrame, where: DeadLetterFilter) -> pd.DataFrame:
     grid["id"] = table["id"]
     grid["last failure"] = [_time(at) for at in table["last failure"]]
     grid["queue / group"] = table["queue"].astype(str) + " / " + table["group"].astype(str)
+    if "original" in columns:
+        grid["original"] = [_cut(str(o), WIDTHS_PX["original"]) for o in table["original"]]
     grid["status"] = table["status"]
     grid["error type"] = [_cut(str(t), WIDTHS_PX["error type"]) for t in table["error type"]]
     grid["error message"] = [_cut(str(m), message_px) for m in table["error message"]]

@@ -30,7 +30,7 @@ from kmq_dagster.console.rendering import (
     undecodable_text,
     view_value,
 )
-from kmq_dagster.core.retry_headers import TRACEBACK
+from kmq_dagster.core.dead_letter_formats import TRACEBACK_HEADERS
 from kmq_dagster.core.wording import counted
 
 FORMATS = ("JSON", "Text", "Hex")
@@ -133,7 +133,7 @@ def _value(dead_letter: DeadLetter, masker: Masker) -> None:
 def _traceback(dead_letter: DeadLetter) -> str | None:
     """The failed attempt's traceback from the stored headers, if any."""
     for name, value, is_base64 in dead_letter.headers or []:
-        if name == TRACEBACK and value is not None:
+        if name in TRACEBACK_HEADERS and value is not None:
             return "(not UTF-8)" if is_base64 else str(value)
     return None
 

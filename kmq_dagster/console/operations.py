@@ -22,7 +22,8 @@ from kmq_dagster.console.auth import OPERATOR, Principal, require_role
 from kmq_dagster.core.headers import Headers
 from kmq_dagster.core.replay import DEFAULT_MAX_REPLAYS, TO_RETRY, ReplaySelection
 from kmq_dagster.errors import ConfigError
-from kmq_dagster.kafka.queues import OpenedQueue, open_queue
+from kmq_dagster.kafka.foreign_dlq import open_stored_dead_letters
+from kmq_dagster.kafka.queues import OpenedQueue
 from kmq_dagster.kafka.replay import (
     ReplayReport,
     ReplayRequest,
@@ -73,6 +74,8 @@ class ReplayPlan:
     target: str = TO_RETRY
     rate_per_s: float | None = None
     max_replays: int = DEFAULT_MAX_REPLAYS
+    #: A topic the operator named for the copies, instead of where ``target`` sends them.
+    to_topic: str | None = None
 
 
 @dataclass(frozen=True)
@@ -174,12 +177,15 @@ def _refuse_while_running(action: Action) -> None:
 def _request(
     settings: KmqSettings, store: AuditStore, plan: ReplayPlan, *, dry_run: bool
 ) -> tuple[DlqSelection, OpenedQueue, ReplayRequest]:
-    """The dead letters the filter selects, their queue as provisioned, and the request."""
+    """The dead letters the filter selects, their queue as provisioned (or their foreign
+    dead-letter topic), and the request."""
     selection = dlq_selection(store, plan.where)
-    queue = open_queue(settings, selection.queue_topic, selection.group_id)
+    queue = open_stored_dead_letters(
+        settings, selection.queue_topic, selection.group_id, selection.dlq_topic
+    )
     request = ReplayRequest(
         OffsetsSelection.of(selection, plan.where), target=plan.target, dry_run=dry_run,
-        rate_per_s=plan.rate_per_s, max_replays=plan.max_replays,
+        rate_per_s=plan.rate_per_s, max_replays=plan.max_replays, to_topic=plan.to_topic,
     )  # fmt: skip
     return selection, queue, request
 

@@ -26,6 +26,7 @@ from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.kafka.audited_ingest import run_ingest
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
+from kmq_dagster.kafka.foreign_dlq import open_foreign_dlq
 from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
 
 ACTOR_TAG = "kmq/actor"
@@ -130,6 +131,15 @@ def discard_job(spec: QueueSpec) -> JobDefinition:
 
 class IngestConfig(Config):
     timeout_s: float = Field(default=120.0, description="give up reading the DLQ after this")
+    dlq_topic: str | None = Field(
+        default=None,
+        description="a dead-letter topic another framework writes, ingested instead of this "
+        "queue's DLQ (stored as the queue '<dlq_topic> / <dead_letter_format>')",
+    )
+    dead_letter_format: str = Field(
+        default="kmq",
+        description="how dlq_topic's headers name the original and the error: kmq or spring",
+    )
 
 
 def ingest_job(spec: QueueSpec) -> JobDefinition:
@@ -143,12 +153,17 @@ def ingest_job(spec: QueueSpec) -> JobDefinition:
         audit: AuditStoreResource,
     ) -> int:
         store = audit.get_store()
-        ingester = DlqIngester(kmq.open_queue(spec.queue), store)
+        opened = (
+            open_foreign_dlq(kmq.get_settings(), config.dlq_topic, config.dead_letter_format)
+            if config.dlq_topic
+            else kmq.open_queue(spec.queue)
+        )
+        ingester = DlqIngester(opened, store)
         try:
             stats = run_ingest(ingester, store, actor=actor_of(context), timeout_s=config.timeout_s)
         finally:
             ingester.close()
-        context.log.info(f"ingested the DLQ of {spec.queue}: {ingester.describe_stats()}")
+        context.log.info(f"ingested {opened.queue.dlq_topic}: {ingester.describe_stats()}")
         return stats.stored
 
     return queue_job(

@@ -13,10 +13,10 @@ from confluent_kafka import Message
 
 from kmq_dagster.audit.dead_letters import dead_letter_row
 from kmq_dagster.audit.store import now
+from kmq_dagster.core.dead_letter_formats import TRACEBACK_HEADERS, format_of, reading_headers
 from kmq_dagster.core.headers import normalize_headers
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.replay import ReplaySelection, read_replay_count
-from kmq_dagster.core.retry_headers import TRACEBACK
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.opened_queue import OpenedQueue
@@ -56,7 +56,8 @@ class DeadLetterView:
     @property
     def traceback(self) -> str:
         """The stack text of the failure, masked."""
-        raw = dict(self.masked_headers).get(TRACEBACK)
+        found = dict(self.masked_headers)
+        raw = next((found[name] for name in TRACEBACK_HEADERS if found.get(name)), None)
         return raw.decode("utf-8", errors="replace") if raw else ""
 
 
@@ -91,7 +92,8 @@ def list_dead_letters(
     for record in _every_record(settings, queue):
         scanned += 1
         view = _view(queue, record)
-        if not matching.matches(view.partition, view.offset, view.key, view.headers,
+        read_as = reading_headers(format_of(queue), view.headers)
+        if not matching.matches(view.partition, view.offset, view.key, read_as,
                                 record.timestamp()[1]):  # fmt: skip
             continue
         if len(letters) == limit:
@@ -140,5 +142,6 @@ def _view(queue: Queue, record: Message) -> DeadLetterView:
         dlq_topic=queue.dlq_topic, partition=partition, offset=offset, key=record.key(),
         value=record.value(), headers=headers, timestamp_ms=record.timestamp()[1],
         queue_topic=queue.topic, group_id=queue.group, ingested_at=now(),
+        dead_letter_format=format_of(queue),
     )  # fmt: skip
     return DeadLetterView(partition, offset, record.key(), record.value(), headers, row)

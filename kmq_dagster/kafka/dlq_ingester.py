@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from kmq_dagster.audit.dead_letters import dead_letter_row
 from kmq_dagster.audit.store import AuditStore, now
+from kmq_dagster.core.dead_letter_formats import format_of
 from kmq_dagster.core.headers import normalize_headers
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.errors import KmqTimeoutError
@@ -154,6 +155,7 @@ class DlqIngester:
 def dead_letter_rows(queue: Queue, records: list[Message]) -> list[dict[str, Any]]:
     """Audit-store rows of ``queue``'s DLQ records, stamped as ingested now."""
     ingested_at = now()
+    dead_letter_format = format_of(queue)
     return [
         dead_letter_row(
             dlq_topic=queue.dlq_topic,
@@ -166,6 +168,7 @@ def dead_letter_rows(queue: Queue, records: list[Message]) -> list[dict[str, Any
             queue_topic=queue.topic,
             group_id=queue.group,
             ingested_at=ingested_at,
+            dead_letter_format=dead_letter_format,
         )
         for record in records
     ]

@@ -47,7 +47,8 @@ from kmq_dagster.audit.replay_log import (
     record_intents,
 )
 from kmq_dagster.audit.store import AuditStore
-from kmq_dagster.core.headers import ERROR_TYPE, header_value, normalize_headers
+from kmq_dagster.core.dead_letter_formats import EACH_ORIGINAL_TOPIC, format_of, reading_headers
+from kmq_dagster.core.headers import ERROR_TYPE, ORIGINAL_TOPIC, header_value, normalize_headers
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.replay import read_replay_count
 from kmq_dagster.core.replay_request import (
@@ -121,7 +122,9 @@ def replay_dead_letters(
         raise ConfigError(
             f"{source} has {partitions} partitions; no partition {unknown}", setting="offsets"
         )
-    report = ReplayReport(request.id_for(queue), request.target, request.dry_run)
+    report = ReplayReport(
+        request.id_for(queue), request.target, request.dry_run, to_topic=request.to_topic
+    )
     selection = f"{request.selection.describe()} (replay id {report.replay_id})"
     action = None
     if audit is not None:
@@ -252,6 +255,8 @@ class _ReplayRun:
         self.request = request
         self.selection = request.selection.resolved(clock_ms())
         self.source = queue.dlq_topic
+        self.dead_letter_format = format_of(queue)
+        self.target = target_topic(queue, request)
         self.report = report
         self.audit, self.action, self.actor, self.cancel = audit, action, actor, cancel
         #: Copies of the chunk in flight recorded as about to be sent, not yet confirmed.
@@ -261,8 +266,9 @@ class _ReplayRun:
         self.intent = new_consumer(settings, intent_group, **{"enable.partition.eof": True})
         self.partitions = list(range(queue.partitions or 1))
         self.copier = ReplayCopier(
-            settings, request, target_topic(queue, request), len(self.partitions), clock_ms=clock_ms
-        )
+            settings, request, self.target, len(self.partitions), clock_ms=clock_ms,
+            dead_letter_format=self.dead_letter_format,
+        )  # fmt: skip
         # Under a rate limit, about a second of copies per chunk, so a cancel acts quickly.
         rate = request.rate_per_s
         self.chunk_size = CHUNK if rate is None else max(1, min(CHUNK, int(rate)))
@@ -306,7 +312,8 @@ class _ReplayRun:
         moving: list[Message] = []
         earlier: dict[tuple[int, int], int] = {}
         for record in chunk:
-            headers = normalize_headers(record.headers())
+            # Read in the DLQ's format (the copy carries the record's own headers).
+            headers = reading_headers(self.dead_letter_format, normalize_headers(record.headers()))
             at = partition, offset = record.partition() or 0, record.offset() or 0
             if not self.selection.matches(
                 partition, offset, record.key(), headers, record.timestamp()[1]
@@ -315,6 +322,9 @@ class _ReplayRun:
             report.selected += 1
             if at in known.discarded:
                 report.discarded += 1
+                continue
+            if self.target == EACH_ORIGINAL_TOPIC and not header_value(headers, ORIGINAL_TOPIC):
+                report.no_original_topic += 1  # left in the DLQ: never lost, never guessed
                 continue
             mine = known.state(at, report.replay_id)
             if mine == SENT:  # a confirmed copy: never sent twice by one replay

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from confluent_kafka import Message
 
 from kmq_dagster.audit.history import ReplayedCopy
+from kmq_dagster.core.dead_letter_formats import EACH_ORIGINAL_TOPIC, KMQ, reading_headers
 from kmq_dagster.core.headers import (
     ORIGINAL_PARTITION,
     ORIGINAL_TOPIC,
@@ -33,6 +34,9 @@ class ReplayCopier:
     """Writes the copies of one replay's dead letters to ``target`` (see the module docstring).
 
     Args:
+        target: the topic every copy goes to, or
+            :data:`~kmq_dagster.core.dead_letter_formats.EACH_ORIGINAL_TOPIC`: each to the
+            original topic its headers name (read in ``dead_letter_format``).
         partitions: how many partitions the DLQ (and so the redelivery topic) has.
         clock_ms: the clock a copy's replay time is read from (ms since the epoch).
     """
@@ -45,8 +49,10 @@ class ReplayCopier:
         partitions: int,
         *,
         clock_ms: Callable[[], int],
+        dead_letter_format: str = KMQ,
     ) -> None:
         self.request = request
+        self.dead_letter_format = dead_letter_format
         self.target = target
         self.partitions = partitions
         self.clock_ms = clock_ms
@@ -70,16 +76,18 @@ class ReplayCopier:
         for record in records:
             self._wait_for_rate()
             headers = normalize_headers(record.headers())
+            read_as = reading_headers(self.dead_letter_format, headers)
             earlier = (replays or {}).get((record.partition() or 0, record.offset() or 0), 0)
             count = read_replay_count(headers) + earlier
             plan = replay_headers(self.request.target, count, self.clock_ms())
             kept = [(k, v) for k, v in headers if k not in plan.drop]
+            target = self._target_of(read_as)
             copies.produce(
-                self.target,
+                target,
                 key=record.key(),
                 value=record.value(),
                 headers=[*replace_headers(kept, plan.updates)],
-                partition=self._target_partition(record, headers),
+                partition=self._target_partition(record, read_as, target),
             )
             self.producer.poll(0)
             self._sent += 1
@@ -94,18 +102,34 @@ class ReplayCopier:
             for index, record in enumerate(records)
         ]
 
-    def _target_partition(self, record: Message, headers: list[tuple[str, bytes | None]]) -> int:
+    def _target_of(self, headers: list[tuple[str, bytes | None]]) -> str:
+        """Where a copy goes: the replay's topic, or the original topic its headers name
+        (replay leaves dead letters without one in the DLQ before they get here)."""
+        if self.target != EACH_ORIGINAL_TOPIC:
+            return self.target
+        original = header_value(headers, ORIGINAL_TOPIC)
+        if not original:
+            raise DeliveryError("a dead letter without an original topic reached the copier")
+        return original.decode("utf-8", errors="replace")
+
+    def _target_partition(
+        self, record: Message, headers: list[tuple[str, bytes | None]], target: str
+    ) -> int | None:
         """The DLQ partition for the group's redelivery topic (same partition count); the
-        original partition when going back to the queue topic, so a key keeps its partition."""
-        if self.request.target == TO_RETRY:
+        original partition when going back to the queue topic, so a key keeps its partition.
+        A foreign dead letter goes back to its original partition (the original topic has at
+        least that many: Kafka never takes partitions away); to a chosen topic, the
+        producer's partitioner places it."""
+        if self.request.target == TO_RETRY and self.request.to_topic is None:
             return record.partition() or 0
         original_topic = header_value(headers, ORIGINAL_TOPIC)
         original = header_value(headers, ORIGINAL_PARTITION)
-        if original_topic == self.target.encode() and original and original.isdigit():
+        foreign = self.dead_letter_format != KMQ or self.target == EACH_ORIGINAL_TOPIC
+        if original_topic == target.encode() and original and original.isdigit():
             partition = int(original)
-            if partition < self.partitions:
+            if foreign or partition < self.partitions:
                 return partition
-        return record.partition() or 0
+        return None if foreign or self.request.to_topic is not None else record.partition() or 0
 
     def _wait_for_rate(self) -> None:
         rate = self.request.rate_per_s

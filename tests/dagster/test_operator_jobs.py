@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from dagster import DagsterInstance, ExecuteInProcessResult
 
+from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.kafka.queues import open_queue
 from tests.dagster.helpers import QueueUnderTest, declare
@@ -74,3 +75,23 @@ def test_the_provision_job_redefines_the_retry_policy_when_told(
     assert (last.kind, last.actor, last.selection) == (
         "provision", "carol", stored.queue.retry_policy.describe(),
     )  # fmt: skip
+
+
+def test_the_ingest_job_ingests_a_spring_dead_letter_topic_when_told(
+    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
+    audit: AuditStoreResource,
+) -> None:  # fmt: skip
+    from tests.integration.test_spring_dead_letters import EXCEPTION, make_spring_dlt
+
+    q = declare(topic_name, tmp_path, instance, kmq, audit)
+    dlt = f"{topic_name}-spring-dlt"
+    make_spring_dlt(kmq.get_settings(), f"{topic_name}-spring", dlt)
+
+    run(q, "ingest", {"dlq_topic": dlt, "dead_letter_format": "spring"}, actor="dora")
+
+    store = audit.get_store()
+    rows = store.dead_letters(DeadLetterFilter(queue_topic=dlt, group_id="spring"))
+    assert sorted(d.error_type for d in rows) == ["java.lang.Error"] + [EXCEPTION] * 4
+    assert {d.original_topic for d in rows} == {f"{topic_name}-spring", None}
+    (action,) = store.actions(dlt)
+    assert (action.kind, action.actor, action.count) == ("ingest", "dora", 5)

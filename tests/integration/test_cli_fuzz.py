@@ -89,9 +89,12 @@ COMMANDS: dict[str, tuple[list[str], dict[str, st.SearchStrategy[str]]]] = {
     "replay": (["-t", TOPIC, "-g", GROUP, "--dry-run"], {
         "--offsets": anything, "--key": anything, "--error-type": anything, "--since": times,
         "--until": times, "--to": anything, "--rate": numbers, "--max-replays": numbers,
-        "--replay-id": anything,
+        "--replay-id": anything, "--to-topic": anything, "--dlq-topic": anything,
+        "--format": anything,
     }),
-    "ingest": (["-t", TOPIC, "-g", GROUP, "--once"], {"--audit-url": anything}),
+    "ingest": (["-t", TOPIC, "-g", GROUP, "--once"], {
+        "--audit-url": anything, "--dlq-topic": anything, "--format": anything,
+    }),
     "discard": (["-t", TOPIC, "-g", GROUP, "--dry-run"], {
         "--since": times, "--until": times, "--error-type": anything, "--key": anything,
     }),

@@ -63,6 +63,7 @@ def _row(dead_letter: DeadLetter) -> dict[str, object]:
         "value": row_preview(dead_letter, masker),
         "value schema": schema_text(dead_letter),
         "attempts": dead_letter.attempts,
+        "original": dead_letter_grid.original_text(dead_letter),
     }
 
 
@@ -134,7 +135,7 @@ def show_list(where: DeadLetterFilter, total: int) -> None:
 
 def table_row_columns() -> tuple[str, ...]:
     return ("id", "last failure", "queue", "group", "status", "error type", "error message",
-            "reason", "key", "value", "value schema", "attempts")  # fmt: skip
+            "reason", "key", "value", "value schema", "attempts", "original")  # fmt: skip
 
 
 def actions(where: DeadLetterFilter, selected: list[int], total: int) -> None:
