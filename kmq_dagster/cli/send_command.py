@@ -176,9 +176,7 @@ def _encoded_value(message: bytes, where: str, codec: Any, schema_file: Path | N
     try:
         value = json.loads(message)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(
-            f"{where} is not JSON text ({exc}): --encode takes JSON text"
-        ) from None
+        raise ConfigError(f"{where} is not JSON text ({exc}): --encode takes JSON text") from None
     schema = schema_file.read_text() if schema_file is not None else None
     return bytes(codec.encode(value, schema=schema))
 
