@@ -25,6 +25,7 @@ from kmq_dagster.core.value_formats import ValueFormat
 from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.queues import open_queue
 from kmq_dagster.schemas.registry import RegistrySettings, registry_client
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import produce, read_topic, running_worker, wait_for
@@ -169,3 +170,18 @@ def test_kmq_send_encodes_json_input_with_the_registry_and_its_credentials(
     assert "wrong" not in refused  # the password is masked
     assert decoded == [ORDERS[0]]  # sent once: the refused command sent nothing
     assert ("POST", f"/subjects/{topic_name}-value/versions") in double.requests
+
+
+def test_kmq_provision_stores_the_formats_and_refuses_other_ones_without_redefine(
+    settings: KmqSettings, topic_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["provision", "--topic", topic_name, "-g", "g", "--partitions", "1",
+            "-b", settings.bootstrap_servers, "--key-format", "json"]  # fmt: skip
+    assert main([*argv, "--value-format", "avro"]) == 0
+    capsys.readouterr()
+
+    assert main([*argv, "--value-format", "protobuf"]) == 1
+
+    assert "value format avro (given: protobuf)" in capsys.readouterr().err
+    stored = open_queue(settings, topic_name, "g").queue
+    assert (stored.value_format, stored.key_format) == (ValueFormat.AVRO, ValueFormat.JSON)
