@@ -26,6 +26,7 @@ from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.queues import open_queue
+from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.schemas.registry import RegistrySettings, registry_client
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import produce, read_topic, running_worker, wait_for
@@ -101,6 +102,10 @@ def test_undecodable_values_go_to_the_dlq_with_the_reason_and_their_original_byt
     assert reasons[unknown_id].startswith("undecodable value: unknown to the schema registry")
     assert calls.count(wrong_magic) == calls.count(unknown_id) == 1  # never retried
     assert read_topic(settings, opened.queue.first_retry_topic, 1, timeout_s=3) == []
+    # and a replay sends the same bytes back to the group
+    assert replay_dead_letters(opened, ReplayRequest()).replayed == 2
+    again = read_topic(settings, opened.queue.redelivery_topic, 1, at_least=2)
+    assert sorted(record.value() or b"" for record in again) == sorted([wrong_magic, unknown_id])
 
 
 def test_a_registry_that_does_not_answer_delays_the_message_until_it_is_back(
