@@ -138,9 +138,8 @@ class ValueCodec:
         """``value`` encoded in the format.
 
         Args:
-            value: a dict (``json``, ``avro``, ``json-schema``; ``protobuf`` too, with a
-                ``protobuf`` message class as ``schema``'s stand-in: pass the message
-                itself instead), bytes or text for ``bytes``.
+            value: a dict (``json``, ``avro``, ``json-schema``), a generated message object
+                (``protobuf``: its class is the schema), bytes or text (``bytes``).
             schema: ``avro`` / ``json-schema``: the schema text, registered under the topic's
                 subject if new. ``None``: the subject's latest registered schema.
 
