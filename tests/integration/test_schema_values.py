@@ -8,7 +8,11 @@ registry, where the registry must go away and come back against the REST test do
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +34,7 @@ from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.schemas.registry import RegistrySettings, registry_client
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import produce, read_topic, running_worker, wait_for
+from tests.processes import kmq_argv, stop
 from tests.schema_helpers import ORDER_AVRO, fields_of, order_proto, serialized
 from tests.schema_registry_double import SchemaRegistryDouble
 
@@ -190,3 +195,34 @@ def test_kmq_provision_stores_the_formats_and_refuses_other_ones_without_redefin
     assert "value format avro (given: protobuf)" in capsys.readouterr().err
     stored = open_queue(settings, topic_name, "g").queue
     assert (stored.value_format, stored.key_format) == (ValueFormat.AVRO, ValueFormat.JSON)
+
+
+def test_a_kmq_worker_process_decodes_with_the_registry_of_its_environment(
+    settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    with SchemaRegistryDouble(USER_INFO) as double:
+        registry = RegistrySettings(double.url, {"basic.auth.user.info": USER_INFO})
+        schema_queue(settings, topic_name, "avro", registry)
+        producer_side = SchemaRegistryClient({"url": double.url, "basic.auth.user.info": USER_INFO})
+        produce(
+            settings, topic_name, [serialized("avro", producer_side, topic_name, o) for o in ORDERS]
+        )
+        env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+               "KMQ_SESSION_TIMEOUT_MS": "6000", "KMQ_TEST_OUTPUT_DIR": str(tmp_path),
+               "KMQ_SCHEMA_REGISTRY_URL": double.url,
+               "KMQ_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO": USER_INFO}  # fmt: skip
+        decoded, log = tmp_path / "decoded.txt", tmp_path / "worker.log"
+        worker = subprocess.Popen(
+            kmq_argv("worker", "-t", topic_name, "-g", "g",
+                     "--handler", "tests.support.schema_handlers:record"),
+            cwd=Path(__file__).resolve().parents[2], env=env, stderr=log.open("wb"),
+        )  # fmt: skip
+        try:
+            assert wait_for(
+                lambda: decoded.exists() and len(decoded.read_text().splitlines()) >= 2
+            ), log.read_text()[-3000:]
+        finally:
+            stop(worker)
+
+    assert sorted(map(json.loads, decoded.read_text().splitlines()), key=str) == ORDERS
+    assert double.unauthorized == 0 and ("GET", "/schemas/ids/1") in double.requests
