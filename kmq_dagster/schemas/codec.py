@@ -32,7 +32,6 @@ from kmq_dagster.schemas.registry import (
     registry_failure,
 )
 from kmq_dagster.schemas.wire import (
-    MAGIC_BYTE,
     RegistryUnavailable,
     UndecodableValue,
     framed_schema_id,
@@ -96,10 +95,8 @@ class ValueCodec:
                 return _built(json.loads(raw), value_type)
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise UndecodableValue(f"not JSON text: {exc}") from None
-        if raw[:1] not in (bytes([MAGIC_BYTE]), bytes([_MAGIC_BYTE_GUID])):
-            framed_schema_id(raw)  # raises, naming the byte found
-        if raw[0] == MAGIC_BYTE:
-            framed_schema_id(raw)  # raises if shorter than the header
+        if raw[:1] != bytes([_MAGIC_BYTE_GUID]):
+            framed_schema_id(raw)  # raises for another first byte (naming it) or a short value
         deserializer = self._deserializer(value_type)
         decoded = _asking_registry(lambda: deserializer(raw, self._context()))
         if self.format is ValueFormat.PROTOBUF:
