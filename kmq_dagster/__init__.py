@@ -74,6 +74,11 @@ _LAZY = {
     "SparkMessage": "kmq_dagster.spark.tasks",
     "KmqQueueComponent": "kmq_dagster.components.queue_component",
     "Ordering": "kmq_dagster.core.ordering",
+    "ValueFormat": "kmq_dagster.core.value_formats",
+    "ValueCodec": "kmq_dagster.schemas.codec",
+    "RegistrySettings": "kmq_dagster.schemas.registry",
+    "UndecodableValue": "kmq_dagster.schemas.wire",
+    "RegistryUnavailable": "kmq_dagster.schemas.wire",
 }
 
 __all__ = [
@@ -105,6 +110,8 @@ __all__ = [
     "Queue",
     "QueueConflictError",
     "RedeliveryTracker",
+    "RegistrySettings",
+    "RegistryUnavailable",
     "ReplayReport",
     "ReplayRequest",
     "ReplaySelection",
@@ -113,6 +120,9 @@ __all__ = [
     "SharedBreaker",
     "SparkMessage",
     "SparkQueueJob",
+    "UndecodableValue",
+    "ValueCodec",
+    "ValueFormat",
     "Worker",
     "WorkerStats",
     "__version__",
@@ -147,6 +157,7 @@ if TYPE_CHECKING:
     from kmq_dagster.core.queue import Queue
     from kmq_dagster.core.replay import ReplaySelection
     from kmq_dagster.core.retry import RetryPolicy
+    from kmq_dagster.core.value_formats import ValueFormat
     from kmq_dagster.kafka.consumer import KmqConsumer
     from kmq_dagster.kafka.delay_forwarder import DelayForwarder
     from kmq_dagster.kafka.dlq_ingester import DlqIngester
@@ -159,6 +170,9 @@ if TYPE_CHECKING:
     from kmq_dagster.kafka.replay import ReplayReport, ReplayRequest, replay_dead_letters
     from kmq_dagster.kafka.retry_router import RetryRouter
     from kmq_dagster.kafka.worker import HandlerExit, Worker, WorkerStats
+    from kmq_dagster.schemas.codec import ValueCodec
+    from kmq_dagster.schemas.registry import RegistrySettings
+    from kmq_dagster.schemas.wire import RegistryUnavailable, UndecodableValue
     from kmq_dagster.settings import KmqSettings
     from kmq_dagster.spark.job import SparkQueueJob
     from kmq_dagster.spark.tasks import SparkMessage

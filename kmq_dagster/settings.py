@@ -28,6 +28,7 @@ from kmq_dagster.core.queue import (
 )
 from kmq_dagster.core.retry import RetryPolicy, parse_delay_list
 from kmq_dagster.errors import ConfigError
+from kmq_dagster.schemas.registry import RegistrySettings
 from kmq_dagster.secrets import mask_config, register_config_secrets, register_secret
 
 #: Port the embedded broker listens on unless told otherwise.
@@ -92,6 +93,9 @@ class KmqSettings:
     retry_delays_ms: tuple[int, ...] = DEFAULT_RETRY_DELAYS_MS
     #: Topic holding the definitions of provisioned queues.
     registry_topic: str = DEFAULT_REGISTRY_TOPIC
+    #: Where the schema registry is (``KMQ_SCHEMA_REGISTRY_*``), for queues whose values are
+    #: in the Schema Registry wire format.
+    schema_registry: RegistrySettings = field(default_factory=RegistrySettings)
 
     def __post_init__(self) -> None:
         register_config_secrets(self.client_config)
@@ -156,6 +160,7 @@ class KmqSettings:
             for key, value in env.items()
             if key.startswith(_CLIENT_PREFIX)
         }
+        values["schema_registry"] = RegistrySettings.from_env(env)
         settings = cls(**values)
         return settings.with_overrides(**overrides)
 

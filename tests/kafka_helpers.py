@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import Message, Producer
 
@@ -33,7 +33,7 @@ def new_queue(
     partitions: int = 1,
     retry_delays_ms: tuple[int, ...] = (10_000, 60_000, 600_000),
     delay_queue: bool = False,
-    **definition: int,
+    **definition: Any,
 ) -> OpenedQueue:
     """Provision a queue (retry delays, visibility timeout, max redeliveries as given) and
     return it opened. On the mock cluster every topic has its fixed partition count."""

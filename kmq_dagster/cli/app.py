@@ -187,8 +187,9 @@ def configure_logging(
     logging.getLogger("kmq.kafka.client").setLevel(
         logging.DEBUG if verbose else logging.CRITICAL + 1
     )
-    # Migrations are applied on first use; say so only when asked. py4j chatters at INFO.
-    for chatty in ("alembic", "py4j"):
+    # Migrations are applied on first use; say so only when asked. py4j chatters at INFO, and
+    # so does the schema registry client's HTTP library (a line per request).
+    for chatty in ("alembic", "py4j", "httpx", "httpx2", "httpcore"):
         logging.getLogger(chatty).setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 

@@ -105,7 +105,9 @@ def provision(
     }
     if group is None:
         if definition != DefinitionOptions(None, None, None, None, None, None):
-            raise click.UsageError("retry and visibility options belong to a group: add --group")
+            raise click.UsageError(
+                "retry, visibility and format options belong to a group: add --group"
+            )
         report = provision_topic(settings, topic, partitions=partitions, **layout)
     else:
         queue = definition.new_queue(settings, topic, group, partitions)

@@ -1,8 +1,8 @@
 """The queue-definition options: ``kmq provision`` takes them, every other command refuses them.
 
-A queue's definition (retries, visibility timeout, redeliveries) is stored once by
-``kmq provision``; the other commands read the stored one, so these options live apart from
-the options every command shares (``kmq_dagster.cli.options``).
+A queue's definition (retries, visibility timeout, redeliveries, value and key formats) is
+stored once by ``kmq provision``; the other commands read the stored one, so these options
+live apart from the options every command shares (``kmq_dagster.cli.options``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from kmq_dagster.core.queue import (
     Queue,
 )
 from kmq_dagster.core.retry import DEFAULT_BACKOFF_ATTEMPTS, RetryPolicy
+from kmq_dagster.core.value_formats import ValueFormat
 from kmq_dagster.settings import KmqSettings
 
 #: The options of a queue's definition: ``kmq provision`` stores it, every other command reads
@@ -35,6 +36,8 @@ QUEUE_DEFINITION_OPTIONS = (
     "--retry-jitter",
     "--visibility-timeout",
     "--max-redeliveries",
+    "--value-format",
+    "--key-format",
 )
 #: Why another command than ``provision`` refuses a queue-definition option.
 QUEUE_DEFINITION_HINT = (
@@ -53,6 +56,8 @@ class DefinitionOptions:
     jitter: float | None
     visibility_timeout_ms: int | None
     max_redeliveries: int | None
+    value_format: str | None = None
+    key_format: str | None = None
 
     def retry_policy(self, settings: KmqSettings) -> RetryPolicy | None:
         """The retry policy the options give, or ``None`` if none of them was given."""
@@ -69,6 +74,14 @@ class DefinitionOptions:
         self, settings: KmqSettings, topic: str, group: str, partitions: int | None
     ) -> Queue:
         """The queue these options define, ``KMQ_*`` defaults for what is not given."""
+        formats = {
+            name: given
+            for name, given in (
+                ("value_format", self.value_format),
+                ("key_format", self.key_format),
+            )
+            if given is not None
+        }
         return settings.define_queue(
             topic,
             group,
@@ -76,7 +89,7 @@ class DefinitionOptions:
             retry_policy=self.retry_policy(settings),
             visibility_timeout_ms=self.visibility_timeout_ms,
             max_redeliveries=self.max_redeliveries,
-        )
+        ).replace(**formats)
 
 
 def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -91,6 +104,8 @@ def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
         retry_jitter: float | None,
         visibility_timeout: int | None,
         max_redeliveries: int | None,
+        value_format: str | None,
+        key_format: str | None,
         **kwargs: Any,
     ) -> Any:
         definition = DefinitionOptions(
@@ -100,6 +115,8 @@ def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
             retry_jitter,
             visibility_timeout,
             max_redeliveries,
+            value_format,
+            key_format,
         )
         return command(*args, definition=definition, **kwargs)
 
@@ -140,6 +157,18 @@ def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 type=click.IntRange(0, 1000),
                 help="Redeliveries before the DLQ [env KMQ_MAX_REDELIVERIES; default "
                 f"{DEFAULT_MAX_REDELIVERIES}].",
+            ),
+            click.option(
+                "--value-format",
+                type=click.Choice([f.value for f in ValueFormat]),
+                help="How the values are encoded; avro, protobuf and json-schema are in the "
+                "Schema Registry wire format, decoded by message.decoded() with the registry "
+                "of KMQ_SCHEMA_REGISTRY_URL [default bytes].",
+            ),
+            click.option(
+                "--key-format",
+                type=click.Choice([f.value for f in ValueFormat]),
+                help="How the keys are encoded, as --value-format [default bytes].",
             ),
         ]
     )(with_definition)

@@ -5,10 +5,16 @@ text; ``--value-file``, ``--key-file`` and ``--header-file`` take any bytes, a f
 content each; stdin gives one message per line, bytes as they are. Every message is checked
 against the producer's size limit before anything is sent, so a command that fails has sent
 nothing; and every message the broker refuses is reported, never counted as sent.
+
+``--encode avro|json-schema|json`` encodes each message, given as JSON text, before
+anything is sent: ``avro`` and ``json-schema`` in the Schema Registry wire format
+(``KMQ_SCHEMA_REGISTRY_URL``), with ``--schema-file``'s schema (registered under
+``<topic>-value`` if new) or, without it, the subject's latest registered one.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -70,6 +76,22 @@ _readable_file = click.Path(exists=True, dir_okay=False, readable=True, path_typ
     metavar="DURATION",
     help="Deliver after this long (1s to 7d, e.g. 90s, 2h); needs `kmq delayer`.",
 )
+@click.option(
+    "--encode",
+    "value_format",
+    type=click.Choice(["bytes", "json", "avro", "json-schema"]),
+    default="bytes",
+    show_default=True,
+    help="Encode each message, given as JSON text, in this format before sending; avro and "
+    "json-schema use the schema registry [env KMQ_SCHEMA_REGISTRY_URL].",
+)
+@click.option(
+    "--schema-file",
+    type=_readable_file,
+    metavar="PATH",
+    help="The avro or json-schema schema to encode with (registered under TOPIC-value if new) "
+    "[default: the subject's latest registered schema].",
+)
 @connection_options
 @click.pass_context
 def send(
@@ -82,6 +104,8 @@ def send(
     headers: tuple[str, ...],
     header_files: tuple[str, ...],
     delay: int | None,
+    value_format: str,
+    schema_file: Path | None,
 ) -> None:
     """Send messages to TOPIC, now or after --delay."""
     from kmq_dagster.kafka.producer import KmqProducer
@@ -103,9 +127,14 @@ def send(
     messages = [value.encode() for value in values] + [path.read_bytes() for path in value_files]
     if not values and not value_files:  # bytes: any payload is a message
         messages = [line.rstrip(b"\r\n") for line in sys.stdin.buffer]
+    if schema_file is not None and value_format not in ("avro", "json-schema"):
+        raise click.UsageError("--schema-file goes with --encode avro or json-schema")
+    codec = _codec(value_format, settings, topic) if value_format != "bytes" else None
     for number, message in enumerate(messages, start=1):
         where = f"message {number}" if values or value_files else f"stdin line {number}"
-        _check_size(len(message) + fixed, limit, where)
+        if codec is not None:  # encoded before anything is sent: a bad one sends nothing
+            messages[number - 1] = _encoded_value(message, where, codec, schema_file)
+        _check_size(len(messages[number - 1]) + fixed, limit, where)
 
     failures: list[Any] = []
 
@@ -129,6 +158,27 @@ def send(
     if delay:
         when = f", due in {format_duration_ms(delay)}; `kmq delayer --topic {topic}` delivers them"
     click.echo(f"sent {len(messages)} message{'' if len(messages) == 1 else 's'} to {topic}{when}")
+
+
+def _codec(value_format: str, settings: Any, topic: str) -> Any:
+    from kmq_dagster.schemas.codec import ValueCodec
+
+    return ValueCodec(value_format, settings.schema_registry, topic=topic)
+
+
+def _encoded_value(message: bytes, where: str, codec: Any, schema_file: Path | None) -> bytes:
+    """``message`` (JSON text) encoded by ``codec``.
+
+    Raises:
+        ConfigError: not JSON, or not fitting the schema.
+        RegistryUnavailable: the registry did not answer.
+    """
+    try:
+        value = json.loads(message)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{where} is not JSON text ({exc}): --encode takes JSON text") from None
+    schema = schema_file.read_text() if schema_file is not None else None
+    return bytes(codec.encode(value, schema=schema))
 
 
 def _encoded(text: str | None) -> bytes | None:

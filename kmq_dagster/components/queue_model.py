@@ -101,6 +101,14 @@ class QueueModel(dg.Resolvable, dg.Model):
         default=None, description="unacknowledged messages are redelivered after this, e.g. 30s"
     )
     max_redeliveries: int | None = Field(default=None, description="then the DLQ")
+    value_format: Literal["bytes", "json", "avro", "protobuf", "json-schema"] | None = Field(
+        default=None,
+        description="how values are encoded (avro, protobuf, json-schema: Schema Registry wire "
+        "format, registry from KMQ_SCHEMA_REGISTRY_URL); default bytes",
+    )
+    key_format: Literal["bytes", "json", "avro", "protobuf", "json-schema"] | None = Field(
+        default=None, description="how keys are encoded, as value_format; default bytes"
+    )
     function: str | None = Field(
         default=None, description="import path of the per-message function, e.g. pkg.mod.fn"
     )
@@ -153,6 +161,8 @@ class QueueModel(dg.Resolvable, dg.Model):
             "retry_policy": None if self.retry is None else self.retry.policy(),
             "visibility_timeout_ms": _duration_ms("visibility_timeout", self.visibility_timeout),
             "max_redeliveries": self.max_redeliveries,
+            "value_format": self.value_format,
+            "key_format": self.key_format,
         }
         queue = Queue(self.topic, self.group, **_without_none(queue_fields))
         spec_fields: dict[str, Any] = {

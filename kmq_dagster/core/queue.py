@@ -28,6 +28,7 @@ from kmq_dagster.core.naming import (
     validate_topic_name,
 )
 from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.core.value_formats import ValueFormat, parse_value_format
 from kmq_dagster.errors import ConfigError
 
 #: A message not acknowledged within this time is redelivered.
@@ -60,6 +61,11 @@ class Queue:
         retry_policy: when failed messages are retried, and when they go to the DLQ.
         visibility_timeout_ms: an unacknowledged message is redelivered after this long.
         max_redeliveries: redeliveries of one message before it goes to the DLQ.
+        value_format: how the values are encoded (``bytes``: kmq never looks inside; ``json``;
+            ``avro``, ``protobuf`` or ``json-schema`` in the Schema Registry wire format). Only
+            ``message.decoded()`` reads it: what is stored, retried and dead-lettered is always
+            the original bytes.
+        key_format: the same for the keys (``message.decoded_key()``).
 
     Raises:
         ConfigError: an illegal name (the derived topic names must be legal Kafka topic names
@@ -72,8 +78,15 @@ class Queue:
     retry_policy: RetryPolicy = field(default_factory=default_retry_policy)
     visibility_timeout_ms: int = DEFAULT_VISIBILITY_TIMEOUT_MS
     max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
+    value_format: ValueFormat = ValueFormat.BYTES
+    key_format: ValueFormat = ValueFormat.BYTES
 
     def __post_init__(self) -> None:
+        # A name ("avro", "json_schema") is taken too, and checked here.
+        for name in ("value_format", "key_format"):
+            object.__setattr__(
+                self, name, parse_value_format(str(getattr(self, name)), setting=name)
+            )
         validate_topic_name(self.topic)
         if not self.group:
             raise ConfigError("the consumer group must not be empty", setting="group")
@@ -168,6 +181,8 @@ class Queue:
             "visibility_timeout_ms": self.visibility_timeout_ms,
             "max_redeliveries": self.max_redeliveries,
             "retry": policy_definition(self.retry_policy),
+            "value_format": self.value_format.value,
+            "key_format": self.key_format.value,
         }
 
     @classmethod
@@ -187,6 +202,9 @@ class Queue:
                 retry_policy=policy_from_definition(stored["retry"]),
                 visibility_timeout_ms=int(stored["visibility_timeout_ms"]),
                 max_redeliveries=int(stored["max_redeliveries"]),
+                # Definitions stored before formats existed have none: their values are bytes.
+                value_format=parse_value_format(str(stored.get("value_format", "bytes"))),
+                key_format=parse_value_format(str(stored.get("key_format", "bytes"))),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"unreadable queue definition ({exc!r})") from None
@@ -198,6 +216,8 @@ class Queue:
         visibility_timeout_ms: int | None = None,
         max_redeliveries: int | None = None,
         partitions: int | None = None,
+        value_format: ValueFormat | None = None,
+        key_format: ValueFormat | None = None,
     ) -> list[str]:
         """How the given values (``None``: not given) contradict this queue, one phrase each.
 
@@ -220,6 +240,10 @@ class Queue:
             found.append(f"max redeliveries {self.max_redeliveries} (given: {max_redeliveries})")
         if partitions is not None and self.partitions is not None and partitions != self.partitions:
             found.append(f"{self.partitions} partitions (given: {partitions})")
+        for name, given in (("value_format", value_format), ("key_format", key_format)):
+            if given is not None and given != getattr(self, name):
+                words = name.replace("_", " ")
+                found.append(f"{words} {getattr(self, name)} (given: {given})")
         return found
 
 

@@ -25,11 +25,23 @@ from kmq_dagster.errors import ConfigError
 
 #: Attempts in all (the first delivery included) of a backoff policy unless told otherwise.
 DEFAULT_BACKOFF_ATTEMPTS = 5
+#: The error ``message.decoded()`` raises for a value not in its declared format (see
+#: :mod:`kmq_dagster.schemas.wire`); its dead letters' reason says so, with the why.
+UNDECODABLE_VALUE = "UndecodableValue"
 #: Error types that never go to a retry topic: retrying cannot fix what cannot be decoded, nor
 #: a handler that returns a generator instead of doing its work (``HandlerResultError``).
+#: (``RegistryUnavailable``, a schema registry that did not answer, is retried.)
 ALWAYS_FATAL: frozenset[str] = frozenset(
-    {"UnicodeDecodeError", "JSONDecodeError", "DeserializationError", "HandlerResultError"}
+    {
+        "UnicodeDecodeError",
+        "JSONDecodeError",
+        "DeserializationError",
+        "HandlerResultError",
+        UNDECODABLE_VALUE,
+    }
 )
+#: Longest error text a dead letter's reason quotes (characters).
+MAX_REASON_DETAIL = 300
 
 
 @dataclass(frozen=True)
@@ -221,9 +233,21 @@ class RetryPolicy:
         return name not in self.non_retryable and name not in ALWAYS_FATAL
 
     def after_failure(
-        self, attempt: int, error_type: str, failed_at_ms: int, rng: random.Random
+        self,
+        attempt: int,
+        error_type: str,
+        failed_at_ms: int,
+        rng: random.Random,
+        error_message: str = "",
     ) -> Retry | DeadLetter:
-        """Decide what follows failed attempt number ``attempt`` (1 = the first delivery)."""
+        """Decide what follows failed attempt number ``attempt`` (1 = the first delivery).
+
+        An undecodable value is dead-lettered at once with the reason
+        ``undecodable value: <why>`` (``why`` from ``error_message``).
+        """
+        if error_type == UNDECODABLE_VALUE:
+            detail = error_message[:MAX_REASON_DETAIL] or "not in the queue's declared format"
+            return DeadLetter(attempt, f"undecodable value: {detail}")
         if not self.is_retryable(error_type):
             return DeadLetter(attempt, f"non-retryable error {error_type}")
         if attempt >= self.attempts:

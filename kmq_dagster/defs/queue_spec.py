@@ -54,7 +54,9 @@ class QueueSpec:
 
     Args:
         queue: the queue (topic, group, partitions, retry policy, visibility timeout, max
-            redeliveries); provisioned with exactly these values.
+            redeliveries, value and key formats); provisioned with exactly these values. A
+            ``function`` of a queue with a ``value_format`` gets messages whose
+            ``decoded()`` gives the value decoded.
         function: called per message on the Spark executors (see :class:`SparkQueueJob`).
         transform: instead of ``function``, a DataFrame transform of each batch.
         output_path: the Parquet dataset the processing asset appends to.

@@ -254,7 +254,7 @@ class ConcurrentLoop:
         )
         failure = failure_of(exc)
         decision = self.router.policy.after_failure(
-            in_place.attempt, failure.error_type, now_ms, self._rng
+            in_place.attempt, failure.error_type, now_ms, self._rng, failure.error_message
         )
         if isinstance(decision, DeadLetter):
             failed.append((message, GiveUp(failure, decision, in_place.first_failure_ms)))

@@ -38,6 +38,7 @@ from kmq_dagster.kafka.message import (
     KmqMessage,
     ViewPool,
     due_ms_or_now,
+    message_class,
     record_of,
     record_offset,
     record_source,
@@ -133,7 +134,7 @@ class KmqConsumer:
         #: Retry-topic partitions paused until their next message is due.
         self._gate = DueGate(self._consumer)
         self._handouts: HandoutLedger[KmqMessage | Message] = HandoutLedger()
-        self._views = ViewPool()
+        self._views = ViewPool(message_class(opened.codecs))
         self._batches = BatchCommits(self._consumer, self._markers, self.stats)
         self._ack_flusher = AckFlusher(
             self._markers, self._handouts, self.stats, thread_name=f"kmq-acks-{queue.topic}"

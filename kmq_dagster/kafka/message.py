@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import sys
 from collections import deque
+from functools import cache
 from itertools import repeat
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from confluent_kafka import Message
 
 from kmq_dagster.core.headers import REDELIVERY_COUNT, Headers, int_header, normalize_headers
 from kmq_dagster.core.retry_headers import Origin, origin_of, read_due_ms
+from kmq_dagster.schemas.codec import decode_field
+
+if TYPE_CHECKING:
+    from kmq_dagster.schemas.codec import QueueCodecs
 
 
 class QueueMessage(Protocol):
@@ -45,6 +50,10 @@ class KmqMessage:
     """
 
     __slots__ = ("_headers", "record")
+
+    #: The queue's value and key codecs: set on the class a consumer of a queue with a
+    #: declared format hands out (:func:`message_class`), so a message costs nothing more.
+    codecs: ClassVar[QueueCodecs | None] = None
 
     def __init__(self, record: Message) -> None:
         #: The confluent-kafka record underneath.
@@ -94,8 +103,34 @@ class KmqMessage:
         except ValueError:
             return 0
 
+    def decoded(self, value_type: type | None = None) -> Any:
+        """The value decoded in the queue's declared format (see :class:`~kmq_dagster.Queue`'s
+        ``value_format``): a dict for ``json``, ``avro`` and ``json-schema`` (``value_type(**it)``
+        when given), a ``value_type`` message for ``protobuf`` (required there), the bytes for
+        ``bytes``. Decoded on each call; :attr:`value` stays the original bytes.
+
+        Raises:
+            UndecodableValue: the value is not in its format; raised out of a handler, the
+                message goes to the DLQ with the reason ("undecodable value: ...").
+            RegistryUnavailable: the schema registry did not answer; raised out of a handler,
+                the message is retried like any failure.
+        """
+        return decode_field(self.codecs, "value", self.value, value_type)
+
+    def decoded_key(self, value_type: type | None = None) -> Any:
+        """The key decoded in the queue's declared ``key_format``, as :meth:`decoded`."""
+        return decode_field(self.codecs, "key", self.key, value_type)
+
     def __repr__(self) -> str:
         return f"KmqMessage({self.topic}[{self.partition}]@{self.offset})"
+
+
+@cache
+def message_class(codecs: QueueCodecs | None) -> type[KmqMessage]:
+    """The message class a consumer of a queue with these codecs hands out."""
+    if codecs is None:
+        return KmqMessage
+    return type("KmqMessage", (KmqMessage,), {"__slots__": (), "codecs": codecs})
 
 
 def views_of(records: list[Message]) -> list[KmqMessage]:
@@ -134,7 +169,8 @@ class ViewPool:
     #: variable holds the last batch while it asks for the next.
     AGE = 2
 
-    def __init__(self) -> None:
+    def __init__(self, message_type: type[KmqMessage] = KmqMessage) -> None:
+        self._message_type = message_type
         self._handed_out: deque[list[KmqMessage]] = deque()
         is_gil_enabled = getattr(sys, "_is_gil_enabled", None)
         self._reuse = is_gil_enabled is None or bool(is_gil_enabled())
@@ -149,7 +185,7 @@ class ViewPool:
         spare = self._reclaim()
         missing = len(records) - len(spare)
         if missing > 0:
-            spare += map(object.__new__, repeat(KmqMessage, missing))
+            spare += map(object.__new__, repeat(self._message_type, missing))
             self.allocated += missing
         self.reused += len(records) - max(missing, 0)
         views = spare[: len(records)]

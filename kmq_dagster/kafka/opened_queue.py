@@ -19,9 +19,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.settings import KmqSettings
+
+if TYPE_CHECKING:
+    from kmq_dagster.schemas.codec import QueueCodecs
 
 
 class _Proof(enum.Enum):
@@ -71,6 +75,17 @@ class OpenedQueue:
     def partitions(self) -> int:
         """Partitions of every topic of the queue, as the cluster has them."""
         return self.queue.partitions or 1  # never None: checked in __post_init__
+
+    @property
+    def codecs(self) -> QueueCodecs | None:
+        """The codecs of the queue's declared value and key formats (``None``: both bytes),
+        with the settings' schema registry; one per process."""
+        from kmq_dagster.schemas.codec import queue_codecs
+
+        queue = self.queue
+        return queue_codecs(
+            queue.topic, queue.value_format, queue.key_format, self.settings.schema_registry
+        )
 
     def with_non_retryable(self, names: Iterable[str]) -> OpenedQueue:
         """This queue with ``names`` (exception type names) also sent straight to the DLQ.

@@ -92,6 +92,8 @@ def provision_queue(
             retry_policy=queue.retry_policy,
             visibility_timeout_ms=queue.visibility_timeout_ms,
             max_redeliveries=queue.max_redeliveries,
+            value_format=queue.value_format,
+            key_format=queue.key_format,
         )
         if differences:
             raise QueueConflictError(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from kmq_dagster.core.queue import Queue, conflicts, describe_conflicts
 from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.core.value_formats import ValueFormat
 from kmq_dagster.errors import QueueConflictError
 from kmq_dagster.kafka.opened_queue import OpenedQueue, vouch_for
 from kmq_dagster.kafka.provision import require_topics
@@ -31,6 +32,8 @@ def open_queue(
     visibility_timeout_ms: int | None = None,
     max_redeliveries: int | None = None,
     partitions: int | None = None,
+    value_format: ValueFormat | None = None,
+    key_format: ValueFormat | None = None,
 ) -> OpenedQueue:
     """The queue ``topic``/``group`` as it was provisioned, its topics checked.
 
@@ -49,6 +52,8 @@ def open_queue(
         retry_policy=retry_policy,
         visibility_timeout_ms=visibility_timeout_ms,
         max_redeliveries=max_redeliveries,
+        value_format=value_format,
+        key_format=key_format,
     )
     if differences:
         raise QueueConflictError(
@@ -80,6 +85,8 @@ def open_declared_queue(settings: KmqSettings, declared: Queue) -> OpenedQueue:
         visibility_timeout_ms=declared.visibility_timeout_ms,
         max_redeliveries=declared.max_redeliveries,
         partitions=declared.partitions,
+        value_format=declared.value_format,
+        key_format=declared.key_format,
     )
 
 

@@ -180,7 +180,9 @@ class RetryRouter:
             attempt = decision.attempt
         else:
             attempt = read_attempt(headers)
-            decision = self.policy.after_failure(attempt, failure.error_type, now_ms, self._rng)
+            decision = self.policy.after_failure(
+                attempt, failure.error_type, now_ms, self._rng, failure.error_message
+            )
         if isinstance(decision, DeadLetter):
             self.stats.dead_lettered += 1
             updates = copy_headers(

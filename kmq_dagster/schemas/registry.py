@@ -30,6 +30,12 @@ _PREFIX = "KMQ_SCHEMA_REGISTRY_"
 #: message's: a misconfigured URL must not dead-letter every message.
 _NOT_FOUND_CODES = range(40400, 40500)
 
+#: Client settings confluent-kafka wants as numbers; from the environment they come as text.
+_NUMERIC_SETTINGS = frozenset(
+    {"max.retries", "retries.wait.ms", "retries.max.wait.ms", "timeout", "cache.capacity",
+     "cache.latest.ttl.sec"}
+)  # fmt: skip
+
 INSTALL_HINT = "install the schemas extra: pip install 'kmq-dagster[schemas]'"
 
 
@@ -57,7 +63,7 @@ class RegistrySettings:
         """Settings from ``KMQ_SCHEMA_REGISTRY_*`` variables (none set: no registry)."""
         env = os.environ if environ is None else environ
         config = {
-            key[len(_PREFIX) :].lower().replace("_", "."): _typed(value)
+            key[len(_PREFIX) :].lower().replace("_", "."): value
             for key, value in env.items()
             if key.startswith(_PREFIX) and key != f"{_PREFIX}URL"
         }
@@ -75,14 +81,18 @@ class RegistrySettings:
                 "protobuf or json-schema format needs one)",
                 setting="schema_registry_url",
             )
-        return {**self.config, "url": self.url}
+        return {**{key: _typed(key, value) for key, value in self.config.items()}, "url": self.url}
 
 
-def _typed(value: str) -> Any:
-    """A variable's value as the client takes it: numbers (``max.retries``, ``timeout``) as
-    numbers, the rest as text (the client refuses ``"0"`` where it wants ``0``)."""
-    text = value.strip()
-    return int(text) if text.isdigit() else value
+def _typed(key: str, value: Any) -> Any:
+    if key not in _NUMERIC_SETTINGS or not isinstance(value, str):
+        return value
+    try:
+        return float(value) if "." in value else int(value)
+    except ValueError:
+        raise ConfigError(
+            f"schema registry setting {key} must be a number, got {value!r}", setting=key
+        ) from None
 
 
 def _masked(config: Mapping[str, Any]) -> dict[str, Any]:

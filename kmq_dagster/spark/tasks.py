@@ -33,7 +33,7 @@ from kmq_dagster.kafka.record_columns import Record, record_columns
 from kmq_dagster.kafka.slice_reader import Slice, SliceReader
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.concurrent_calls import ChunkCaller, chunk_caller
-from kmq_dagster.spark.message import SparkMessage, spark_messages
+from kmq_dagster.spark.message import SparkMessage, spark_message_class, spark_messages
 from kmq_dagster.spark.process import Function, message_rows, output_columns
 from kmq_dagster.spark.sink import INPUT_COLUMNS, OUTPUT_COLUMNS, ParquetSink, StagedFile
 
@@ -136,6 +136,8 @@ class _Task:
         self.timings = dict.fromkeys(("read", "function", "start_markers", "route", "write"), 0.0)
         self.report.timings_s = self.timings
         self.markers = MarkerWriter(config.settings, config.queue.markers_topic)
+        #: Messages of a queue with a declared format can decode themselves.
+        self._message_type = spark_message_class(config.opened.codecs)
 
     def run(self, function: Function | None) -> TaskReport:
         began = time.perf_counter()
@@ -194,7 +196,7 @@ class _Task:
         timings["read"] += clock() - started
         self._write_markers(work, runs, start=True)
         started = clock()
-        messages = spark_messages(work.topic, work.partition, columns)
+        messages = spark_messages(work.topic, work.partition, columns, self._message_type)
         if calls is None:
             extend_runs(slice_.pending_acks, runs)
             timings["function"] += clock() - started

@@ -16,6 +16,7 @@ from dagster import AssetKey, Definitions, FreshnessPolicy, build_resources
 from dagster.components.testing import create_defs_folder_sandbox
 
 from kmq_dagster import BreakerConfig, KmqQueueComponent, Queue, RetryPolicy
+from kmq_dagster.core.value_formats import ValueFormat
 from kmq_dagster.defs import QueueSpec, kmq_definitions
 from kmq_dagster.demo.orders import price_order
 from kmq_dagster.errors import ConfigError
@@ -29,6 +30,8 @@ ORDERS: dict[str, Any] = {
     "retry": {"delays": ["1s", "3s"], "non_retryable": ["KeyError"]},
     "visibility_timeout": "45s",
     "max_redeliveries": 5,
+    "value_format": "avro",
+    "key_format": "json",
     "function": "kmq_dagster.demo.orders.price_order",
     "output_path": "/data/orders_priced.parquet",
     "backlog_interval_s": 5,
@@ -46,6 +49,8 @@ ORDERS_SPEC = QueueSpec(
         retry_policy=RetryPolicy.fixed([1_000, 3_000], non_retryable=["KeyError"]),
         visibility_timeout_ms=45_000,
         max_redeliveries=5,
+        value_format=ValueFormat.AVRO,
+        key_format=ValueFormat.JSON,
     ),
     function=price_order,
     output_path="/data/orders_priced.parquet",

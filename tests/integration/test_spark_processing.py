@@ -3,22 +3,32 @@ the Parquet output is written (real broker, real Spark)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import col, upper
 
+from kmq_dagster.core.headers import DLQ_REASON, header_value, normalize_headers
+from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.core.value_formats import ValueFormat
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.opened_queue import OpenedQueue
+from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
+from kmq_dagster.schemas.registry import RegistrySettings
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import COORDINATES, SparkQueueJob
 from kmq_dagster.spark.processing import run_processing
 from kmq_dagster.spark.session import local_session
 from kmq_dagster.spark.tasks import SparkMessage
 from tests.kafka_helpers import new_queue, produce, read_topic, running_service, wait_for
+from tests.schema_helpers import serialized
+from tests.schema_registry_double import SchemaRegistryDouble
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -165,3 +175,49 @@ def test_a_transform_must_keep_the_coordinates_and_a_failed_one_commits_nothing(
         fixed.close()
     assert report.read == 1  # its offset was not committed: read again
     assert [r["value"] for r in spark.read.parquet(output).collect()] == [b"x"]
+
+
+def order_row(message: SparkMessage) -> dict[str, object]:
+    order = message.decoded()
+    return {"id": order["id"], "customer": order["customer"]}
+
+
+def test_a_spark_function_decodes_avro_values_through_the_registry_with_its_credentials(
+    spark: SparkSession, settings: KmqSettings, topic_name: str, tmp_path: Path
+) -> None:
+    """The executors ask the registry (the REST test double, basic auth) themselves: the
+    registry settings travel with the queue; an undecodable value is dead-lettered as is."""
+    user_info = "spark-test:s3cret-pw"
+    with SchemaRegistryDouble(user_info) as double:
+        registry = RegistrySettings(double.url, {"basic.auth.user.info": user_info})
+        producer_side = SchemaRegistryClient({"url": double.url, "basic.auth.user.info": user_info})
+        orders = [{"id": i, "customer": f"c{i}"} for i in range(6)]
+        values = [serialized("avro", producer_side, topic_name, order) for order in orders]
+        garbage = b"not avro at all"
+        queue = Queue(topic_name, f"spark-{topic_name}", partitions=PARTITIONS,
+                      retry_policy=RetryPolicy.fixed((1_000,)),
+                      value_format=ValueFormat.AVRO)  # fmt: skip
+        opened = provision_queue(settings.with_overrides(schema_registry=registry), queue).opened
+        produce(settings, topic_name, [*values, garbage], partitions=PARTITIONS)
+        output = str(tmp_path / "orders")
+        job = SparkQueueJob(spark, opened, function=order_row, output_path=output)
+        counts = [0, 0, 0]  # read, succeeded, failed; a batch may stop early on a busy machine
+        try:
+            for _ in range(5):
+                report = job.run_batch()
+                counts = [counts[0] + report.read, counts[1] + report.succeeded,
+                          counts[2] + report.failed]  # fmt: skip
+                if counts[0] >= 7 or report.read == 0:
+                    break
+        finally:
+            job.close()
+        asked = list(double.requests)
+
+    assert counts == [7, 6, 1]
+    rows = spark.read.parquet(output).collect()
+    assert sorted((json.loads(r["result"]) for r in rows), key=lambda o: o["id"]) == orders
+    assert ("GET", "/schemas/ids/1") in asked and double.unauthorized == 0
+    dead = read_topic(settings, opened.queue.dlq_topic, PARTITIONS, at_least=1)
+    assert [r.value() for r in dead] == [garbage]
+    reason = header_value(normalize_headers(dead[0].headers()), DLQ_REASON) or b""
+    assert reason.startswith(b"undecodable value: not in the Schema Registry wire format")
