@@ -3,7 +3,8 @@ the Confluent wire format (magic byte 0, a 4-byte big-endian schema id, then the
 
 Everything here talks to a registry through confluent-kafka's ``SchemaRegistryClient`` only, as
 it would to a real one (``mock://`` URLs give confluent-kafka's in-process mock). The serializers
-come from the ``schemas`` extra: ``pip install 'kmq-dagster[schemas]'``.
+come from the ``schemas`` extra: ``pip install -e '.[schemas]'`` in the clone (the test extra
+has it).
 """
 
 from kmq_dagster.schemas.formats import ValueFormat, parse_value_format

@@ -36,7 +36,7 @@ _NUMERIC_SETTINGS = frozenset(
      "cache.latest.ttl.sec"}
 )  # fmt: skip
 
-INSTALL_HINT = "install the schemas extra: pip install 'kmq-dagster[schemas]'"
+INSTALL_HINT = "install the schemas extra: pip install -e '.[schemas]' in your kmq-dagster clone"
 
 
 @dataclass(frozen=True)
