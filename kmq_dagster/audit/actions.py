@@ -190,7 +190,8 @@ class ActionRecord:
         try:
             self.finish(state, count, outcome)
         except AuditStoreError:
-            log.warning("could not record the end of action %d", self.id, exc_info=True)
+            # The caller's error line carries the note: a traceback before it would bury it.
+            log.debug("could not record the end of action %d", self.id, exc_info=True)
             return (
                 f"; the action (#{self.id}) could not be written as ended either: it reads as "
                 "interrupted once this process has exited"
