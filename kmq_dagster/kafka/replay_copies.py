@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaException, Message
 
 from kmq_dagster.audit.history import ReplayedCopy
 from kmq_dagster.core.headers import (
@@ -21,11 +21,13 @@ from kmq_dagster.core.headers import (
     normalize_headers,
     replace_headers,
 )
+from kmq_dagster.core.oversize import REFERENCE_HEADERS
 from kmq_dagster.core.replay import TO_RETRY, read_replay_count, replay_headers
 from kmq_dagster.core.replay_request import ReplayRequest
 from kmq_dagster.errors import DeliveryError
 from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, Deliveries
+from kmq_dagster.kafka.oversize import size_refusal
 from kmq_dagster.settings import KmqSettings
 
 
@@ -55,32 +57,53 @@ class ReplayCopier:
         self._started = time.monotonic()
 
     def write(
-        self, records: list[Message], replays: dict[tuple[int, int], int] | None = None
+        self,
+        records: list[Message],
+        replays: dict[tuple[int, int], int] | None = None,
+        values: dict[tuple[int, int], bytes | None] | None = None,
     ) -> list[ReplayedCopy]:
         """Write copies of ``records`` and wait for the broker; returns where each went.
 
         Args:
             replays: per (partition, offset), the replays the audit store recorded against a
                 dead letter by other requests; added to its header's replay count.
+            values: per (partition, offset), the value a reference dead letter stands for
+                (``kafka.reference_resolver``), copied instead of its empty one.
 
         Raises:
-            DeliveryError: the broker refused a copy or did not answer in time.
+            DeliveryError: the broker refused a copy or did not answer in time, or a copy is
+                over the producer's size limit.
         """
         copies = Deliveries(self.producer)
         for record in records:
             self._wait_for_rate()
             headers = normalize_headers(record.headers())
-            earlier = (replays or {}).get((record.partition() or 0, record.offset() or 0), 0)
+            at = (record.partition() or 0, record.offset() or 0)
+            earlier = (replays or {}).get(at, 0)
             count = read_replay_count(headers) + earlier
             plan = replay_headers(self.request.target, count, self.clock_ms())
-            kept = [(k, v) for k, v in headers if k not in plan.drop]
-            copies.produce(
-                self.target,
-                key=record.key(),
-                value=record.value(),
-                headers=[*replace_headers(kept, plan.updates)],
-                partition=self._target_partition(record, headers),
-            )
+            # A resolved reference is the message again: it loses the reference's headers.
+            dropped = (*plan.drop, *REFERENCE_HEADERS)
+            kept = [(k, v) for k, v in headers if k not in dropped]
+            value = (values or {}).get(at, record.value())
+            try:
+                copies.produce(
+                    self.target,
+                    key=record.key(),
+                    value=value,
+                    headers=[*replace_headers(kept, plan.updates)],
+                    partition=self._target_partition(record, headers),
+                )
+            except KafkaException as exc:
+                refusal = size_refusal(exc)
+                if refusal is None:
+                    raise
+                raise DeliveryError(
+                    f"the copy of dead letter {record.topic()} [{at[0]}] @ {at[1]} "
+                    f"({len(value or b''):,} bytes of value) is over the producer's limit "
+                    f"({refusal.str()}); replay it with a larger -X message.max.bytes=N (the "
+                    "broker's and the topic's limits must allow it too)"
+                ) from None
             self.producer.poll(0)
             self._sent += 1
         try:
