@@ -62,7 +62,7 @@ def with_settings(queue: OpenedQueue, settings: KmqSettings) -> OpenedQueue:
 
 
 @contextmanager
-def running(run: Callable[[threading.Event], None]) -> Iterator[Callable[[], None]]:
+def running(run: Callable[[threading.Event], object]) -> Iterator[Callable[[], None]]:
     """Run ``run(stop)`` on a thread; yields a check that it is still running (it raised
     nothing), which the block calls after its waits and which is checked again at the end."""
     stop = threading.Event()
@@ -248,7 +248,10 @@ def test_a_reference_to_another_queues_topic_is_not_replayed_and_says_why(
     other = new_queue(settings, f"{topic_name}-other", "g")
     produce(settings, other.topic, [b"secret"])
     producer = Producer(settings.producer_config())
-    forged = [(VALUE_REF, f"{other.topic}/0/0"), (OVERSIZE_BYTES, "6")]
+    forged: list[tuple[str, str | bytes | None]] = [
+        (VALUE_REF, f"{other.topic}/0/0"),
+        (OVERSIZE_BYTES, "6"),
+    ]
     producer.produce(queue.queue.dlq_topic, value=b"", partition=0, headers=forged)
     assert producer.flush(30) == 0
     # when it is replayed, then the replay stops with the reason, before any copy
