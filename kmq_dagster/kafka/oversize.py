@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from kmq_dagster.core.headers import Headers, replace_headers
+from kmq_dagster.core.headers import DLQ_REASON, Headers, header_value, replace_headers
 from kmq_dagster.core.oversize import (
     ValueRef,
     oversize_reason,
@@ -75,6 +75,9 @@ class References(Generic[T]):
         self.refused += 1
         size = record_size(refused.key, refused.value, refused.headers)
         reason = oversize_reason(size, refused.target, refused.refusal.str(), refused.source)
+        earlier = header_value(refused.headers, DLQ_REASON)
+        if earlier:  # it was on its way to the DLQ: say why too
+            reason += f"; dead-lettered because: {earlier.decode(errors='replace')}"
         log.warning("%s", reason)
         updates = reference_updates(refused.source, size, reason)
         # A dead letter is not due anywhere; its failure headers stay as the copy had them.
