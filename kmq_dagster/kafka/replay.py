@@ -346,6 +346,7 @@ class _ReplayRun:
             return
         # Before any effect: a reference that cannot be resolved stops the replay here.
         values = self.references.values(moving)
+        self.copier.refuse_oversize(moving, values)
         positions = positions_after(chunk)
         if moving:
             self.intent.commit(offsets=positions, asynchronous=False)

@@ -21,7 +21,7 @@ from kmq_dagster.core.headers import (
     normalize_headers,
     replace_headers,
 )
-from kmq_dagster.core.oversize import REFERENCE_HEADERS
+from kmq_dagster.core.oversize import REFERENCE_HEADERS, record_size
 from kmq_dagster.core.replay import TO_RETRY, read_replay_count, replay_headers
 from kmq_dagster.core.replay_request import ReplayRequest
 from kmq_dagster.errors import DeliveryError
@@ -53,8 +53,29 @@ class ReplayCopier:
         self.partitions = partitions
         self.clock_ms = clock_ms
         self.producer = new_producer(settings)
+        limit = settings.producer_config()["message.max.bytes"]
+        #: The producer's size limit (``None``: a value librdkafka refused already).
+        self.limit_bytes = limit if isinstance(limit, int) else None
         self._sent = 0
         self._started = time.monotonic()
+
+    def refuse_oversize(
+        self, records: list[Message], values: dict[tuple[int, int], bytes | None]
+    ) -> None:
+        """Raise before any effect (no intent recorded, nothing sent) when a copy would be
+        over the producer's size limit.
+
+        Raises:
+            DeliveryError: names the first dead letter whose copy is too large.
+        """
+        if self.limit_bytes is None:
+            return
+        for record in records:
+            at = (record.partition() or 0, record.offset() or 0)
+            value = values.get(at, record.value())
+            size = record_size(record.key(), value, normalize_headers(record.headers()))
+            if size > self.limit_bytes:
+                raise DeliveryError(_too_large(record, at, value, f"{self.limit_bytes:,} bytes"))
 
     def write(
         self,
@@ -98,12 +119,7 @@ class ReplayCopier:
                 refusal = size_refusal(exc)
                 if refusal is None:
                     raise
-                raise DeliveryError(
-                    f"the copy of dead letter {record.topic()} [{at[0]}] @ {at[1]} "
-                    f"({len(value or b''):,} bytes of value) is over the producer's limit "
-                    f"({refusal.str()}); replay it with a larger -X message.max.bytes=N (the "
-                    "broker's and the topic's limits must allow it too)"
-                ) from None
+                raise DeliveryError(_too_large(record, at, value, refusal.str())) from None
             self.producer.poll(0)
             self._sent += 1
         try:
@@ -142,3 +158,11 @@ class ReplayCopier:
     def close(self) -> None:
         """Flush what the producer still holds (copies of a chunk that failed)."""
         self.producer.flush(DELIVERY_TIMEOUT_S)
+
+
+def _too_large(record: Message, at: tuple[int, int], value: bytes | None, limit: str) -> str:
+    return (
+        f"the copy of dead letter {record.topic()} [{at[0]}] @ {at[1]} ({len(value or b''):,} "
+        f"bytes of value) is over the producer's limit ({limit}); replay it with a larger "
+        "-X message.max.bytes=N (the broker's and the topic's limits must allow it too)"
+    )

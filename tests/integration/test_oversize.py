@@ -27,7 +27,7 @@ from kmq_dagster.core.markers import EndMarker, decode_marker
 from kmq_dagster.core.oversize import OVERSIZE_BYTES, VALUE_REF
 from kmq_dagster.core.replay_request import ReplayRequest
 from kmq_dagster.core.retry_headers import Failure
-from kmq_dagster.errors import ReferenceUnresolvedError
+from kmq_dagster.errors import DeliveryError, ReferenceUnresolvedError
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.opened_queue import OpenedQueue, vouch_for
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
@@ -258,3 +258,16 @@ def test_a_reference_to_another_queues_topic_is_not_replayed_and_says_why(
     with pytest.raises(ReferenceUnresolvedError, match="not a topic of"):
         replay_dead_letters(queue, ReplayRequest())
     assert read_topic(settings, queue.queue.redelivery_topic, 1, timeout_s=5) == []
+
+
+def test_a_replay_whose_copy_is_over_the_limit_stops_before_any_effect_and_says_why(
+    settings: KmqSettings, queue: OpenedQueue
+) -> None:
+    # given a reference dead letter for a 2 MB message, replayed with a 1 MB producer limit
+    produce(settings, queue.topic, [BIG])
+    dead_letter_a_reference(settings, queue)
+    with pytest.raises(DeliveryError, match=r"over the producer's limit .*-X message.max.bytes"):
+        replay_dead_letters(with_settings(queue, limited(settings)), ReplayRequest())
+    # then nothing was sent, so the rerun with a larger limit has no possible duplicates
+    report = replay_dead_letters(queue, ReplayRequest())
+    assert (report.replayed, report.possible_duplicates) == (1, 0)
