@@ -52,6 +52,11 @@ class DeliveryError(BrokerError):
     """Records kmq produced were not acknowledged by the broker; nothing was marked done."""
 
 
+class ReferenceUnresolvedError(KmqError):
+    """A dead letter that stands for a message too large to copy (a reference) cannot be
+    replayed: the record it points at is gone, unreadable, or not the queue's."""
+
+
 class ProvisionError(KmqError):
     """Topics could not be created, or existing topics do not fit the queue's layout."""
 

@@ -45,11 +45,11 @@ DEFAULT_REQUEST_TIMEOUT_MS = 15_000
 DEFAULT_FETCH_WAIT_MAX_MS = 50
 #: How soon a consumer fetches again after its local queue was full (librdkafka: 1000 ms).
 FETCH_QUEUE_BACKOFF_MS = 10
-#: Client-side size limit of kmq's producers: the broker's own limit is the one that counts,
-#: and kmq must never refuse to move (redeliver, retry, dead-letter) a record it was able to read.
+#: Client-side size limit of kmq's producers unless ``-X message.max.bytes`` sets another: the
+#: broker's own limit is the one that usually counts. A record over either limit that kmq must
+#: copy (redeliver, retry, dead-letter) is dead-lettered as a reference (``core.oversize``).
 PRODUCER_MESSAGE_MAX_BYTES = 16 * 1024 * 1024
-#: The largest ``message.max.bytes`` librdkafka takes; ``-X message.max.bytes`` may raise the
-#: producers' limit up to it, never lower it below :data:`PRODUCER_MESSAGE_MAX_BYTES`.
+#: The largest ``message.max.bytes`` librdkafka takes (``-X message.max.bytes`` up to it).
 MAX_PRODUCER_MESSAGE_MAX_BYTES = 1_000_000_000
 #: Messages fetched per batch; one start marker covers a contiguous run of a batch.
 DEFAULT_BATCH_SIZE = 500
@@ -254,15 +254,35 @@ class KmqSettings:
         }
 
     def _producer_message_max_bytes(self) -> int | str:
-        """:data:`PRODUCER_MESSAGE_MAX_BYTES`, or more if ``-X message.max.bytes`` asks; a
+        """``-X message.max.bytes`` if given, else :data:`PRODUCER_MESSAGE_MAX_BYTES`; a
         value that is not a number is passed on for librdkafka to refuse by name."""
         asked = self.client_config.get("message.max.bytes")
         if asked is None:
             return PRODUCER_MESSAGE_MAX_BYTES
         try:
-            return max(PRODUCER_MESSAGE_MAX_BYTES, int(asked))
+            return int(asked)
         except ValueError:
             return str(asked)
+
+    def fetch_limits(self, **kmq_limits: int) -> dict[str, int]:
+        """kmq's bounds on a consumer's fetches (``fetch_max_bytes=...``, ``_`` for ``.``),
+        derived from the user's settings: a bound set with ``-X`` / ``KMQ_KAFKA_*`` is the
+        user's (left out here, so theirs applies), and ``fetch.max.bytes`` is never below the
+        user's ``message.max.bytes`` (librdkafka refuses such a consumer). Kafka answers a
+        fetch with at least one whole record however large, so these bound memory, not what
+        can be read."""
+        limits: dict[str, int] = {}
+        for name, value in kmq_limits.items():
+            setting = name.replace("_", ".")
+            if setting not in self.client_config:
+                limits[setting] = value
+        if "fetch.max.bytes" in limits:
+            try:
+                asked = int(self.client_config.get("message.max.bytes", 0))
+            except ValueError:  # librdkafka refuses it by name
+                asked = 0
+            limits["fetch.max.bytes"] = max(limits["fetch.max.bytes"], asked)
+        return limits
 
     def consumer_config(self, group: str, **extra: Any) -> dict[str, Any]:
         """Configuration for a ``Consumer`` in ``group``: offsets are committed by kmq only.

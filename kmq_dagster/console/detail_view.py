@@ -31,6 +31,7 @@ from kmq_dagster.console.rendering import (
     view_value,
 )
 from kmq_dagster.core.dead_letter_formats import TRACEBACK_HEADERS
+from kmq_dagster.core.oversize import REFERENCE_HEADERS, Reference, reference_of
 from kmq_dagster.core.wording import counted
 
 FORMATS = ("JSON", "Text", "Hex")
@@ -86,6 +87,12 @@ def _facts(d: DeadLetter) -> list[dict[str, str]]:
         else "unknown"
     )
     size = f"{d.value_size:,} bytes" + (" (stored cut at 64 KB)" if d.value_truncated else "")
+    reference = _reference(d)
+    if reference is not None:
+        size = (
+            f"{reference.size_bytes:,} bytes, not in the DLQ: too large to copy; a reference to "
+            f"{reference.ref.describe()} (replay reads it from there)"
+        )
     facts = {
         "queue / group": f"{d.queue_topic} / {d.group_id}",
         "status": d.status,
@@ -104,7 +111,29 @@ def _facts(d: DeadLetter) -> list[dict[str, str]]:
     return [{"field": name, "value": value} for name, value in facts.items()]
 
 
+def _reference(d: DeadLetter) -> Reference | None:
+    """The reference a dead letter is (``core.oversize``): a message too large to copy whose
+    bytes stay in its source topic; ``None`` for an ordinary (or unreadable) one."""
+    texts = [
+        (str(name), str(value).encode())
+        for name, value, is_base64 in d.headers or []
+        if name in REFERENCE_HEADERS and value is not None and not is_base64
+    ]
+    try:
+        return reference_of(texts)
+    except ValueError:
+        return None
+
+
 def _value(dead_letter: DeadLetter, masker: Masker) -> None:
+    reference = _reference(dead_letter)
+    if reference is not None:
+        st.info(
+            f"Too large to copy ({reference.size_bytes:,} bytes): this dead letter is a "
+            f"reference. The message is at {reference.ref.describe()} while that topic "
+            "retains it; a replay reads it from there. The reason says which copy was refused."
+        )
+        return
     view = view_value(dead_letter.value, masker)
     if view.kind == EMPTY:
         st.text("(no value)")

@@ -131,9 +131,10 @@ class DeliveryTally:
     ) -> None:
         """Produce one record through :func:`produce` (fields as it takes them);
         ``on_delivery``, if given, gets the broker's answer too."""
-        self.produced += 1
         report = self._report if on_delivery is None else self._reporting_to(on_delivery)
         produce(self._producer, topic, on_delivery=report, **fields)
+        # Counted once queued: a record the client refused at once (it raised) has no answer.
+        self.produced += 1
 
     def _reporting_to(self, on_delivery: DeliveryCallback) -> DeliveryCallback:
         def report(error: KafkaError | None, record: Message) -> None:

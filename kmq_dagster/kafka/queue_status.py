@@ -213,7 +213,7 @@ class _Reading:
             f"kmq-status-{uuid.uuid4().hex}",
             **{
                 "enable.partition.eof": True,
-                "max.partition.fetch.bytes": FETCH_BYTES_PER_PARTITION,
+                **settings.fetch_limits(max_partition_fetch_bytes=FETCH_BYTES_PER_PARTITION),
                 "error_cb": self.errors.on_error,
             },
         )

@@ -29,7 +29,8 @@ READ_BATCH = 1_000
 PREFETCH_MESSAGES = 5_000
 PREFETCH_KBYTES = 4_096
 #: Largest fetch response: a broker may answer with up to this much at once (librdkafka's
-#: default, 50 MB, is a 50 MB buffer in the tracker).
+#: default, 50 MB, is a 50 MB buffer in the tracker); ``-X fetch.max.bytes`` or a larger
+#: ``-X message.max.bytes`` raises it (``KmqSettings.fetch_limits``).
 FETCH_MAX_BYTES = 1024 * 1024
 
 
@@ -43,9 +44,11 @@ class RecordReader:
             client_group,
             **{
                 "enable.partition.eof": True,
-                "queued.min.messages": PREFETCH_MESSAGES,
-                "queued.max.messages.kbytes": PREFETCH_KBYTES,
-                "fetch.max.bytes": FETCH_MAX_BYTES,
+                **settings.fetch_limits(
+                    queued_min_messages=PREFETCH_MESSAGES,
+                    queued_max_messages_kbytes=PREFETCH_KBYTES,
+                    fetch_max_bytes=FETCH_MAX_BYTES,
+                ),
             },
         )
 

@@ -4,7 +4,8 @@ For each overdue message of a markers partition: read the original record at its
 offset, produce a copy to the group's redelivery topic (or, past ``max_redeliveries``, to the
 group's DLQ with the reason), wait for the broker's acknowledgement of every copy, then write
 end markers for the old messages. The redelivery tracker (``kafka.redelivery_tracker``) reads
-the markers and decides what is overdue.
+the markers and decides what is overdue. A copy refused for its size is dead-lettered as a
+reference instead (``kafka.oversize``), and its message is ended only once that is durable.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from kmq_dagster.core.headers import (
     DLQ_REASON,
@@ -25,12 +26,14 @@ from kmq_dagster.core.headers import (
     int_header,
 )
 from kmq_dagster.core.inflight import MessageRef
+from kmq_dagster.core.oversize import ValueRef
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.ranges import OffsetRun, offset_runs
 from kmq_dagster.core.wording import counted
 from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import COPY_ANSWER_TIMEOUT_S, DELIVERY_TIMEOUT_S, DeliveryTally
 from kmq_dagster.kafka.marker_writer import MarkerWriter
+from kmq_dagster.kafka.oversize import References, RefusedCopy, is_size_refusal, size_refusal
 from kmq_dagster.kafka.record_reader import RecordReader
 from kmq_dagster.kafka.tracker_state import MarkersPartitionState, TrackerStats
 from kmq_dagster.settings import KmqSettings
@@ -65,11 +68,14 @@ class Redeliverer:
             by_source[(ref.topic, ref.partition)].append(ref.offset)
         done: dict[tuple[str, int], list[int]] = defaultdict(list)
         copies = DeliveryTally(self._producer)
+        # Copies refused for their size: by the client at once, by the broker in its answer.
+        refused: list[RefusedCopy] = []
+        refused_later: list[RefusedCopy] = []
         for (topic, partition), offsets in by_source.items():
             read = self._reader.read(topic, partition, offsets)
             ended = done[(topic, partition)]
             for offset, record in sorted(read.found.items()):
-                self._produce_copy(record, copies)
+                self._produce_copy(record, copies, refused, refused_later)
                 ended.append(offset)
             for offset in read.gone:
                 self._record_gone(MessageRef(topic, partition, offset))
@@ -81,7 +87,8 @@ class Redeliverer:
                     del state.undecided_reads[ref]
                     self._record_gone(ref)
                     ended.append(offset)
-        if not copies.all_delivered(COPY_ANSWER_TIMEOUT_S):
+        copies.all_delivered(COPY_ANSWER_TIMEOUT_S)
+        if not self._references_delivered(refused, refused_later, copies):
             # Nothing is ended: every message stays in flight and is tried again next check.
             self._stats.produce_failures += 1
             failures = [error.str() for error in copies.errors[:1]] or "no answer in time"
@@ -99,7 +106,30 @@ class Redeliverer:
         self._markers.serve()
         return sum(len(offsets) for offsets in done.values())
 
-    def _produce_copy(self, record: Message, copies: DeliveryTally) -> None:
+    def _references_delivered(
+        self, refused: list[RefusedCopy], refused_later: list[RefusedCopy], copies: DeliveryTally
+    ) -> bool:
+        """Dead-letter a reference for each copy refused for its size (``kafka.oversize``);
+        True if the broker acknowledged every other copy and every reference."""
+        if copies.delivered + len(refused_later) != copies.produced:
+            return False
+        for copy in refused_later:  # counted as copied when produced
+            if copy.target == self.redelivery_topic:
+                self._stats.redelivered -= 1
+                self._stats.dead_lettered += 1
+        references: References[None] = References(self._producer, self.dlq_topic)
+        for copy in refused + refused_later:
+            references.write(None, copy)
+        self._stats.oversize += references.refused
+        return len(references.delivered()) == len(refused) + len(refused_later)
+
+    def _produce_copy(
+        self,
+        record: Message,
+        copies: DeliveryTally,
+        refused: list[RefusedCopy],
+        refused_later: list[RefusedCopy],
+    ) -> None:
         # On the path of every redelivered message: a backlog of a million moves through here.
         # The client hands headers out as (str, bytes | None) pairs already.
         headers: list[tuple[str, bytes | None]] = record.headers() or []  # type: ignore[assignment]
@@ -119,13 +149,35 @@ class Redeliverer:
                     self.max_redeliveries, "redelivery", "redeliveries"
                 )
                 tail.append((DLQ_REASON, reason.encode()))
-        copies.produce(
-            target,
-            key=record.key(),
-            value=record.value(),
-            headers=self._copy_headers(record, headers, tail),
-            partition=record.partition() or 0,
-        )
+        copy_headers = self._copy_headers(record, headers, tail)
+
+        def refuse(error: KafkaError) -> RefusedCopy:
+            source = ValueRef(record.topic() or "", record.partition() or 0, record.offset() or 0)
+            return RefusedCopy(
+                source, target, record.key(), record.value(), copy_headers,
+                record.partition() or 0, error,
+            )  # fmt: skip
+
+        def report(error: KafkaError | None, _copy: Message) -> None:
+            if error is not None and is_size_refusal(error):  # the broker's limit
+                refused_later.append(refuse(error))
+
+        try:
+            copies.produce(
+                target,
+                on_delivery=report,
+                key=record.key(),
+                value=record.value(),
+                headers=copy_headers,
+                partition=record.partition() or 0,
+            )
+        except KafkaException as exc:
+            refusal = size_refusal(exc)  # the client's limit
+            if refusal is None:
+                raise
+            refused.append(refuse(refusal))
+            self._stats.dead_lettered += 1
+            return
         if target == self.dlq_topic:
             self._stats.dead_lettered += 1
         else:

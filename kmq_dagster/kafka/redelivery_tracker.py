@@ -91,9 +91,12 @@ class RedeliveryTracker:
                 "error_cb": self.stats.client_errors.on_error,
                 # The markers are small and many: librdkafka's default prefetch (100,000
                 # messages or 64 MB per partition) alone would take the tracker past 100 MB.
-                "queued.min.messages": MARKERS_PREFETCH_MESSAGES,
-                "queued.max.messages.kbytes": MARKERS_PREFETCH_KBYTES,
-                "fetch.max.bytes": FETCH_MAX_BYTES,
+                # Each bound is the user's where -X / KMQ_KAFKA_* sets it.
+                **settings.fetch_limits(
+                    queued_min_messages=MARKERS_PREFETCH_MESSAGES,
+                    queued_max_messages_kbytes=MARKERS_PREFETCH_KBYTES,
+                    fetch_max_bytes=FETCH_MAX_BYTES,
+                ),
             },
         )
         self._redeliverer = Redeliverer(settings, queue, self.stats)

@@ -61,6 +61,7 @@ from kmq_dagster.core.replay_request import (
 from kmq_dagster.errors import AuditStoreError, ConfigError
 from kmq_dagster.kafka.clients import new_consumer, positions_after, wall_clock_ms
 from kmq_dagster.kafka.opened_queue import OpenedQueue
+from kmq_dagster.kafka.reference_resolver import ReferenceResolver
 from kmq_dagster.kafka.replay_copies import ReplayCopier
 from kmq_dagster.kafka.topic_reader import read_to_end
 from kmq_dagster.settings import KmqSettings
@@ -110,6 +111,8 @@ def replay_dead_letters(
 
     Raises:
         ConfigError: a bad request (unknown partition in the selection).
+        ReferenceUnresolvedError: a selected dead letter stands for a message too large to
+            copy, and that message can no longer be read (nothing of its chunk was sent).
         DeliveryError: the broker refused copies; progress stops before them, rerun to resume.
         AuditStoreError: the store refused a write; the message says what was left unconfirmed.
     """
@@ -269,6 +272,7 @@ class _ReplayRun:
             settings, request, self.target, len(self.partitions), clock_ms=clock_ms,
             dead_letter_format=self.dead_letter_format,
         )  # fmt: skip
+        self.references = ReferenceResolver(settings, queue)
         # Under a rate limit, about a second of copies per chunk, so a cancel acts quickly.
         rate = request.rate_per_s
         self.chunk_size = CHUNK if rate is None else max(1, min(CHUNK, int(rate)))
@@ -350,13 +354,21 @@ class _ReplayRun:
                 )
         if request.dry_run:
             return
+        # Before any effect: a reference that cannot be resolved stops the replay here.
+        values = self.references.values(moving)
+        self.copier.refuse_oversize(moving, values)
         positions = positions_after(chunk)
         if moving:
             self.intent.commit(offsets=positions, asynchronous=False)
-            self._send(moving, earlier)
+            self._send(moving, earlier, values)
         self.done.commit(offsets=positions, asynchronous=False)
 
-    def _send(self, moving: list[Message], earlier: dict[tuple[int, int], int]) -> None:
+    def _send(
+        self,
+        moving: list[Message],
+        earlier: dict[tuple[int, int], int],
+        values: dict[tuple[int, int], bytes | None],
+    ) -> None:
         """Record the copies as about to be sent, send them, confirm them (docs/design.md)."""
         report, audit, action = self.report, self.audit, self.action
         coordinates = [(r.partition() or 0, r.offset() or 0) for r in moving]
@@ -366,7 +378,7 @@ class _ReplayRun:
                 actor=self.actor, replay_id=report.replay_id,
             )  # fmt: skip
             self.unconfirmed = len(moving)
-        copies = self.copier.write(moving, earlier)
+        copies = self.copier.write(moving, earlier, values)
         if audit is not None and action is not None:
             replayed = report.replayed + len(moving)
             confirm_copies(
@@ -394,5 +406,6 @@ class _ReplayRun:
 
     def close(self) -> None:
         self.copier.close()
+        self.references.close()
         self.done.close()
         self.intent.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaException, Message
 
 from kmq_dagster.audit.history import ReplayedCopy
 from kmq_dagster.core.dead_letter_formats import EACH_ORIGINAL_TOPIC, KMQ, reading_headers
@@ -22,11 +22,13 @@ from kmq_dagster.core.headers import (
     normalize_headers,
     replace_headers,
 )
+from kmq_dagster.core.oversize import REFERENCE_HEADERS, record_size
 from kmq_dagster.core.replay import TO_RETRY, read_replay_count, replay_headers
 from kmq_dagster.core.replay_request import ReplayRequest
 from kmq_dagster.errors import DeliveryError
 from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, Deliveries
+from kmq_dagster.kafka.oversize import size_refusal
 from kmq_dagster.settings import KmqSettings
 
 
@@ -57,38 +59,75 @@ class ReplayCopier:
         self.partitions = partitions
         self.clock_ms = clock_ms
         self.producer = new_producer(settings)
+        limit = settings.producer_config()["message.max.bytes"]
+        #: The producer's size limit (``None``: a value librdkafka refused already).
+        self.limit_bytes = limit if isinstance(limit, int) else None
         self._sent = 0
         self._started = time.monotonic()
 
+    def refuse_oversize(
+        self, records: list[Message], values: dict[tuple[int, int], bytes | None]
+    ) -> None:
+        """Raise before any effect (no intent recorded, nothing sent) when a copy would be
+        over the producer's size limit.
+
+        Raises:
+            DeliveryError: names the first dead letter whose copy is too large.
+        """
+        if self.limit_bytes is None:
+            return
+        for record in records:
+            at = (record.partition() or 0, record.offset() or 0)
+            value = values.get(at, record.value())
+            size = record_size(record.key(), value, normalize_headers(record.headers()))
+            if size > self.limit_bytes:
+                raise DeliveryError(_too_large(record, at, value, f"{self.limit_bytes:,} bytes"))
+
     def write(
-        self, records: list[Message], replays: dict[tuple[int, int], int] | None = None
+        self,
+        records: list[Message],
+        replays: dict[tuple[int, int], int] | None = None,
+        values: dict[tuple[int, int], bytes | None] | None = None,
     ) -> list[ReplayedCopy]:
         """Write copies of ``records`` and wait for the broker; returns where each went.
 
         Args:
             replays: per (partition, offset), the replays the audit store recorded against a
                 dead letter by other requests; added to its header's replay count.
+            values: per (partition, offset), the value a reference dead letter stands for
+                (``kafka.reference_resolver``), copied instead of its empty one.
 
         Raises:
-            DeliveryError: the broker refused a copy or did not answer in time.
+            DeliveryError: the broker refused a copy or did not answer in time, or a copy is
+                over the producer's size limit.
         """
         copies = Deliveries(self.producer)
         for record in records:
             self._wait_for_rate()
             headers = normalize_headers(record.headers())
             read_as = reading_headers(self.dead_letter_format, headers)
-            earlier = (replays or {}).get((record.partition() or 0, record.offset() or 0), 0)
+            at = (record.partition() or 0, record.offset() or 0)
+            earlier = (replays or {}).get(at, 0)
             count = read_replay_count(headers) + earlier
             plan = replay_headers(self.request.target, count, self.clock_ms())
-            kept = [(k, v) for k, v in headers if k not in plan.drop]
+            # A resolved reference is the message again: it loses the reference's headers.
+            dropped = (*plan.drop, *REFERENCE_HEADERS)
+            kept = [(k, v) for k, v in headers if k not in dropped]
+            value = (values or {}).get(at, record.value())
             target = self._target_of(read_as)
-            copies.produce(
-                target,
-                key=record.key(),
-                value=record.value(),
-                headers=[*replace_headers(kept, plan.updates)],
-                partition=self._target_partition(record, read_as, target),
-            )
+            try:
+                copies.produce(
+                    target,
+                    key=record.key(),
+                    value=value,
+                    headers=[*replace_headers(kept, plan.updates)],
+                    partition=self._target_partition(record, read_as, target),
+                )
+            except KafkaException as exc:
+                refusal = size_refusal(exc)
+                if refusal is None:
+                    raise
+                raise DeliveryError(_too_large(record, at, value, refusal.str())) from None
             self.producer.poll(0)
             self._sent += 1
         try:
@@ -143,3 +182,11 @@ class ReplayCopier:
     def close(self) -> None:
         """Flush what the producer still holds (copies of a chunk that failed)."""
         self.producer.flush(DELIVERY_TIMEOUT_S)
+
+
+def _too_large(record: Message, at: tuple[int, int], value: bytes | None, limit: str) -> str:
+    return (
+        f"the copy of dead letter {record.topic()} [{at[0]}] @ {at[1]} ({len(value or b''):,} "
+        f"bytes of value) is over the producer's limit ({limit}); replay it with a larger "
+        "-X message.max.bytes=N (the broker's and the topic's limits must allow it too)"
+    )

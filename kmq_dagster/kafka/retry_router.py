@@ -3,7 +3,8 @@
 A failed message is copied (key, value and user headers kept, ``kmq-*`` headers set) to the
 group's retry topic for its next delay, or to the group's DLQ once the policy gives up. Only
 after the broker has acknowledged the copy is the original acknowledged; a copy that could not
-be written leaves the original unacknowledged, so the tracker redelivers it.
+be written leaves the original unacknowledged, so the tracker redelivers it. A copy refused
+for its size is dead-lettered as a reference (``kafka.oversize``), acknowledged the same way.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kmq_dagster.core.headers import REDELIVERY_COUNT, replace_headers
 from kmq_dagster.core.masking import masker_from_env
+from kmq_dagster.core.oversize import ValueRef
 from kmq_dagster.core.retry import DeadLetter, Retry
 from kmq_dagster.core.retry_headers import (
     ATTEMPT,
@@ -36,6 +38,7 @@ from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import COPY_ANSWER_TIMEOUT_S, DELIVERY_TIMEOUT_S, Deliveries
 from kmq_dagster.kafka.message import QueueMessage, origin_or_own
 from kmq_dagster.kafka.opened_queue import OpenedQueue
+from kmq_dagster.kafka.oversize import References, RefusedCopy, is_size_refusal, size_refusal
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +87,8 @@ class RouterStats:
     dead_lettered: int = 0
     corrupt: int = 0
     write_failures: int = 0
+    #: Copies refused for their size, dead-lettered as references instead.
+    oversize: int = 0
 
 
 class RetryRouter:
@@ -140,21 +145,48 @@ class RetryRouter:
             The messages whose copy the broker acknowledged: only these may be acked.
         """
         copies = Deliveries(self._producer)
-        for message, failure in failed:
+        # A copy refused for its size goes to the DLQ as a reference instead (core.oversize).
+        references: References[int] = References(self._producer, self.dlq_topic)
+        planned: list[tuple[str, list[tuple[str, bytes | None]]]] = []
+        for index, (message, failure) in enumerate(failed):
             target, updates = self._plan(message, failure)
-            copies.produce(
-                target,
-                key=message.key,
-                value=message.value,
-                headers=[*replace_headers(message.headers, updates)],
-                partition=message.partition,
-            )
+            planned.append((target, replace_headers(message.headers, updates)))
+            try:
+                copies.produce(
+                    target,
+                    key=message.key,
+                    value=message.value,
+                    headers=planned[index][1],
+                    partition=message.partition,
+                )
+            except KafkaException as exc:
+                refusal = size_refusal(exc)
+                if refusal is None:
+                    raise
+                references.write(index, self._refused(message, *planned[index], refusal))
         delivered = copies.wait(COPY_ANSWER_TIMEOUT_S).delivered
-        for error in copies.failed.values():
-            log.warning("retry copy not written: %s", error.str())
+        for index, error in copies.failed.items():
+            if is_size_refusal(error):
+                references.write(index, self._refused(failed[index][0], *planned[index], error))
+            else:
+                log.warning("retry copy not written: %s", error.str())
+        delivered |= set(references.delivered())
+        self.stats.oversize += references.refused
         routed = [message for index, (message, _) in enumerate(failed) if index in delivered]
         self.stats.write_failures += len(failed) - len(routed)
         return routed
+
+    def _refused(
+        self,
+        message: QueueMessage,
+        target: str,
+        headers: list[tuple[str, bytes | None]],
+        refusal: KafkaError,
+    ) -> RefusedCopy:
+        source = ValueRef(message.topic, message.partition, message.offset)
+        return RefusedCopy(
+            source, target, message.key, message.value, headers, message.partition, refusal
+        )
 
     def _plan(
         self, message: QueueMessage, failure: Failure | str | GiveUp

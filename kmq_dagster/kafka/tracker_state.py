@@ -19,6 +19,8 @@ class TrackerStats:
     dead_lettered: int = 0
     records_gone: int = 0
     produce_failures: int = 0
+    #: Copies refused for their size, dead-lettered as references instead.
+    oversize: int = 0
     client_errors: ClientErrors = field(default_factory=ClientErrors)
     #: Unacknowledged messages of the owned partitions, as of the last commit (each second).
     in_flight: int = 0
