@@ -1,20 +1,25 @@
-"""A test double of the Confluent Schema Registry's REST API, for tests that cross processes
-(a worker subprocess, Spark's Python workers, ``kmq send``) where confluent-kafka's in-process
-``mock://`` registry cannot be shared.
+"""A test double of the Confluent Schema Registry's REST API: not a registry, the few answers
+kmq's code gets from one, over real HTTP on a free loopback port. confluent-kafka's
+``SchemaRegistryClient`` talks to it as to a real registry, from any process (a worker
+subprocess, Spark's Python workers, ``kmq send``), where its in-process ``mock://`` registry
+cannot be shared.
 
-It answers exactly the calls confluent-kafka's ``SchemaRegistryClient`` (2.16,
-``schema_registry/_sync/schema_registry_client.py``) makes for serializing and deserializing:
+It answers the calls ``SchemaRegistryClient`` (2.16) makes to serialize, deserialize and preview:
 
 * ``POST /subjects/{subject}/versions``      register a schema: ``{"id": N}``
 * ``POST /subjects/{subject}``               look a schema up under a subject
-* ``GET  /schemas/ids/{id}``                 a schema by id (``?subject=``, ``?format=`` ignored)
+* ``GET  /schemas/ids/{id}``                 a schema by id; a Protobuf one :meth:`put` with
+  ``serialized=`` is answered as ``.proto`` text unless ``?format=serialized`` (``?subject=``
+  is ignored); a registered one is answered as registered
+* ``GET  /schemas/ids/{id}/versions``        its subject-version pairs
 * ``GET  /subjects/{subject}/versions/{v}``  a version, or ``latest``
 * ``GET  /subjects``                         the subjects
 
-with the registry's error bodies (``{"error_code": 40403, "message": ...}``) and, when given
-credentials, HTTP basic auth (401 otherwise), so a test proves credentials pass through. The
-product code talks to it through ``SchemaRegistryClient`` only, as to a real registry. It keeps
-its schemas across :meth:`stop` and :meth:`start` on the same port: a registry outage.
+with Confluent's error bodies (``{"error_code": 40403, "message": ...}`` for an unknown id).
+A test registers schemas through a client or puts one with a chosen id, subject and version
+(:meth:`put`); ``user_info`` asks for HTTP basic auth (401 otherwise, counted in
+:attr:`unauthorized`); :attr:`failing_with` makes every answer that status; :attr:`requests`
+logs what was asked. Schemas survive :meth:`stop` and :meth:`start` on the same port: an outage.
 """
 
 from __future__ import annotations
@@ -23,14 +28,38 @@ import base64
 import json
 import re
 import threading
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import unquote, urlsplit
+from typing import Any, NamedTuple
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 _REGISTER = re.compile(r"^/subjects/([^/]+)/versions$")
 _LOOKUP = re.compile(r"^/subjects/([^/]+)$")
-_BY_ID = re.compile(r"^/schemas/ids/(\d+)$")
+_BY_ID = re.compile(r"^/schemas/ids/(\d+)(/versions)?$")
 _VERSION = re.compile(r"^/subjects/([^/]+)/versions/(latest|-?\d+)$")
+_UNKNOWN_ID = {"error_code": 40403, "message": "Schema not found"}
+
+
+@dataclass
+class StoredSchema:
+    """A schema as the registry answers it."""
+
+    text: str
+    schema_type: str = "AVRO"
+    references: list[dict[str, Any]] = field(default_factory=list)
+    #: A Protobuf schema as base64 ``FileDescriptorProto``, answered for ``?format=serialized``.
+    serialized: str | None = None
+
+    def answer(self, query: dict[str, str]) -> dict[str, Any]:
+        wants_serialized = query.get("format") == "serialized" and self.serialized
+        text = self.serialized if wants_serialized else self.text
+        return {"schema": text, "schemaType": self.schema_type, "references": self.references}
+
+
+class Request(NamedTuple):
+    method: str
+    path: str
+    query: dict[str, str]
 
 
 class SchemaRegistryDouble:
@@ -42,13 +71,15 @@ class SchemaRegistryDouble:
 
     def __init__(self, user_info: str | None = None) -> None:
         self.user_info = user_info
-        #: Schema by id: {"schema": ..., "schemaType": ..., "references": [...]}.
-        self.schemas: dict[int, dict[str, Any]] = {}
-        #: Schema ids of each subject's versions, version 1 first.
-        self.subjects: dict[str, list[int]] = {}
-        #: (method, path) of every request answered, and how many were refused for auth.
-        self.requests: list[tuple[str, str]] = []
+        self.schemas: dict[int, StoredSchema] = {}
+        #: Schema id of each subject's versions.
+        self.subjects: dict[str, dict[int, int]] = {}
+        #: Every request answered (refused ones too), in order.
+        self.requests: list[Request] = []
+        #: Requests refused for want of the credentials.
         self.unauthorized = 0
+        #: An HTTP status every answer has while set (say 503: a registry in trouble).
+        self.failing_with: int | None = None
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -57,6 +88,17 @@ class SchemaRegistryDouble:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def put(self, schema_id: int, subject: str, version: int, schema: StoredSchema) -> None:
+        """Store ``schema`` as ``schema_id`` and as ``version`` of ``subject``, as if registered."""
+        with self._lock:
+            self.schemas[schema_id] = schema
+            self.subjects.setdefault(subject, {})[version] = schema_id
+
+    def asked(self, method: str, path: str) -> list[Request]:
+        """The requests made with ``method`` to ``path`` (without its query)."""
+        with self._lock:
+            return [r for r in self.requests if (r.method, r.path) == (method, path)]
 
     def start(self) -> SchemaRegistryDouble:
         """Serve (again, on the same port after :meth:`stop`)."""
@@ -85,63 +127,74 @@ class SchemaRegistryDouble:
 
     # -- the registry's answers (status, body) -------------------------------------------------
 
-    def answer(self, method: str, path: str, body: dict[str, Any] | None) -> tuple[int, Any]:
+    def answer(self, request: Request, body: dict[str, Any] | None) -> tuple[int, Any]:
         with self._lock:
-            self.requests.append((method, path))
+            if self.failing_with is not None:
+                return self.failing_with, {"error_code": self.failing_with, "message": "failing"}
+            method, path = request.method, request.path
             if method == "POST" and (match := _REGISTER.match(path)):
-                return 200, {"id": self._register(unquote(match[1]), body or {})}
+                return 200, {"id": self._register(unquote(match[1]), _stored(body or {}))}
             if method == "POST" and (match := _LOOKUP.match(path)):
-                return self._lookup(unquote(match[1]), body or {})
+                return self._lookup(unquote(match[1]), _stored(body or {}))
             if method == "GET" and (match := _BY_ID.match(path)):
-                found = self.schemas.get(int(match[1]))
-                if found is None:
-                    return 404, {"error_code": 40403, "message": "Schema not found"}
-                return 200, found
+                return self._by_id(int(match[1]), bool(match[2]), request.query)
             if method == "GET" and (match := _VERSION.match(path)):
                 return self._version(unquote(match[1]), match[2])
             if method == "GET" and path == "/subjects":
                 return 200, sorted(self.subjects)
             return 404, {"error_code": 404, "message": f"no such endpoint: {method} {path}"}
 
-    def _register(self, subject: str, body: dict[str, Any]) -> int:
-        schema = _stored_schema(body)
+    def _register(self, subject: str, schema: StoredSchema) -> int:
         schema_id = next((i for i, s in self.schemas.items() if s == schema), None)
         if schema_id is None:
-            schema_id = len(self.schemas) + 1
+            schema_id = max(self.schemas, default=0) + 1
             self.schemas[schema_id] = schema
-        versions = self.subjects.setdefault(subject, [])
-        if schema_id not in versions:
-            versions.append(schema_id)
+        versions = self.subjects.setdefault(subject, {})
+        if schema_id not in versions.values():
+            versions[max(versions, default=0) + 1] = schema_id
         return schema_id
 
-    def _lookup(self, subject: str, body: dict[str, Any]) -> tuple[int, Any]:
+    def _lookup(self, subject: str, schema: StoredSchema) -> tuple[int, Any]:
         if subject not in self.subjects:
             return 404, {"error_code": 40401, "message": f"Subject '{subject}' not found."}
-        schema = _stored_schema(body)
-        for version, schema_id in enumerate(self.subjects[subject], start=1):
+        for version, schema_id in sorted(self.subjects[subject].items()):
             if self.schemas[schema_id] == schema:
                 return 200, self._registered(subject, version, schema_id)
-        return 404, {"error_code": 40403, "message": "Schema not found"}
+        return 404, _UNKNOWN_ID
+
+    def _by_id(self, schema_id: int, versions: bool, query: dict[str, str]) -> tuple[int, Any]:
+        schema = self.schemas.get(schema_id)
+        if schema is None:
+            return 404, _UNKNOWN_ID
+        if not versions:
+            return 200, schema.answer(query)
+        return 200, [
+            {"subject": subject, "version": version}
+            for subject, by_version in sorted(self.subjects.items())
+            for version, an_id in sorted(by_version.items())
+            if an_id == schema_id
+        ]
 
     def _version(self, subject: str, asked: str) -> tuple[int, Any]:
         versions = self.subjects.get(subject)
         if not versions:
             return 404, {"error_code": 40401, "message": f"Subject '{subject}' not found."}
-        number = len(versions) if asked in ("latest", "-1") else int(asked)
-        if not 1 <= number <= len(versions):
+        number = max(versions) if asked in ("latest", "-1") else int(asked)
+        if number not in versions:
             return 404, {"error_code": 40402, "message": f"Version {asked} not found."}
-        return 200, self._registered(subject, number, versions[number - 1])
+        return 200, self._registered(subject, number, versions[number])
 
     def _registered(self, subject: str, version: int, schema_id: int) -> dict[str, Any]:
-        return {"subject": subject, "version": version, "id": schema_id, **self.schemas[schema_id]}
+        schema = self.schemas[schema_id].answer({})
+        return {"subject": subject, "version": version, "id": schema_id, **schema}
 
 
-def _stored_schema(body: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "schema": body.get("schema"),
-        "schemaType": body.get("schemaType") or "AVRO",
-        "references": body.get("references") or [],
-    }
+def _stored(body: dict[str, Any]) -> StoredSchema:
+    return StoredSchema(
+        text=body.get("schema") or "",
+        schema_type=body.get("schemaType") or "AVRO",
+        references=body.get("references") or [],
+    )
 
 
 def _handler_for(double: SchemaRegistryDouble) -> type[BaseHTTPRequestHandler]:
@@ -163,14 +216,16 @@ def _handler_for(double: SchemaRegistryDouble) -> type[BaseHTTPRequestHandler]:
         def _serve(self, method: str) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
+            url = urlsplit(self.path)
+            request = Request(method, url.path, dict(parse_qsl(url.query)))
+            with double._lock:
+                double.requests.append(request)
             if expected is not None and self.headers.get("Authorization") != expected:
                 with double._lock:
                     double.unauthorized += 1
                 self._send(401, {"error_code": 401, "message": "Unauthorized"})
                 return
-            body = json.loads(raw) if raw else None
-            status, answer = double.answer(method, urlsplit(self.path).path, body)
-            self._send(status, answer)
+            self._send(*double.answer(request, json.loads(raw) if raw else None))
 
         def _send(self, status: int, answer: Any) -> None:
             data = json.dumps(answer).encode()

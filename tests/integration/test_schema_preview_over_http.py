@@ -17,19 +17,19 @@ from fastavro import parse_schema, schemaless_writer
 from google.protobuf import descriptor_pb2  # type: ignore[import-untyped]
 
 from kmq_dagster.schemas.preview import REGISTRY_RETRY_AFTER_S, SchemaPreviewer
-from tests.registry_rest_double import RegistryDouble, StoredSchema, running_registry
+from tests.schema_registry_double import SchemaRegistryDouble, StoredSchema
 from tests.support.schema_values import AVRO_ORDER, protobuf_order
 
 ORDER = {"order_id": "H-1", "password": "p", "amount": 2.5}
 
 
 @pytest.fixture
-def registry() -> Iterator[RegistryDouble]:
-    with running_registry() as double:
+def registry() -> Iterator[SchemaRegistryDouble]:
+    with SchemaRegistryDouble() as double:
         yield double
 
 
-def client_of(registry: RegistryDouble) -> SchemaRegistryClient:
+def client_of(registry: SchemaRegistryDouble) -> SchemaRegistryClient:
     return SchemaRegistryClient({"url": registry.url, "max.retries": 0})
 
 
@@ -38,28 +38,28 @@ def framed(schema_id: int, payload: bytes) -> bytes:
 
 
 def test_an_avro_value_gets_its_subject_and_version_from_the_registry(
-    registry: RegistryDouble,
+    registry: SchemaRegistryDouble,
 ) -> None:
-    registry.schemas[41] = StoredSchema("AVRO", AVRO_ORDER, "orders-value", 3)
+    registry.put(41, "orders-value", 3, StoredSchema(AVRO_ORDER))
     payload = io.BytesIO()
     schemaless_writer(payload, parse_schema(json.loads(AVRO_ORDER)), ORDER)
 
     preview = SchemaPreviewer(client_of(registry)).preview(framed(41, payload.getvalue()))
 
     assert (preview.value, preview.subject, preview.version) == (ORDER, "orders-value", 3)
-    assert "/schemas/ids/41/versions" in [r.split("?")[0] for r in registry.requests]
+    assert registry.asked("GET", "/schemas/ids/41/versions")
 
 
 def test_a_protobuf_schema_answered_as_text_is_asked_for_serialized(
-    registry: RegistryDouble,
+    registry: SchemaRegistryDouble,
 ) -> None:
     order = protobuf_order()
     proto = descriptor_pb2.FileDescriptorProto()
     order.DESCRIPTOR.file.CopyToProto(proto)
-    registry.schemas[42] = StoredSchema(
-        "PROTOBUF", 'syntax = "proto3";\npackage shop;\nmessage Order { ... }', "orders-pb", 1,
+    registry.put(42, "orders-pb", 1, StoredSchema(
+        'syntax = "proto3";\npackage shop;\nmessage Order { ... }', "PROTOBUF",
         serialized=base64.b64encode(proto.SerializeToString()).decode(),
-    )  # fmt: skip
+    ))  # fmt: skip
     message = order(order_id="H-2", password="p", amount=1.5)
 
     preview = SchemaPreviewer(client_of(registry)).preview(
@@ -67,13 +67,14 @@ def test_a_protobuf_schema_answered_as_text_is_asked_for_serialized(
     )
 
     assert preview.value == {"order_id": "H-2", "password": "p", "amount": 1.5}
-    assert any("subject=orders-pb" in r and "format=serialized" in r for r in registry.requests)
+    asks = [r.query for r in registry.asked("GET", "/schemas/ids/42")]
+    assert {"subject": "orders-pb", "format": "serialized"} in asks
 
 
 def test_a_registry_answering_503_is_unavailable_then_asked_again_after_a_pause(
-    registry: RegistryDouble,
+    registry: SchemaRegistryDouble,
 ) -> None:
-    registry.schemas[43] = StoredSchema("JSON", "{}", "orders-js", 1)
+    registry.put(43, "orders-js", 1, StoredSchema("{}", "JSON"))
     now = [1_000.0]
     previewer = SchemaPreviewer(client_of(registry), clock=lambda: now[0])
     value = framed(43, b'{"order_id": "H-3"}')

@@ -141,7 +141,7 @@ def test_a_registry_that_does_not_answer_delays_the_message_until_it_is_back(
         assert attempt is not None and int(attempt) >= 2  # a retried copy, not the original
         assert read_topic(settings, opened.queue.dlq_topic, 1, timeout_s=3) == []
         assert double.unauthorized == 0  # the worker's requests carried the credentials
-        assert ("GET", "/schemas/ids/1") in double.requests
+        assert double.asked("GET", "/schemas/ids/1")
     finally:
         double.stop()
 
@@ -179,7 +179,7 @@ def test_kmq_send_encodes_json_input_with_the_registry_and_its_credentials(
     assert refused.startswith("kmq: error: the schema registry answered HTTP 401"), refused
     assert "wrong" not in refused  # the password is masked
     assert decoded == [ORDERS[0]]  # sent once: the refused command sent nothing
-    assert ("POST", f"/subjects/{topic_name}-value/versions") in double.requests
+    assert double.asked("POST", f"/subjects/{topic_name}-value/versions")
 
 
 def test_kmq_provision_stores_the_formats_and_refuses_other_ones_without_redefine(
@@ -225,4 +225,4 @@ def test_a_kmq_worker_process_decodes_with_the_registry_of_its_environment(
             stop(worker)
 
     assert sorted(map(json.loads, decoded.read_text().splitlines()), key=str) == ORDERS
-    assert double.unauthorized == 0 and ("GET", "/schemas/ids/1") in double.requests
+    assert double.unauthorized == 0 and double.asked("GET", "/schemas/ids/1")

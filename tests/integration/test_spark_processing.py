@@ -211,12 +211,12 @@ def test_a_spark_function_decodes_avro_values_through_the_registry_with_its_cred
                     break
         finally:
             job.close()
-        asked = list(double.requests)
+        asked_by_id = double.asked("GET", "/schemas/ids/1")
 
     assert counts == [7, 6, 1]
     rows = spark.read.parquet(output).collect()
     assert sorted((json.loads(r["result"]) for r in rows), key=lambda o: o["id"]) == orders
-    assert ("GET", "/schemas/ids/1") in asked and double.unauthorized == 0
+    assert asked_by_id and double.unauthorized == 0
     dead = read_topic(settings, opened.queue.dlq_topic, PARTITIONS, at_least=1)
     assert [r.value() for r in dead] == [garbage]
     reason = header_value(normalize_headers(dead[0].headers()), DLQ_REASON) or b""
