@@ -25,6 +25,9 @@ from typing import Any
 from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.message import KmqMessage
 
+#: How long calls cancelled when the runner closes get to end, in seconds.
+CANCEL_WAIT_S = 1.0
+
 
 @dataclass(frozen=True)
 class CallEnd:
@@ -92,9 +95,8 @@ class HandlerRunner:
             for _ in self._threads:
                 self._jobs.put(None)
             return
-        self._loop.call_soon_threadsafe(self._cancel_running)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._threads[0].join(timeout=1.0)
+        asyncio.run_coroutine_threadsafe(self._cancel_running(), self._loop)
+        self._threads[0].join(timeout=CANCEL_WAIT_S + 1.0)
         if not self._loop.is_running():
             self._loop.close()
 
@@ -108,9 +110,19 @@ class HandlerRunner:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    def _cancel_running(self) -> None:
-        for task in list(self._tasks):
+    async def _cancel_running(self) -> None:
+        # On the event loop: each call running is cancelled and gets CANCEL_WAIT_S to end, then
+        # the loop stops. Stopping at once left every cancellation undelivered and each task
+        # pending, which asyncio reports as "Task was destroyed but it is pending!" when it is
+        # collected: at every stop of a worker with calls running.
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=CANCEL_WAIT_S)
+            for task in pending:  # a call that ignores its cancellation: abandoned, on purpose
+                task._log_destroy_pending = False  # type: ignore[attr-defined]
+        asyncio.get_running_loop().stop()
 
     def _serve(self) -> None:
         # One HandlerCall per thread: an awaitable a plain function returns is run on this
