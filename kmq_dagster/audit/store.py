@@ -261,6 +261,24 @@ class AuditStore:
         ``selection``, ``count``, ``target``, ``dry_run``, ``outcome``)."""
         self._insert(Action, {"at": now(), **fields})
 
+    def has_ingested(self, queue_topic: str, group_id: str) -> bool:
+        """Whether this store holds a dead letter of the group, or an ingest of its DLQ ever
+        started here (whatever its end): if neither, the ingester group's committed position
+        says nothing about this store."""
+        ingests = (
+            select(Action.id)
+            .where(Action.kind == "ingest", Action.queue_topic == queue_topic)
+            .where(Action.group_id == group_id)
+            .limit(1)
+        )
+        rows = (
+            select(DeadLetter.id)
+            .where(DeadLetter.queue_topic == queue_topic, DeadLetter.group_id == group_id)
+            .limit(1)
+        )
+        with self.engine.connect() as connection:
+            return any(connection.execute(q).first() is not None for q in (ingests, rows))
+
     def actions(self, queue_topic: str | None = None) -> list[Action]:
         """Actions in the order they started; one whose process is gone reads ``interrupted``."""
         self.reap_abandoned_actions()

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
 from sqlalchemy.exc import SQLAlchemyError
 
 from kmq_dagster.audit.dead_letters import dead_letter_row
@@ -75,8 +75,29 @@ class DlqIngester:
             consumer_group or ingester_group(queue),
             **{"enable.partition.eof": True, "error_cb": self.client_errors.on_error},
         )
-        self._consumer.subscribe([self.dlq_topic])
+        # Progress lives in the ingester group's offsets, committed after the rows. A store
+        # that never ingested this DLQ (new, recreated, another URL) would get nothing past
+        # them: it reads the DLQ from its start instead (rows already there are skipped).
+        self.from_start = not store.has_ingested(queue.topic, queue.group)
+        self._rewound: set[int] = set()
+        self._consumer.subscribe([self.dlq_topic], on_assign=self._on_assign)
         self._first_batch_at: float | None = None
+
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        if not self.from_start:
+            return
+        fresh = [p.partition for p in partitions if p.partition not in self._rewound]
+        if not fresh:
+            return
+        log.info(
+            "the audit store has no ingest of %s yet: reading %s from its start "
+            "(dead letters it holds already are skipped)", self.queue, self.dlq_topic,
+        )  # fmt: skip
+        for partition in partitions:
+            if partition.partition in fresh:
+                partition.offset = OFFSET_BEGINNING
+        self._rewound.update(fresh)
+        consumer.assign(partitions)
 
     def ingest_available(self, timeout_s: float = 60) -> IngestStats:
         """Ingest until every partition of the DLQ has been read to its end (EOF).

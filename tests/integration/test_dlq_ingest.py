@@ -10,7 +10,8 @@ from confluent_kafka import Producer
 
 from kmq_dagster.audit.store import AuditStore, DeadLetterFilter
 from kmq_dagster.core.headers import ERROR_TYPE
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
+from kmq_dagster.kafka.audited_ingest import run_ingest
+from kmq_dagster.kafka.dlq_ingester import DlqIngester, IngestStats
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import new_queue, produce_dead_letters
@@ -92,3 +93,32 @@ def test_garbage_in_the_dlq_gets_a_row_and_ingestion_goes_on(
     assert rows[(0, 0)].value is None and rows[(0, 0)].reason == "unknown"
     assert rows[(0, 1)].value_truncated and rows[(0, 1)].value_size == 100_000
     assert rows[(1, 0)].attempts == 1
+
+
+def test_a_new_store_gets_every_dead_letter_the_group_ingested_before(
+    settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
+) -> None:
+    def ingest(store: AuditStore) -> IngestStats:
+        ingester = DlqIngester(queue, store)
+        try:
+            return run_ingest(ingester, store, actor="ana")
+        finally:
+            ingester.close()
+
+    # given 3 dead letters ingested into one store: the ingester group's offsets are at the end
+    produce_dead_letters(settings, queue, [(f"k{i}", "TimeoutError") for i in range(3)])
+    old = AuditStore(f"sqlite:///{tmp_path / 'old.db'}")
+    assert ingest(old).stored == 3
+    old.close()
+
+    # when the store is replaced by a new one (recreated, moved to PostgreSQL, another URL)
+    new = AuditStore(f"sqlite:///{tmp_path / 'new.db'}")
+    first = ingest(new)
+
+    # then the new store gets all 3 from the DLQ, and later ingests resume, not restart
+    assert (first.read, first.stored) == (3, 3)
+    assert new.count_dead_letters(DeadLetterFilter(queue_topic=queue.topic)) == 3
+    produce_dead_letters(settings, queue, [("late", "KeyError")])
+    later = ingest(new)
+    assert (later.read, later.stored) == (1, 1)
+    new.close()
