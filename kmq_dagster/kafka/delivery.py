@@ -119,8 +119,11 @@ class DeliveryTally:
     callback instead of one per record (a tracker copies up to a whole backlog chunk at once).
     """
 
-    def __init__(self, producer: Producer) -> None:
+    def __init__(self, producer: Producer, on_error: DeliveryCallback | None = None) -> None:
+        """``on_error``, if given, gets each refused record's answer (the same callable for
+        every record: nothing is kept per record)."""
         self._producer = producer
+        self._on_error = on_error
         self.produced = 0
         self.delivered = 0
         #: The first few errors, for the log.
@@ -143,11 +146,14 @@ class DeliveryTally:
 
         return report
 
-    def _report(self, error: KafkaError | None, _record: Message) -> None:
+    def _report(self, error: KafkaError | None, record: Message) -> None:
         if error is None:
             self.delivered += 1
-        elif len(self.errors) < 3:
+            return
+        if len(self.errors) < 3:
             self.errors.append(error)
+        if self._on_error is not None:
+            self._on_error(error, record)
 
     def all_delivered(self, timeout_s: float = DELIVERY_TIMEOUT_S) -> bool:
         """Wait up to ``timeout_s`` for the answers; True if the broker acknowledged every

@@ -10,6 +10,7 @@ reference instead (``kafka.oversize``), and its message is ended only once that 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 
@@ -23,6 +24,7 @@ from kmq_dagster.core.headers import (
     ORIGINAL_TIMESTAMP_MS,
     ORIGINAL_TOPIC,
     REDELIVERY_COUNT,
+    header_value,
     int_header,
 )
 from kmq_dagster.core.inflight import MessageRef
@@ -67,10 +69,12 @@ class Redeliverer:
         for ref in refs:
             by_source[(ref.topic, ref.partition)].append(ref.offset)
         done: dict[tuple[str, int], list[int]] = defaultdict(list)
-        copies = DeliveryTally(self._producer)
         # Copies refused for their size: by the client at once, by the broker in its answer.
         refused: list[RefusedCopy] = []
         refused_later: list[RefusedCopy] = []
+        copies = DeliveryTally(
+            self._producer, on_error=functools.partial(_note_size_refusal, refused_later)
+        )
         for (topic, partition), offsets in by_source.items():
             read = self._reader.read(topic, partition, offsets)
             ended = done[(topic, partition)]
@@ -150,22 +154,9 @@ class Redeliverer:
                 )
                 tail.append((DLQ_REASON, reason.encode()))
         copy_headers = self._copy_headers(record, headers, tail)
-
-        def refuse(error: KafkaError) -> RefusedCopy:
-            source = ValueRef(record.topic() or "", record.partition() or 0, record.offset() or 0)
-            return RefusedCopy(
-                source, target, record.key(), record.value(), copy_headers,
-                record.partition() or 0, error,
-            )  # fmt: skip
-
-        def report(error: KafkaError | None, _copy: Message) -> None:
-            if error is not None and is_size_refusal(error):  # the broker's limit
-                refused_later.append(refuse(error))
-
         try:
             copies.produce(
                 target,
-                on_delivery=report,
                 key=record.key(),
                 value=record.value(),
                 headers=copy_headers,
@@ -175,7 +166,18 @@ class Redeliverer:
             refusal = size_refusal(exc)  # the client's limit
             if refusal is None:
                 raise
-            refused.append(refuse(refusal))
+            source = ValueRef(record.topic() or "", record.partition() or 0, record.offset() or 0)
+            refused.append(
+                RefusedCopy(
+                    source,
+                    target,
+                    record.key(),
+                    record.value(),
+                    copy_headers,
+                    record.partition() or 0,
+                    refusal,
+                )
+            )
             self._stats.dead_lettered += 1
             return
         if target == self.dlq_topic:
@@ -214,3 +216,29 @@ class Redeliverer:
         """Let the record reader go and flush the producer."""
         self._reader.close()
         self._producer.flush(DELIVERY_TIMEOUT_S)
+
+
+def _note_size_refusal(refused: list[RefusedCopy], error: KafkaError, copy: Message) -> None:
+    """A copy the broker refused for its size (its limit, in its answer) becomes a
+    :class:`RefusedCopy` referring to where the message was first produced: its copies carry
+    the same value byte for byte, and the copy's headers name that record. One shared
+    callback for every copy, so nothing is kept per record in flight (a chunk may hold 100k)."""
+    if not is_size_refusal(error):
+        return
+    headers: list[tuple[str, bytes | None]] = copy.headers() or []  # type: ignore[assignment]
+    source = ValueRef(
+        (header_value(headers, ORIGINAL_TOPIC) or b"").decode("utf-8", "replace"),
+        int_header(headers, ORIGINAL_PARTITION) or 0,
+        int_header(headers, ORIGINAL_OFFSET) or 0,
+    )
+    refused.append(
+        RefusedCopy(
+            source,
+            copy.topic() or "",
+            copy.key(),
+            copy.value(),
+            headers,
+            copy.partition() or 0,
+            error,
+        )
+    )

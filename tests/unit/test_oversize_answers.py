@@ -48,8 +48,9 @@ class SizeLimitedBroker(FakeProducer):
                 else KafkaError(KafkaError._MSG_TIMED_OUT) if failed
                 else None
             )  # fmt: skip
-            if report is not None:
-                report(error, FakeRecord(record.topic, record.partition or 0, 0))
+            if report is not None:  # a delivery report carries the record as produced
+                report(error, FakeRecord(record.topic, record.partition or 0, 0, record.value,
+                                         record.key, record.headers))  # fmt: skip
         return 0
 
 
