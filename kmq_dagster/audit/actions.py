@@ -28,6 +28,7 @@ from kmq_dagster.audit.history import as_utc
 from kmq_dagster.audit.models import ACTION_STATES, Action, ActionLease, DeadLetterEvent
 from kmq_dagster.core.wording import counted
 from kmq_dagster.errors import AuditStoreError
+from kmq_dagster.secrets import mask_text
 
 if TYPE_CHECKING:
     from kmq_dagster.audit.store import AuditStore
@@ -95,6 +96,7 @@ class ActionRecord:
         self._heartbeat.start()
 
     def _beat(self) -> None:
+        failing = False
         while not self._stopped.wait(HEARTBEAT_S):
             try:
                 with self.store.engine.begin() as connection:
@@ -103,8 +105,18 @@ class ActionRecord:
                         .where(Action.id == self.id, Action.state == RUNNING)
                         .values(expires_at=_expiry())
                     )
-            except Exception:  # the action goes on; a later heartbeat may get through
-                log.warning("heartbeat of action %d failed", self.id, exc_info=True)
+            except Exception as exc:  # the action goes on; a later heartbeat may get through
+                # One line when the store starts refusing (a full disk): a traceback every
+                # few seconds would bury the command's own output and its error line.
+                log.debug("heartbeat of action %d failed", self.id, exc_info=True)
+                if not failing:
+                    log.warning(
+                        "the audit store refused the heartbeat of action %d (the action goes "
+                        "on): %s", self.id, first_line(exc),
+                    )  # fmt: skip
+                failing = True
+            else:
+                failing = False
 
     def acquire(
         self, stop: threading.Event | None = None, on_wait: Callable[[Action], None] | None = None
@@ -313,3 +325,9 @@ def _expiry() -> datetime:
 def _action_of(row: Any) -> Action:
     """An ``Action`` built from a Core row (what a waiting caller is told about)."""
     return Action(**{column.key: getattr(row, column.key) for column in Action.__table__.c})
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s text, masked (database errors append the statement)."""
+    text = str(exc).strip().splitlines()
+    return mask_text(text[0] if text else type(exc).__name__)
