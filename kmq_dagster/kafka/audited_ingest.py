@@ -32,6 +32,8 @@ def run_ingest(
         AuditStoreError: the store refused a write (the message says nothing is lost).
     """
     queue = ingester.queue
+    if ingester.from_start is None:  # before this ingest's own action is recorded
+        ingester.from_start = not store.has_ingested(queue.topic, queue.group)
     action = start_action(
         store, kind="ingest", actor=actor, queue_topic=queue.topic, group_id=queue.group,
         selection="every dead letter" if stop is None else "every dead letter, until stopped",

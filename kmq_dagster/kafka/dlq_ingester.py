@@ -78,12 +78,16 @@ class DlqIngester:
         # Progress lives in the ingester group's offsets, committed after the rows. A store
         # that never ingested this DLQ (new, recreated, another URL) would get nothing past
         # them: it reads the DLQ from its start instead (rows already there are skipped).
-        self.from_start = not store.has_ingested(queue.topic, queue.group)
+        # (Asked by run_ingest before it records its action, or on the first assignment: not
+        # here, where building an ingester asks nothing.)
+        self.from_start: bool | None = None
         self._rewound: set[int] = set()
         self._consumer.subscribe([self.dlq_topic], on_assign=self._on_assign)
         self._first_batch_at: float | None = None
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        if self.from_start is None:
+            self.from_start = not self.store.has_ingested(self.queue.topic, self.queue.group)
         if not self.from_start:
             return
         fresh = [p.partition for p in partitions if p.partition not in self._rewound]
