@@ -4,6 +4,9 @@ and the keep-alive sensor that keeps exactly one such run going.
 The tracker's poll loop runs on the op's main thread, where Dagster raises
 ``DagsterExecutionInterruptedError`` when the run is terminated: it leaves the loop within one
 poll (0.1 s), commits the markers position, closes its consumer, and the run ends CANCELED.
+Should that interrupt never reach the op (it is one SIGINT, sent once, through the code server
+and the run's process), the op sees its run's status at its next heartbeat and stops the same way:
+a terminated tracker never stays CANCELING.
 While running, the op stamps a heartbeat on its run (a run tag) every few seconds; a run whose
 process died (SIGKILL, a lost machine) stops stamping, and the keep-alive sensor marks it failed
 and launches another. Its replacement resumes from the committed markers position: nothing is
@@ -26,6 +29,7 @@ import time
 from dagster import (
     AssetObservation,
     Config,
+    DagsterExecutionInterruptedError,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
@@ -65,6 +69,8 @@ STALE_AFTER_S = 10.0
 START_GRACE_S = 120.0
 #: Seconds between looks at the processes the tracker run was started under.
 LIFELINE_INTERVAL_S = 1.0
+#: Run statuses that mean "terminate was asked for".
+TERMINATING = (DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED)
 
 
 class TrackerConfig(Config):
@@ -90,7 +96,7 @@ def tracker_job(spec: QueueSpec) -> JobDefinition:
         queue = ensure_queue(settings, spec.queue)
         tracker = RedeliveryTracker(queue)
         last = {"heartbeat": 0.0, "stats": time.monotonic(), "lifeline": time.monotonic()}
-        lifeline, stop = Lifeline(), threading.Event()
+        lifeline, stop, terminated = Lifeline(), threading.Event(), threading.Event()
         # Where the tracker runs, for an operator looking for its process.
         instance.add_run_tags(run_id, {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()})
 
@@ -99,6 +105,13 @@ def tracker_job(spec: QueueSpec) -> JobDefinition:
             if now - last["heartbeat"] >= HEARTBEAT_INTERVAL_S:
                 instance.add_run_tags(run_id, {HEARTBEAT_TAG: f"{time.time():.3f}"})
                 last["heartbeat"] = now
+                if not stop.is_set() and _terminate_asked(instance, run_id):
+                    context.log.warning(
+                        "this run is being terminated but no interrupt reached the tracker: "
+                        "it stops now"
+                    )
+                    terminated.set()
+                    stop.set()
             if now - last["stats"] >= config.stats_interval_s:
                 last["stats"] = now
                 context.log.info(f"tracker of {queue}: {tracker.describe_stats()}")
@@ -115,7 +128,13 @@ def tracker_job(spec: QueueSpec) -> JobDefinition:
                     stop.set()
 
         context.log.info(f"tracking {queue}; terminate the run to stop it")
-        tracker.run(stop, on_tick=on_tick)  # until terminated, or its Dagster is gone
+        try:
+            tracker.run(stop, on_tick=on_tick)  # until terminated, or its Dagster is gone
+        finally:
+            if tracker.stopped_in_s is not None:
+                context.log.info(f"tracker of {queue}: {tracker.describe_stop()}")
+        if terminated.is_set():
+            raise DagsterExecutionInterruptedError()  # what Dagster's own interrupt raises
 
     return queue_job(
         spec,
@@ -124,6 +143,11 @@ def tracker_job(spec: QueueSpec) -> JobDefinition:
         description=f"The redelivery tracker of {spec.queue}: runs until terminated; "
         f"{spec.job_name('keep_tracker')} keeps one running.",
     )
+
+
+def _terminate_asked(instance: DagsterInstance, run_id: str) -> bool:
+    run = instance.get_run_by_id(run_id)
+    return run is not None and run.status in TERMINATING
 
 
 def _observation(spec: QueueSpec, tracker: RedeliveryTracker, kmq: KmqResource) -> AssetObservation:

@@ -27,6 +27,12 @@ TERMINATE = """
 mutation($runId: String!) {
   terminateRun(runId: $runId) { __typename ... on PythonError { message } }
 }"""
+RUN_LOG = """
+query($runId: ID!) {
+  logsForRun(runId: $runId, limit: 1000) {
+    ... on EventConnection { events { __typename ... on MessageEvent { timestamp message } } }
+  }
+}"""
 TICKS = """
 query($selector: SensorSelector!) {
   sensorOrError(sensorSelector: $selector) {
@@ -86,6 +92,16 @@ class DagsterClient:
     def terminate(self, run_id: str) -> None:
         answer = self.service.graphql(TERMINATE, {"runId": run_id})["terminateRun"]
         assert answer["__typename"] == "TerminateRunSuccess", answer
+
+    def run_log(self, run_id: str, last: int = 15) -> list[str]:
+        """The last ``last`` lines of a run's event log as its run page lists them, for a
+        test's failure message."""
+        found = self.service.graphql(RUN_LOG, {"runId": run_id})["logsForRun"]
+        lines = [
+            f"{event['__typename']}: {event.get('message') or ''}"[:300]
+            for event in found.get("events", [])
+        ]
+        return lines[-last:]
 
     def ticks(self, sensor: str) -> list[dict[str, Any]]:
         selector = {

@@ -111,7 +111,7 @@ def test_the_demo_in_a_real_dagster_daemon_loses_nothing(tmp_path: Path) -> None
             client.terminate(tracker)
             assert wait_for(lambda: client.status(TRACK, tracker) == "CANCELED",
                             timeout_s=60, interval_s=0.2,
-                            ), client.status(TRACK, tracker)  # fmt: skip
+                            ), (client.status(TRACK, tracker), client.run_log(tracker))  # fmt: skip
 
             # the keep-alive sensor starts another; SIGKILL its process: a third replaces it
             assert wait_for(lambda: len(started_trackers(client)) == 1, timeout_s=120, interval_s=1)
