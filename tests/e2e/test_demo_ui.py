@@ -1,6 +1,12 @@
 """`kmq demo --ui` starts the broker, Dagster on the demo definitions and the console, prints
-where to look, feeds orders, tells the scripted outage's breaker transitions and alerts as they
-happen, and stops everything on Ctrl-C. Its folder is private: it draws no warning of ours."""
+where to look, feeds orders, tells the scripted outage's breaker opening and its alert as they
+happen, and stops everything on Ctrl-C in the middle of the outage, processing runs in flight.
+Its folder is private: it draws no warning of ours.
+
+How the outage ends (the breaker probes and closes, the resolve alert) is shown elsewhere: the
+closing against a real Dagster daemon in ``tests/e2e/test_dagster_daemon.py``, its narration in
+``tests/integration/test_demo_watch.py``, the outage's script in ``tests/unit/test_demo_outage.py``
+(waiting for it here cost the suite one to two more minutes of a loaded machine)."""
 
 from __future__ import annotations
 
@@ -20,10 +26,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 #: Every wait of the test together, on a loaded 2-core machine: Dagster's start (up to 4 min
 #: there), the scripted outage (the breaker opens 33-60 s in on a quiet machine, several
-#: minutes later on a loaded one: each sensor-launched run starts its own Spark session; the
-#: outage lasts until 20 s after the opening) and its end (closed 65-100 s in, quiet), Ctrl-C
+#: minutes later on a loaded one: each sensor-launched run starts its own Spark session), Ctrl-C
 #: and the children's exit.
-WAIT_S = 1_200
+WAIT_S = 900
 #: pytest's limit for the test: its waits, the HTTP requests (30 s each at most) and killing
 #: whatever is left.
 TIMEOUT_S = WAIT_S + 180
@@ -64,15 +69,10 @@ def test_kmq_demo_ui_serves_dagster_and_the_console_and_stops_everything_on_ctrl
             f"{url.group(1)}/graphql?query=%7BassetNodes%7BassetKey%7Bpath%7D%7D%7D", timeout=30
         ).read().decode(), timeout_s=min(60, budget.left_s()))  # fmt: skip
 
-        # the scripted outage, told as it happens: the breaker opens, the alert goes out, it
-        # probes and closes, and the resolve goes out
+        # the scripted outage, told as it happens: the breaker opens, the alert goes out
         wait_until_told(r"^\s*\d+ s: breaker opened: error rate \d+% over \d+ messages", 600)
         wait_until_told(
             r"^\s*\d+ s: alert sent: \[critical\] orders / pricing: circuit breaker open", 60
-        )
-        wait_until_told(r"^\s*\d+ s: breaker closed after (\d+m )?\d+s: ", 600)
-        wait_until_told(
-            r"alert sent: \[info\] orders / pricing: resolved: circuit breaker closed", 60
         )
 
         started = time.monotonic()
