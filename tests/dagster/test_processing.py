@@ -95,7 +95,14 @@ def test_a_run_started_while_the_breaker_is_open_processes_nothing(
     assert figures["batches"] == figures["read"] == 0
 
 
+#: pytest's limit for the two-runs test follows its waits: up to 240 s for the other run's
+#: first batch (a Spark session of its own first), this run, then up to 300 s for the other to
+#: end. Beside two busy loops and two other Dagster tests it outlasted the default 300 s.
+TWO_RUNS_TIMEOUT_S = 240 + 300 + 180
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(TWO_RUNS_TIMEOUT_S)
 def test_two_runs_of_one_queue_never_own_the_same_partitions_at_once(
     settings: KmqSettings, topic_name: str, tmp_path: Path, instance: DagsterInstance,
     kmq: KmqResource, audit: AuditStoreResource, pyspark: PySparkResource,
