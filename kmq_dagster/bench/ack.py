@@ -16,10 +16,16 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Message
 
 from kmq_dagster.bench.ack_latency import latency_rounds
-from kmq_dagster.bench.common import Cluster, Report, fill_topic, percentile
+from kmq_dagster.bench.ack_worker import (
+    DEFAULT_WORKER_MESSAGES,
+    WorkerFigures,
+    plain_drain,
+    worker_plan,
+)
+from kmq_dagster.bench.common import Cluster, Report, fill_topic, percentile, rotated
 from kmq_dagster.core.inflight import PartitionInflight
 from kmq_dagster.core.markers import StartMarker
 from kmq_dagster.core.queue import Queue
@@ -55,6 +61,8 @@ class AckFigures:
     redelivery_lateness_p50_ms: float
     redelivery_lateness_p99_ms: float
     tracker_bytes_per_inflight: float
+    #: The public Worker and the plain no-op consumer, in the same rounds.
+    worker: WorkerFigures
 
     def as_json(self) -> str:
         figures = {
@@ -71,7 +79,7 @@ class AckFigures:
             "redelivery_lateness_p99_ms": round(self.redelivery_lateness_p99_ms, 1),
             "tracker_bytes_per_inflight": round(self.tracker_bytes_per_inflight, 2),
         }
-        return json.dumps(figures)
+        return json.dumps(figures | self.worker.as_dict())
 
 
 def no_op_handler(_message: object) -> None:
@@ -120,34 +128,9 @@ def plain_throughput(
     """
     topic = _new_queue(settings, partitions).topic
     fill_topic(settings, topic, messages, partitions)
-    consumer = Consumer(settings.consumer_config(f"plain-{topic}"))
-    consumer.subscribe([topic])
-    received = 0
-    started = 0.0
-    try:
-        while received < messages:
-            # Fetched the way KmqConsumer fetches: what is here, else wait for more.
-            fetched = consumer.consume(settings.batch_size, 0) or consumer.consume(
-                settings.batch_size, 1.0
-            )
-            batch = [m for m in fetched if m.error() is None]
-            if batch and not started:
-                started = time.perf_counter()  # the group join is not part of throughput
-            for message in batch:
-                no_op_handler(message)
-            received += len(batch)
-            if batch and commit_async:
-                consumer.commit(asynchronous=True)
-            elif batch:
-                consumer.commit(asynchronous=False)
-        if commit_async:
-            # Done means committed, as the per-message ack run ends with its flush. Committed
-            # explicitly: with everything committed already, a plain commit() raises NO_OFFSET.
-            positions = consumer.position(consumer.assignment())
-            consumer.commit(offsets=positions, asynchronous=False)
-        return messages / (time.perf_counter() - started)
-    finally:
-        consumer.close()
+    return plain_drain(
+        settings, topic, messages, no_op_handler, commit_async=commit_async
+    ).msgs_per_s
 
 
 def ack_throughput(
@@ -226,10 +209,15 @@ def run_ack_benchmark(
     cluster: Cluster,
     messages: int,
     report: Report,
+    *,
     partitions: int = 2,
     rounds: int = 3,
+    worker_messages: int = DEFAULT_WORKER_MESSAGES,
 ) -> AckFigures:
     """Every figure of ``kmq bench ack``; throughputs are medians of ``rounds`` runs.
+
+    Beside the consumers, each round runs the public ``Worker`` and the plain no-op consumer
+    it is held against (:mod:`kmq_dagster.bench.ack_worker`) on ``worker_messages`` each.
 
     Each measurement gets its own ``cluster()`` (a fresh embedded broker, unless external),
     and the order of the consumers rotates from round to round: the embedded broker's
@@ -246,15 +234,24 @@ def run_ack_benchmark(
         ),
     }
     runs: dict[str, list[float]] = {name: [] for name in phases}
-    names = list(phases)
+    drains = worker_plan(worker_messages, partitions)
+    worker = WorkerFigures(worker_messages)
     for round_number in range(1, rounds + 1):
-        shift = (round_number - 1) % len(names)
-        for name in names[shift:] + names[:shift]:
+        # Each group rotates on its own, so the pairs compared alternate which goes first.
+        for name in rotated(list(phases), round_number) + rotated(list(drains), round_number):
             with cluster() as settings:
-                runs[name].append(phases[name](settings))
+                if name in phases:
+                    runs[name].append(phases[name](settings))
+                else:
+                    worker.runs[name].append(drains[name](settings))
         report(
             f"round {round_number}/{rounds}: "
-            + ", ".join(f"{name} {runs[name][-1]:,.0f} msg/s" for name in names)
+            + ", ".join(f"{name} {runs[name][-1]:,.0f} msg/s" for name in phases)
+            + "; "
+            + ", ".join(
+                f"{name} {d[-1].msgs_per_s:,.0f} msg/s (handled {d[-1].handled:,})"
+                for name, d in worker.runs.items()
+            )
         )
     sync_runs, async_runs, ack_runs, view_runs = runs.values()
     # The ratio is taken against the faster plain consumer, whichever it was.
@@ -272,6 +269,12 @@ def run_ack_benchmark(
             "ahead during the group join; the ratio is not the steady one "
             "(--messages 1000000 runs about a second)"
         )
+    report(
+        f"what users run, {worker_messages:,} messages on {partitions} partitions per run, "
+        "timed from the first handler call to the last acknowledgement:"
+    )
+    for line in worker.table():
+        report(line)
     latency_round_count = min(rounds, LATENCY_ROUNDS)
     report(
         f"latency at an offered load of 10,000 msg/s for 10 s, a plain consumer and kmq, "
@@ -307,4 +310,5 @@ def run_ack_benchmark(
         redelivery_lateness_p50_ms=percentile(lateness, 0.5),
         redelivery_lateness_p99_ms=percentile(lateness, 0.99),
         tracker_bytes_per_inflight=per_inflight,
+        worker=worker,
     )

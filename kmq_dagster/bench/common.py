@@ -30,3 +30,10 @@ def fill_topic(settings: KmqSettings, topic: str, count: int, partitions: int) -
     for i in range(count):
         produce(producer, topic, value=VALUE, partition=i % partitions)
     producer.flush(120)
+
+
+def rotated(names: list[str], round_number: int) -> list[str]:
+    """``names`` starting at the ``round_number``-th (from 1), wrapping round: no run of a
+    benchmark may profit from always going first (or last) on a fresh broker."""
+    shift = (round_number - 1) % len(names)
+    return names[shift:] + names[:shift]

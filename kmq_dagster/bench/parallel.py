@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kmq_dagster.bench.common import Cluster, Report
+from kmq_dagster.bench.common import Cluster, Report, rotated
 from kmq_dagster.bench.parallel_memory import SAMPLE_EVERY_S, RssFigures, drain_with_rss
 from kmq_dagster.bench.parallel_runs import (
     CallLog,
@@ -185,7 +185,7 @@ def run_parallel_benchmark(
     plan = _plan(sizes, waits_s)
     for round_number in range(1, sizes.rounds + 1):
         # No run may profit from always going first on a fresh broker.
-        order = _rotated(list(SHAPES), round_number) + _rotated(
+        order = rotated(list(SHAPES), round_number) + rotated(
             [name for name in plan if name not in SHAPES], round_number
         )
         for name in order:
@@ -201,11 +201,6 @@ def run_parallel_benchmark(
         with cluster() as settings:
             figures.rss = drain_with_rss(settings, rss_backlog, report)
     return figures
-
-
-def _rotated(names: list[str], round_number: int) -> list[str]:
-    shift = (round_number - 1) % len(names)
-    return names[shift:] + names[:shift]
 
 
 def _plan(sizes: ParallelSizes, waits_s: list[float]) -> dict[str, Callable[[KmqSettings], Drain]]:

@@ -98,6 +98,16 @@ def no_op(calls: CallLog) -> Handler:
     return handle
 
 
+def async_no_op(calls: CallLog) -> Handler:
+    """:func:`no_op` as an ``async def`` handler: it awaits nothing."""
+
+    async def handle(message: KmqMessage) -> None:
+        calls.started()
+        calls.done(message)
+
+    return handle
+
+
 def sleeping(calls: CallLog, wait_s: Callable[[int], float]) -> Handler:
     """A sync handler sleeping ``wait_s(index)`` (an I/O wait that releases the GIL)."""
 

@@ -60,18 +60,37 @@ def bench_cluster(
     help="Messages per throughput run. A million take about a second; 200,000 take "
     "0.15 s, a quarter of them fetched ahead while the consumer joined its group.",
 )
+@click.option(
+    "--worker-messages",
+    type=click.IntRange(1000, 100_000_000),
+    default=200_000,
+    show_default=True,
+    help="Messages per run of the public Worker (concurrency 1, and 100 with a sync and an "
+    "async handler) and of the plain no-op consumer it is held against. Worker runs at about "
+    "a fifth of a plain consumer's speed: 200,000 take a second or two at concurrency 1.",
+)
 @click.option("--rounds", type=click.IntRange(1, 100), default=5, show_default=True)
 @external_option
 @click.pass_context
-def bench_ack(ctx: click.Context, messages: int, rounds: int, external: bool) -> None:
-    """Per-message ack against a plain at-least-once consumer, latency, lateness, memory."""
+def bench_ack(
+    ctx: click.Context, messages: int, worker_messages: int, rounds: int, external: bool
+) -> None:
+    """Per-message ack against a plain at-least-once consumer; the public Worker against a
+    plain consumer calling a no-op function; latency, lateness, memory."""
     from kmq_dagster.bench.ack import run_ack_benchmark
 
     settings = settings_of(ctx)
     where = settings.bootstrap_servers if external else "a fresh embedded broker each time"
-    report(f"measuring on {where}; {messages:,} messages of 100 bytes per run")
+    report(
+        f"measuring on {where}; {messages:,} messages of 100 bytes per consumer run, "
+        f"{worker_messages:,} per Worker run"
+    )
     figures = run_ack_benchmark(
-        lambda: bench_cluster(settings, external), messages, report, rounds=rounds
+        lambda: bench_cluster(settings, external),
+        messages,
+        report,
+        rounds=rounds,
+        worker_messages=worker_messages,
     )
     click.echo(figures.as_json())
 

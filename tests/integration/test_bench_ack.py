@@ -12,9 +12,20 @@ from tests.processes import run_kmq
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
+WORKER_RUNS = ("plain_noop", "worker_n1", "worker_n100_sync", "worker_n100_async")
+
+
 def test_bench_ack_prints_both_throughputs_their_ratio_latency_lateness_and_memory() -> None:
     result = run_kmq(
-        "bench", "ack", "--messages", "5000", "--rounds", "1", timeout_s=LONGEST_WAIT_S
+        "bench",
+        "ack",
+        "--messages",
+        "5000",
+        "--worker-messages",
+        "5000",
+        "--rounds",
+        "1",
+        timeout_s=LONGEST_WAIT_S,
     )
 
     assert result.returncode == 0, result.stderr
@@ -32,6 +43,13 @@ def test_bench_ack_prints_both_throughputs_their_ratio_latency_lateness_and_memo
         "plain_p50_latency_ms",
         "redelivery_lateness_p99_ms",
         "tracker_bytes_per_inflight",
+        "worker_ratio",
+        "worker_msgs_per_s",
+        "plain_noop_msgs_per_s",
+        "worker_n100_sync_msgs_per_s",
+        "worker_n100_async_msgs_per_s",
+        "worker_messages",
+        "worker_handled",
     }
     assert figures["ratio"] == pytest.approx(
         figures["ack_msgs_per_s"] / figures["plain_msgs_per_s"], abs=0.001
@@ -51,3 +69,20 @@ def test_bench_ack_prints_both_throughputs_their_ratio_latency_lateness_and_memo
     assert " INFO " not in result.stderr
     # 5,000 messages take milliseconds: the bench says its ratio is not the steady one
     assert "the ratio is not the steady one" in result.stderr
+    # what users run: the public Worker (N = 1, N = 100 sync and async) and a plain consumer
+    # calling a no-op function, each having handled and acknowledged every message
+    assert figures["worker_messages"] == 5000
+    assert figures["worker_handled"] == dict.fromkeys(WORKER_RUNS, 5000)
+    for rate in (
+        "plain_noop_msgs_per_s",
+        "worker_msgs_per_s",
+        "worker_n100_sync_msgs_per_s",
+        "worker_n100_async_msgs_per_s",
+    ):
+        assert figures[rate] > 0, rate
+    # one round: the median of the per-round ratios is that round's
+    assert figures["worker_ratio"] == pytest.approx(
+        figures["worker_msgs_per_s"] / figures["plain_noop_msgs_per_s"], abs=0.002
+    )
+    assert "worker_n100_async" in result.stderr  # the table line of each run
+    assert "worker_ratio (worker_n1 / plain_noop" in result.stderr
