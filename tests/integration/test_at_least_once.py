@@ -27,7 +27,15 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 MESSAGES = 10_000
 PARTITIONS = 2
-GROUP = "proof"
+
+
+def group_of(topic: str) -> str:
+    """The test's own consumer group. Tests on one broker never share a group: a group spans
+    topics, so a worker SIGKILLed during a rebalance stalled the next test's worker in a shared
+    group for minutes (nothing handled for 180 s, in a loaded CI run)."""
+    return f"proof-{topic.rsplit('-', 1)[-1]}"
+
+
 RETRY_DELAYS_MS = (1_000, 2_000)
 #: The handler's failure rate (tests/support/flaky_handler.py).
 FAILURE_RATE = 0.1
@@ -60,7 +68,7 @@ class Fleet:
     def start(self, command: str, *extra: str) -> subprocess.Popen[bytes]:
         log = (self.out_dir / f"{command}-{len(self.processes)}.log").open("wb")
         process = subprocess.Popen(
-            kmq_argv(command, "--topic", self.topic, "--group", GROUP, *extra),
+            kmq_argv(command, "--topic", self.topic, "--group", group_of(self.topic), *extra),
             cwd=REPO_ROOT,
             env=self.env,
             stdout=log,
@@ -112,7 +120,7 @@ def has_processed(out_dir: Path, pid: int, count: int) -> bool:
 def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
-    queue = new_queue(settings, topic_name, GROUP, partitions=PARTITIONS,
+    queue = new_queue(settings, topic_name, group_of(topic_name), partitions=PARTITIONS,
                       retry_delays_ms=RETRY_DELAYS_MS, visibility_timeout_ms=5_000)  # fmt: skip
     ids = [f"id-{i:05d}".encode() for i in range(MESSAGES)]
     fleet = Fleet(settings, topic_name, tmp_path)

@@ -15,7 +15,7 @@ from kmq_dagster.broker.ports import free_port
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
 from tests.faults.test_metrics import scrape, value
-from tests.integration.test_at_least_once import GROUP, Fleet
+from tests.integration.test_at_least_once import Fleet, group_of
 from tests.integration.test_spark_breaker import committed_total
 from tests.kafka_helpers import (
     WaitBudget,
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def processes_for(settings: KmqSettings, topic: str, out_dir: Path, **env: str) -> Fleet:
-    """The test's `kmq` processes (group ``GROUP``), every one stopped by PID at the end."""
+    """The test's `kmq` processes (its own group), every one stopped by PID at the end."""
     processes = Fleet(settings, topic, out_dir)
     processes.env.update(env)
     return processes
@@ -112,7 +112,9 @@ def test_key_ordered_worker_never_overlaps_a_key_and_starts_its_messages_in_offs
 ) -> None:
     # given 2,000 messages over 20 keys on 2 partitions, and a handler that fails ~10% of calls
     count = 2_000
-    opened = new_queue(settings, topic_name, GROUP, partitions=2, retry_delays_ms=(200,) * 6)
+    opened = new_queue(
+        settings, topic_name, group_of(topic_name), partitions=2, retry_delays_ms=(200,) * 6
+    )
     produce_keyed(settings, topic_name, count, keys=20, partitions=2)
     processes = processes_for(settings, topic_name, tmp_path)
     budget = WaitBudget(180)
@@ -147,7 +149,9 @@ def test_a_sigkilled_concurrent_worker_loses_nothing(
 ) -> None:
     # given 3,000 messages and a worker running 16 calls of 0-20 ms at once
     count = 3_000
-    queue = new_queue(settings, topic_name, GROUP, partitions=2, visibility_timeout_ms=5_000)
+    queue = new_queue(
+        settings, topic_name, group_of(topic_name), partitions=2, visibility_timeout_ms=5_000
+    )
     ids = [f"id-{i:05d}" for i in range(count)]
     processes = processes_for(
         settings, topic_name, tmp_path, KMQ_TEST_FAILURE_RATE="0", KMQ_TEST_MAX_WORK_S="0.02"
@@ -194,7 +198,9 @@ def test_a_worker_sigkilled_with_100_calls_in_flight_loses_none_of_them(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
     # given 300 messages and a worker at --concurrency 100 whose calls all wait at a gate
-    queue = new_queue(settings, topic_name, GROUP, partitions=2, visibility_timeout_ms=3_000)
+    queue = new_queue(
+        settings, topic_name, group_of(topic_name), partitions=2, visibility_timeout_ms=3_000
+    )
     ids = {f"held-{i:03d}" for i in range(300)}
     gate_of(tmp_path, "held").touch()
     produce(settings, topic_name, [v.encode() for v in sorted(ids)], partitions=2)
@@ -209,7 +215,8 @@ def test_a_worker_sigkilled_with_100_calls_in_flight_loses_none_of_them(
         ), "the worker never had 100 calls in flight"
         # and its group committed every offset it fetched: only the markers can bring them back
         assert wait_for(
-            lambda: committed_total(settings, topic_name, GROUP) == 300, budget.left_s()
+            lambda: committed_total(settings, topic_name, group_of(topic_name)) == 300,
+            budget.left_s(),
         )
 
         # when it is SIGKILLed with those 100 calls in flight, and the gate then opens for a
@@ -238,7 +245,7 @@ def test_a_worker_sigkilled_with_100_calls_in_flight_loses_none_of_them(
 def test_an_async_handler_at_concurrency_8_handles_every_message(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
-    new_queue(settings, topic_name, GROUP, partitions=2)
+    new_queue(settings, topic_name, group_of(topic_name), partitions=2)
     produce(settings, topic_name, [str(i).encode() for i in range(300)], partitions=2)
     processes = processes_for(settings, topic_name, tmp_path)
     handled = tmp_path / "handled.txt"
@@ -263,7 +270,7 @@ def test_the_metrics_endpoint_shows_calls_in_flight_held_messages_and_waits_by_o
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
     # given 16 messages over 8 keys whose calls wait at a closed gate
-    new_queue(settings, topic_name, GROUP)
+    new_queue(settings, topic_name, group_of(topic_name))
     gate = gate_of(tmp_path, "hold")
     gate.touch()
     producer = Producer(settings.producer_config())
@@ -272,7 +279,7 @@ def test_the_metrics_endpoint_shows_calls_in_flight_held_messages_and_waits_by_o
     assert producer.flush(30) == 0
     processes = processes_for(settings, topic_name, tmp_path)
     port = free_port()
-    labels = {"topic": topic_name, "group": GROUP, "service": "worker"}
+    labels = {"topic": topic_name, "group": group_of(topic_name), "service": "worker"}
     budget = WaitBudget(120)
 
     def figures(**expected: float) -> bool:
@@ -323,7 +330,9 @@ def test_a_stopped_worker_acks_the_calls_that_end_within_the_drain_timeout_and_l
     exit_code: int,
 ) -> None:
     # given a worker with 16 calls in flight: 8 will end while it drains, 8 will not
-    queue = new_queue(settings, topic_name, GROUP, partitions=2, visibility_timeout_ms=3_000)
+    queue = new_queue(
+        settings, topic_name, group_of(topic_name), partitions=2, visibility_timeout_ms=3_000
+    )
     ending = {f"ends-{i}" for i in range(8)}
     cut = {f"cut-{i}" for i in range(8)}
     for name in ("ends", "cut"):
@@ -380,7 +389,7 @@ def test_a_serial_worker_whose_call_hangs_exits_after_the_drain_timeout(
     exit_code: int,
 ) -> None:
     # given a worker at concurrency 1 whose call hangs (its gate stays closed)
-    queue = new_queue(settings, topic_name, GROUP, visibility_timeout_ms=3_000)
+    queue = new_queue(settings, topic_name, group_of(topic_name), visibility_timeout_ms=3_000)
     gate_of(tmp_path, "hung").touch()
     produce(settings, topic_name, [b"hung-1"])
     processes = processes_for(settings, topic_name, tmp_path)
@@ -417,7 +426,7 @@ def test_a_rebalance_while_calls_are_in_flight_loses_nothing(
 ) -> None:
     # given a worker holding 40 messages of 4 partitions: 8 calls in flight at a closed gate
     count = 400
-    new_queue(settings, topic_name, GROUP, partitions=4, visibility_timeout_ms=5_000)
+    new_queue(settings, topic_name, group_of(topic_name), partitions=4, visibility_timeout_ms=5_000)
     ids = [f"m-{i:04d}" for i in range(count)]
     gate = gate_of(tmp_path, "m")
     gate.touch()
