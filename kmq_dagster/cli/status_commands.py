@@ -63,7 +63,8 @@ def status(
     rows = [COLUMNS, *map(_row, statuses, footprints)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        click.echo("  ".join(cells).rstrip())
 
 
 def as_dict(measured: QueueStatus) -> dict[str, Any]:
