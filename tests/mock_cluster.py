@@ -19,7 +19,7 @@ import time
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from kmq_dagster.kafka.provision import ProvisionReport
+from kmq_dagster.kafka.provision import ProvisionPlan, ProvisionReport
 
 #: The environment variable and value that select the mock cluster.
 BOOTSTRAP_ENV = "KMQ_TEST_BOOTSTRAP"
@@ -46,19 +46,11 @@ class MockCluster:
         self.bootstrap_servers = ",".join(f"{b.host}:{b.port}" for b in brokers)
         self._creator = Producer({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
 
-    def create_topics(
-        self,
-        _settings: object,
-        topic: str,
-        wanted: list[str],
-        _partitions: int | None,
-        _replication_factor: int,
-    ) -> ProvisionReport:
-        """Stands in for kmq's topic creation: asks for each topic's metadata, which makes the
-        mock cluster create it; waits until all are there."""
-        from kmq_dagster.settings import DEFAULT_REGISTRY_TOPIC
-
-        names = [*wanted, DEFAULT_REGISTRY_TOPIC]
+    def create_topics(self, _settings: object, plan: ProvisionPlan) -> ProvisionReport:
+        """Stands in for kmq's topic creation (carrying out ``plan``): asks for each topic's
+        metadata, which makes the mock cluster create it; waits until all are there."""
+        wanted = [planned.name for planned in plan.topics]
+        names = [*wanted, plan.registry.name]
         existing = set(self._creator.list_topics(timeout=10).topics)
         deadline = time.monotonic() + 30
         while not set(names) <= existing and time.monotonic() < deadline:
@@ -66,7 +58,7 @@ class MockCluster:
                 self._creator.list_topics(topic=name, timeout=10)
             existing = set(self._creator.list_topics(timeout=10).topics)
         missing = [name for name in wanted if name not in existing]
-        report = ProvisionReport(partitions=MOCK_PARTITIONS)
+        report = ProvisionReport(partitions=MOCK_PARTITIONS, plan=plan)
         report.created = [name for name in wanted if name not in missing]
         return report
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -28,7 +29,7 @@ from kmq_dagster.cli.stop_deadline import exit_if_still_calling
 from kmq_dagster.cli.value_types import Number
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.core.wording import counted
-from kmq_dagster.kafka.provision import ProvisionReport
+from kmq_dagster.kafka.provision import ProvisionPlan, ProvisionReport
 from kmq_dagster.settings import MAX_BATCH_SIZE, MAX_PARTITIONS
 
 #: Largest --max-buffered: the worker's memory bound (invariant 11) must stay a bound.
@@ -76,6 +77,14 @@ log = logging.getLogger("kmq.cli")
     is_flag=True,
     help="Change the stored definition (retry policy, timeouts) of an existing queue.",
 )
+@click.option(
+    "--plan",
+    "plan_only",
+    is_flag=True,
+    help="Create nothing: print every topic provisioning would create or find, with its "
+    "partitions, replication and settings, and the partition totals.",
+)
+@click.option("--json", "as_json", is_flag=True, help="With --plan: one JSON object, for scripts.")
 @connection_options
 @click.pass_context
 def provision(
@@ -88,11 +97,20 @@ def provision(
     min_insync_replicas: int | None,
     delay_queue: bool,
     redefine: bool,
+    plan_only: bool,
+    as_json: bool,
 ) -> None:
     """Create the queue topic and the group's topics, idempotently; store the queue's
     definition so other commands need not repeat it."""
-    from kmq_dagster.kafka.provision import provision_queue, provision_topic
+    from kmq_dagster.kafka.provision import (
+        plan_queue,
+        plan_topic,
+        provision_queue,
+        provision_topic,
+    )
 
+    if as_json and not plan_only:
+        raise click.UsageError("--json goes with --plan")
     if replication_factor == 0:
         raise click.BadParameter(
             "0 replicas is not a thing: give -1 or at least 1", param_hint="--replication-factor"
@@ -108,11 +126,26 @@ def provision(
             raise click.UsageError(
                 "retry, visibility and format options belong to a group: add --group"
             )
+        if plan_only:
+            _print_plan(plan_topic(settings, topic, partitions=partitions, **layout), as_json)
+            return
         report = provision_topic(settings, topic, partitions=partitions, **layout)
     else:
         queue = definition.new_queue(settings, topic, group, partitions)
+        if plan_only:
+            _print_plan(plan_queue(settings, queue, redefine=redefine, **layout), as_json)
+            return
         report = provision_queue(settings, queue, redefine=redefine, **layout)
     _print_provision_report(report)
+
+
+def _print_plan(plan: ProvisionPlan, as_json: bool) -> None:
+    from kmq_dagster.kafka.provision_plan import describe_plan
+
+    if as_json:
+        click.echo(json.dumps(plan.as_dict()))
+    else:
+        click.echo("\n".join(describe_plan(plan)))
 
 
 def _print_provision_report(report: ProvisionReport) -> None:

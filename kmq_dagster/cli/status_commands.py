@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -11,8 +11,23 @@ from kmq_dagster.cli.app import cli, connection_options, settings_of
 from kmq_dagster.cli.options import audit_url_option
 from kmq_dagster.core.durations import format_duration_ms
 from kmq_dagster.core.status import QueueStatus
+from kmq_dagster.core.wording import counted
 
-COLUMNS = ("QUEUE", "GROUP", "LAG", "IN FLIGHT", "OLDEST UNACKED", "RETRIES", "DLQ", "BREAKER")
+if TYPE_CHECKING:
+    from kmq_dagster.kafka.provision_plan import QueueFootprint
+
+
+COLUMNS = (
+    "QUEUE",
+    "GROUP",
+    "LAG",
+    "IN FLIGHT",
+    "OLDEST UNACKED",
+    "RETRIES",
+    "DLQ",
+    "BREAKER",
+    "PARTITIONS",
+)
 
 
 @cli.command()
@@ -27,24 +42,29 @@ def status(
 ) -> None:
     """Lag, in flight, oldest unacknowledged age, retries, DLQ and breaker of every queue."""
     from kmq_dagster.audit.store import AuditStore
+    from kmq_dagster.kafka.provision_plan import partition_counts, queue_footprint
     from kmq_dagster.kafka.queue_status import measure_queue
     from kmq_dagster.kafka.queues import open_queues
 
-    queues = open_queues(settings_of(ctx), topic=topic, group=group)
+    settings = settings_of(ctx)
+    queues = open_queues(settings, topic=topic, group=group)
     if not queues:
         raise click.ClickException(
             "no provisioned queue matches; `kmq provision --topic T --group G` defines one"
         )
     store = AuditStore(audit_url)
     statuses = [measure_queue(opened, store=store) for opened in queues]
+    existing = partition_counts(settings)
+    footprints = [queue_footprint(opened.queue, existing) for opened in queues]
     if as_json:
-        for measured in statuses:
-            click.echo(json.dumps(as_dict(measured)))
+        for measured, footprint in zip(statuses, footprints, strict=True):
+            click.echo(json.dumps({**as_dict(measured), **_footprint_dict(footprint)}))
         return
-    rows = [COLUMNS, *(_row(measured) for measured in statuses)]
+    rows = [COLUMNS, *map(_row, statuses, footprints)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        click.echo("  ".join(cells).rstrip())
 
 
 def as_dict(measured: QueueStatus) -> dict[str, Any]:
@@ -66,7 +86,12 @@ def as_dict(measured: QueueStatus) -> dict[str, Any]:
     }
 
 
-def _row(measured: QueueStatus) -> tuple[str, ...]:
+def _footprint_dict(footprint: QueueFootprint) -> dict[str, Any]:
+    """The queue's topics on the cluster (queue, delay queue, the group's) and their partitions."""
+    return {"topics": list(footprint.topics), "topic_partitions": footprint.partitions}
+
+
+def _row(measured: QueueStatus, footprint: QueueFootprint) -> tuple[str, ...]:
     age = measured.oldest_unacked_age_ms
     retries = sum(measured.retry_depths.values())
     return (
@@ -78,4 +103,5 @@ def _row(measured: QueueStatus) -> tuple[str, ...]:
         f"{retries:,} ({measured.due_retries:,} due)" if retries else "0",
         f"{measured.dlq_depth:,}",
         measured.breaker_state,
+        f"{footprint.partitions:,} in {counted(len(footprint.topics), 'topic')}",
     )

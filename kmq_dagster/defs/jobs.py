@@ -3,7 +3,7 @@
 No ``from __future__ import annotations`` here: Dagster reads op signatures at run time.
 """
 
-from dagster import Config, JobDefinition, OpExecutionContext, job, op
+from dagster import Config, JobDefinition, MetadataValue, OpExecutionContext, job, op
 from pydantic import Field
 
 from kmq_dagster.core.durations import parse_duration_ms
@@ -24,10 +24,22 @@ class ProvisionConfig(Config):
 
 
 def _log_report(context: OpExecutionContext, report: ProvisionReport) -> None:
+    """Log what was done; the plan carried out (every topic, the partition totals) goes into
+    the output's metadata, as `kmq provision --plan --json` prints it."""
     context.log.info(
         f"{len(report.created)} created, {len(report.unchanged)} already existed "
         f"({report.partitions} partitions): created {report.created}"
     )
+    if report.plan is not None:
+        plan = report.plan
+        context.add_output_metadata(
+            {
+                "plan": MetadataValue.json(plan.as_dict()),
+                "created_partitions": plan.created_partitions,
+                "queue_topics": len(plan.topics),
+                "queue_partitions": plan.queue_partitions,
+            }
+        )
 
 
 @op

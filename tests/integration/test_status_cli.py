@@ -57,6 +57,34 @@ def test_status_shows_lag_in_flight_and_dead_letters_of_each_group(
         0,
     )
     assert table[0].split() == ["QUEUE", "GROUP", "LAG", "IN", "FLIGHT", "OLDEST", "UNACKED",
-                                "RETRIES", "DLQ", "BREAKER"]  # fmt: skip
+                                "RETRIES", "DLQ", "BREAKER", "PARTITIONS"]  # fmt: skip
     assert table[1].split()[:4] == [topic_name, "a", "6", "4"]
+    # the queue's footprint: the queue topic, and a's markers, redelivery, 3 retry topics and
+    # DLQ (provisioned without the delay queue), 1 partition each; b's topics are b's
+    assert table[1].split()[-4:] == ["7", "in", "7", "topics"]
+    assert by_group["a"]["topic_partitions"] == 7
+    assert by_group["a"]["topics"] == [topic_name, *a.queue.group_topics]
     assert main(["status", "-t", f"{topic_name}-nothing"]) == 1
+
+
+def test_status_shows_how_many_topics_and_partitions_a_queue_holds(
+    settings: KmqSettings,
+    topic_name: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
+    # given a queue of 3 partitions with its delay queue, and a second group's
+    new_queue(settings, topic_name, "a", partitions=3, delay_queue=True)
+    new_queue(settings, topic_name, "b", partitions=3, retry_delays_ms=(1_000,))
+
+    assert main(["status", "-t", topic_name, "-g", "a", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert main(["status", "-t", topic_name, "-g", "a"]) == 0
+    table = capsys.readouterr().out.splitlines()
+
+    # the queue topic, 8 delay levels, the delay DLQ and a's 6 topics: 16 topics of 3
+    # partitions (b's own topics are not a's)
+    assert (len(shown["topics"]), shown["topic_partitions"]) == (16, 48)
+    assert not any(".b." in name for name in shown["topics"])
+    assert table[1].split()[-4:] == ["48", "in", "16", "topics"]

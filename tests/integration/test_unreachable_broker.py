@@ -1,5 +1,6 @@
-"""No broker: `kmq status` and `kmq send` say so in seconds when the connection is refused, and
-a broker that accepts but does not answer still gets the whole request timeout."""
+"""No broker: `kmq status`, `kmq send` and `kmq provision --plan` say so in seconds when the
+connection is refused, and a broker that accepts but does not answer still gets the whole request
+timeout."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ FAIL_FAST_S = 8.0
 COMMANDS = {
     "status": ["status"],
     "send": ["send", "-t", "orders", "--value", "x"],
+    "provision --plan": ["provision", "-t", "orders", "-p", "2", "-g", "g", "--plan"],
 }
 
 

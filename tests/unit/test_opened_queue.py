@@ -11,7 +11,7 @@ import pytest
 
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
-from kmq_dagster.kafka import provision, queues, registry
+from kmq_dagster.kafka import provision, provision_plan, queues, registry
 from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.opened_queue import OpenedQueue, vouch_for
@@ -71,7 +71,7 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(queues, "load_registry", counted("load_registry"))
     monkeypatch.setattr(queues, "require_topics", counted("require_topics"))
     monkeypatch.setattr(provision, "load_registry", counted("load_registry"))
-    monkeypatch.setattr(provision, "cluster_metadata", counted("cluster_metadata"))
+    monkeypatch.setattr(provision_plan, "cluster_metadata", counted("cluster_metadata"))
     monkeypatch.setattr(registry, "cluster_metadata", counted("cluster_metadata"))
     return calls
 

@@ -1,0 +1,261 @@
+"""What provisioning would create, read from the cluster without changing it.
+
+Provisioning is two steps: :func:`plan_topics` reads the cluster's topics and decides, topic by
+topic, what exists and what would be created with which partitions, replicas and settings; then
+:mod:`kmq_dagster.kafka.provision` creates exactly the plan's missing topics. ``kmq provision
+--plan`` stops after the first step, so what it prints is what a run would do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kmq_dagster.core.durations import format_duration_ms
+from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.wording import counted
+from kmq_dagster.errors import ProvisionError
+from kmq_dagster.kafka.clients import cluster_metadata
+from kmq_dagster.kafka.registry import REGISTRY_TOPIC_CONFIG
+from kmq_dagster.settings import KmqSettings
+
+#: Let the cluster choose (``default.replication.factor``); works on Kafka >= 2.4.
+BROKER_DEFAULT_REPLICATION = -1
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How new topics are created: partitions, replicas, and settings per topic."""
+
+    partitions: int | None
+    replication_factor: int
+    min_insync_replicas: int | None
+    configs: Mapping[str, Mapping[str, str]]
+
+    def config_of(self, name: str) -> dict[str, str]:
+        config = dict(self.configs.get(name, {}))
+        if self.min_insync_replicas is not None:
+            config["min.insync.replicas"] = str(self.min_insync_replicas)
+        return config
+
+
+@dataclass(frozen=True)
+class PlannedTopic:
+    """One topic of a plan: created with these values, unless it exists already."""
+
+    name: str
+    partitions: int
+    #: Replicas per partition; :data:`BROKER_DEFAULT_REPLICATION` lets the cluster decide.
+    replication_factor: int
+    #: Settings kmq sets on creation; the cluster's defaults apply to the rest.
+    config: Mapping[str, str]
+    #: The partitions of the existing topic; ``None``: the topic would be created.
+    existing_partitions: int | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self.existing_partitions is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.name,
+            "exists": self.exists,
+            "partitions": self.existing_partitions if self.exists else self.partitions,
+            "replication_factor": None if self.exists else self.replication_factor,
+            "config": None if self.exists else dict(self.config),
+        }
+
+
+@dataclass(frozen=True)
+class ProvisionPlan:
+    """Every topic provisioning a queue (or a bare queue topic) creates or finds.
+
+    ``topics`` are the queue's own, in creation order; ``registry`` is the definitions topic
+    every queue shares (created once per cluster).
+    """
+
+    topic: str
+    group: str | None
+    partitions: int
+    topics: tuple[PlannedTopic, ...]
+    registry: PlannedTopic
+    #: Whether the queue's definition would be stored (new, or changed).
+    stores_definition: bool = False
+
+    @property
+    def all_topics(self) -> tuple[PlannedTopic, ...]:
+        return (*self.topics, self.registry)
+
+    @property
+    def to_create(self) -> list[PlannedTopic]:
+        return [planned for planned in self.all_topics if not planned.exists]
+
+    @property
+    def created_partitions(self) -> int:
+        """Partitions the topics to create would add to the cluster."""
+        return sum(planned.partitions for planned in self.to_create)
+
+    @property
+    def queue_partitions(self) -> int:
+        """Partitions of the queue's own topics once provisioned (the registry not counted)."""
+        return sum(planned.existing_partitions or planned.partitions for planned in self.topics)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "group": self.group,
+            "partitions": self.partitions,
+            "topics": [planned.as_dict() for planned in self.all_topics],
+            "create_topics": len(self.to_create),
+            "create_partitions": self.created_partitions,
+            "queue_topics": len(self.topics),
+            "queue_partitions": self.queue_partitions,
+            "stores_definition": self.stores_definition,
+        }
+
+
+def describe_plan(plan: ProvisionPlan) -> list[str]:
+    """``plan`` for a person: a heading, one line per topic, the totals."""
+    queue = plan.topic if plan.group is None else f"{plan.topic}, group {plan.group}"
+    lines = [f"plan for queue {queue} ({counted(plan.partitions, 'partition')}); nothing created"]
+    rows = [
+        (
+            ("keep", planned.name, f"exists, {counted(planned.existing_partitions, 'partition')}")
+            if planned.existing_partitions is not None
+            else (
+                "create",
+                planned.name,
+                counted(planned.partitions, "partition"),
+                f"replication {describe_replication(planned.replication_factor)}",
+                describe_config(planned.config),
+            )
+        )
+        for planned in plan.all_topics
+    ]
+    # an existing topic's one cell past its name does not widen the columns of new ones
+    widths = [max((len(r[i]) for r in rows if len(r) == 5 or i < 2), default=0) for i in range(5)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        lines.append("  " + "  ".join(cells).rstrip())
+    created = plan.to_create
+    lines.append(
+        f"would create {counted(len(created), 'topic')} with "
+        f"{counted(plan.created_partitions, 'partition')}; the queue's "
+        f"{counted(len(plan.topics), 'topic')} hold {counted(plan.queue_partitions, 'partition')}"
+    )
+    if plan.stores_definition:
+        lines.append("would store the queue's definition in " + plan.registry.name)
+    return lines
+
+
+def describe_config(config: Mapping[str, str]) -> str:
+    """Settings of a new topic in words: ``retention forever, min.insync.replicas=2``."""
+    if not config:
+        return "cluster defaults"
+    parts = []
+    for key, value in config.items():
+        if key == "retention.ms":
+            kept = "forever" if int(value) < 0 else format_duration_ms(int(value))
+            parts.append(f"retention {kept}")
+        elif key == "cleanup.policy":
+            parts.append(f"cleanup {value}")
+        else:
+            parts.append(f"{key}={value}")
+    return ", ".join(parts)
+
+
+def describe_replication(replication_factor: int) -> str:
+    if replication_factor == BROKER_DEFAULT_REPLICATION:
+        return "cluster default"
+    return str(replication_factor)
+
+
+def plan_topics(
+    settings: KmqSettings, topic: str, wanted: Sequence[str], layout: Layout
+) -> ProvisionPlan:
+    """Read the cluster's topics and decide what provisioning ``wanted`` would create.
+
+    Raises:
+        ProvisionError: a partition count does not match the queue topic's, or the queue topic
+            is new and no partition count was given.
+        KafkaUnavailableError: the cluster did not answer.
+    """
+    existing = partition_counts(settings)
+    partitions = _resolve_partitions(topic, layout.partitions, existing)
+    check_partition_counts(topic, wanted, partitions, existing)
+    planned = tuple(
+        PlannedTopic(
+            name, partitions, layout.replication_factor, layout.config_of(name), existing.get(name)
+        )
+        for name in wanted
+    )
+    registry = PlannedTopic(
+        settings.registry_topic,
+        1,
+        layout.replication_factor,
+        {**layout.config_of(""), **REGISTRY_TOPIC_CONFIG},
+        existing.get(settings.registry_topic),
+    )
+    return ProvisionPlan(topic, None, partitions, planned, registry)
+
+
+def queue_topic_names(queue: Queue, *, delay_queue: bool = True) -> list[str]:
+    """The topics provisioning ``queue`` creates, in creation order (the registry aside)."""
+    return [queue.topic, *(queue.delay_topics if delay_queue else []), *queue.group_topics]
+
+
+@dataclass(frozen=True)
+class QueueFootprint:
+    """What a provisioned queue and group hold on the cluster."""
+
+    #: The queue's topics that exist (the queue topic, its delay queue, the group's topics).
+    topics: tuple[str, ...]
+    #: Their partitions, all together.
+    partitions: int
+
+
+def queue_footprint(queue: Queue, existing: Mapping[str, int]) -> QueueFootprint:
+    """The topics of ``queue`` found in ``existing`` (from :func:`partition_counts`)."""
+    found = tuple(name for name in queue_topic_names(queue) if name in existing)
+    return QueueFootprint(found, sum(existing[name] for name in found))
+
+
+def partition_counts(settings: KmqSettings) -> dict[str, int]:
+    """Every topic of the cluster with its partition count."""
+    metadata = cluster_metadata(settings)
+    return {name: len(info.partitions) for name, info in metadata.topics.items()}
+
+
+def _resolve_partitions(topic: str, partitions: int | None, existing: Mapping[str, int]) -> int:
+    if topic in existing:
+        if partitions is not None and existing[topic] != partitions:
+            raise ProvisionError(
+                f"topic {topic} exists with {existing[topic]} partitions, not {partitions}; "
+                "kmq does not change partition counts (omit the partition count to adopt it)"
+            )
+        return existing[topic]
+    if partitions is None:
+        raise ProvisionError(f"topic {topic} does not exist: give a partition count to create it")
+    return partitions
+
+
+def check_partition_counts(
+    topic: str, wanted: Sequence[str], partitions: int, existing: Mapping[str, int]
+) -> None:
+    """Refuse a queue whose existing topics have another partition count than ``partitions``.
+
+    Raises:
+        ProvisionError: naming each mismatched topic.
+    """
+    wrong = [
+        f"{name} has {existing[name]}"
+        for name in wanted
+        if name in existing and existing[name] != partitions
+    ]
+    if wrong:
+        raise ProvisionError(
+            f"partition counts differ from the queue topic {topic} ({partitions}): "
+            f"{', '.join(wrong)}; every topic of a queue needs the same count "
+            "(delete and recreate the mismatched topics)"
+        )

@@ -1,0 +1,110 @@
+"""`kmq provision --plan`: every topic provisioning would create, with its partitions,
+replication and settings and the partition totals, read from the broker; nothing is created."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from kmq_dagster.cli import main
+from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.retry import RetryPolicy
+from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.settings import KmqSettings
+
+pytestmark = pytest.mark.kafka
+
+
+def _partition_counts(settings: KmqSettings) -> dict[str, int]:
+    metadata = AdminClient(settings.admin_config()).list_topics(timeout=10)
+    return {name: len(info.partitions) for name, info in metadata.topics.items()}
+
+
+@pytest.fixture(autouse=True)
+def _bootstrap(settings: KmqSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
+
+
+def test_the_plan_names_what_provisioning_then_creates_and_creates_nothing_itself(
+    settings: KmqSettings, topic_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a new queue of 3 partitions with a two-step retry policy and the delay queue
+    args = ["provision", "-t", topic_name, "-g", "pricing", "-p", "3", "--retry-delays", "5s,2h"]
+    before = _partition_counts(settings)
+
+    # when it is planned, as JSON
+    assert main([*args, "--plan", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+
+    # then no topic appeared on the broker
+    assert _partition_counts(settings) == before
+    # and the plan lists the queue, 8 delay levels, the delay DLQ, markers, redelivery, two
+    # retry topics and the DLQ, each new with 3 partitions and the cluster's replication
+    own = [t for t in plan["topics"] if t["topic"] != settings.registry_topic]
+    assert len(own) == 15 and plan["queue_topics"] == 15 and plan["queue_partitions"] == 45
+    assert all((t["exists"], t["partitions"], t["replication_factor"]) == (False, 3, -1)
+               for t in own)  # fmt: skip
+    configs = {t["topic"]: t["config"] for t in own}
+    assert configs[f"{topic_name}.pricing.dlq"] == {"retention.ms": "-1"}
+    assert configs[f"{topic_name}.pricing.retry.2h"] == {"retention.ms": str(7 * 86_400_000)}
+    assert configs[f"{topic_name}.pricing.markers"] == {}
+    # and the definitions topic: in the plan as provisioning finds it (other tests made it)
+    (registry,) = [t for t in plan["topics"] if t["topic"] == settings.registry_topic]
+    assert registry["exists"] is (settings.registry_topic in before)
+    assert plan["create_partitions"] == 45 + (0 if registry["exists"] else 1)
+    assert plan["stores_definition"] is True
+
+    # when the queue is provisioned as planned, it creates exactly the planned topics
+    policy = RetryPolicy.fixed((5_000, 7_200_000))
+    report = provision_queue(settings, Queue(topic_name, "pricing", 3, retry_policy=policy))
+    assert report.created == [t["topic"] for t in own]
+    after = _partition_counts(settings)
+    assert sum(after[t["topic"]] for t in own) == plan["queue_partitions"]
+
+
+def test_the_plan_of_a_second_group_keeps_the_shared_topics_and_counts_only_new_ones(
+    settings: KmqSettings, topic_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a queue of 2 partitions provisioned for group "a"
+    provision_queue(settings, Queue(topic_name, "a", partitions=2))
+    before = _partition_counts(settings)
+
+    # when group "b" is planned (adopting the queue's partitions), and "a" again
+    assert main(["provision", "-t", topic_name, "-g", "b", "--plan"]) == 0
+    second = capsys.readouterr().out.splitlines()
+    assert main(["provision", "-t", topic_name, "-g", "a", "--plan"]) == 0
+    again = capsys.readouterr().out.splitlines()
+
+    # then the queue topic and its delay queue exist and stay; b's 6 topics would be created
+    assert _partition_counts(settings) == before
+    assert second[0] == f"plan for queue {topic_name}, group b (2 partitions); nothing created"
+    rows = {line.split()[1]: line.split() for line in second[1:-2]}
+    assert rows[topic_name] == ["keep", topic_name, "exists,", "2", "partitions"]
+    assert rows[f"{topic_name}.delay.dlq"][0] == "keep"
+    assert rows[f"{topic_name}.b.dlq"][:4] == ["create", f"{topic_name}.b.dlq", "2", "partitions"]
+    settings_words = " ".join(rows[f"{topic_name}.b.dlq"][4:])
+    assert settings_words == "replication cluster default retention forever"
+    assert rows[settings.registry_topic][0] == "keep"
+    assert second[-2:] == [
+        "would create 6 topics with 12 partitions; the queue's 16 topics hold 32 partitions",
+        "would store the queue's definition in " + settings.registry_topic,
+    ]
+    # and for "a", provisioned already: nothing would change
+    assert all(line.split()[0] == "keep" for line in again[1:-1])
+    assert (
+        again[-1]
+        == "would create 0 topics with 0 partitions; the queue's 16 topics hold 32 partitions"
+    )
+
+
+def test_a_plan_provisioning_would_refuse_is_refused_in_one_line(
+    settings: KmqSettings, topic_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    provision_queue(settings, Queue(topic_name, "a", partitions=2))
+
+    assert main(["provision", "-t", topic_name, "-g", "a", "-p", "4", "--plan"]) == 1
+
+    err = capsys.readouterr().err
+    assert "exists with 2 partitions, not 4" in err and err.count("\n") == 1, err
