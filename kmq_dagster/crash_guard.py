@@ -23,6 +23,7 @@ like a shell's.
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import os
 import signal
@@ -40,8 +41,8 @@ CHILD_ENV = "KMQ_CRASH_GUARD_CHILD"
 EXPLAIN_ENV = "KMQ_CRASH_GUARD_EXPLAIN"
 #: Signals that mean the child crashed (not that someone stopped it).
 CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL})
-#: Signals the supervisor passes on to the child.
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Signals the supervisor passes on to the child (SIGUSR1: the child writes its stacks).
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 
 
 def supervise(args: Sequence[str]) -> int:
@@ -62,6 +63,8 @@ def supervise(args: Sequence[str]) -> int:
 
     for signum in FORWARDED_SIGNALS:
         signal.signal(signum, forward)
+    # kill -USR1: this process's stack first, then the child's (forwarded by the chain)
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=True)
     code = child.wait()
     if code >= 0:
         return code

@@ -113,11 +113,30 @@ def pid_alive(pid: int) -> bool:
     return state != "Z"
 
 
-def stop(process: subprocess.Popen[Any], timeout_s: float = 30) -> None:
-    """SIGTERM ``process`` and wait for it; SIGKILL it if it is still there after ``timeout_s``."""
+def stacks_in_log(process: subprocess.Popen[Any], log: Path, timeout_s: float = 15) -> str:
+    """Ask a ``kmq`` process that does not stop for every thread's stack (``kill -USR1``,
+    which a long-lived command answers on stderr) and return the end of ``log`` once they
+    are written there: what a test that timed out on it shows."""
+    from tests.kafka_helpers import wait_for
+
+    process.send_signal(signal.SIGUSR1)
+    wait_for(lambda: "most recent call first" in log.read_text(errors="replace"), timeout_s)
+    return log.read_text(errors="replace")[-8000:]
+
+
+def stop(process: subprocess.Popen[Any], timeout_s: float = 30, log: Path | None = None) -> None:
+    """SIGTERM ``process`` and wait for it; SIGKILL it if it is still there after ``timeout_s``
+    (having asked it for its stacks first if its ``log`` is given, shown in the failure)."""
     process.send_signal(signal.SIGTERM)
     try:
         process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        if log is None:
+            raise
+        stacks = stacks_in_log(process, log)
+        raise AssertionError(
+            f"pid {process.pid} still ran {timeout_s:g} s after SIGTERM; its log ends:\n{stacks}"
+        ) from None
     finally:
         if process.poll() is None:
             process.kill()

@@ -8,6 +8,7 @@ queue-definition options of ``kmq provision`` alone are in
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import signal
 import threading
@@ -138,9 +139,16 @@ EXIT_INTERRUPTED = 130
 _stop_signals: list[int] = []
 
 
+#: Sent to a running long-lived command (``kill -USR1 PID``), it writes every thread's stack
+#: to stderr and goes on: what an operator looks at when a worker seems stuck.
+DUMP_STACKS_SIGNAL = signal.SIGUSR1
+
+
 def stop_on_signals() -> threading.Event:
     """An event set by SIGTERM or Ctrl-C, so loops finish their step and clean up; which
-    signal came first decides the exit code (:func:`stop_exit_code`)."""
+    signal came first decides the exit code (:func:`stop_exit_code`). From here on,
+    :data:`DUMP_STACKS_SIGNAL` writes every thread's stack to stderr."""
+    faulthandler.register(DUMP_STACKS_SIGNAL, all_threads=True)
     stop_requested = threading.Event()
     _stop_signals.clear()
 

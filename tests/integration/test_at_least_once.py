@@ -21,7 +21,7 @@ import pytest
 from kmq_dagster.core.headers import DLQ_REASON, ERROR_TYPE, header_value, normalize_headers
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import WaitBudget, new_queue, produce, read_topic, wait_for
-from tests.processes import kmq_argv
+from tests.processes import kmq_argv, stacks_in_log
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -64,9 +64,11 @@ class Fleet:
             "KMQ_TEST_FAILURE_RATE": str(FAILURE_RATE),
         }
         self.processes: list[subprocess.Popen[bytes]] = []
+        self.logs: dict[int, Path] = {}
 
     def start(self, command: str, *extra: str) -> subprocess.Popen[bytes]:
-        log = (self.out_dir / f"{command}-{len(self.processes)}.log").open("wb")
+        path = self.out_dir / f"{command}-{len(self.processes)}.log"
+        log = path.open("wb")
         process = subprocess.Popen(
             kmq_argv(command, "--topic", self.topic, "--group", group_of(self.topic), *extra),
             cwd=REPO_ROOT,
@@ -75,6 +77,7 @@ class Fleet:
             stderr=subprocess.STDOUT,
         )
         self.processes.append(process)
+        self.logs[process.pid] = path
         return process
 
     def worker(self) -> subprocess.Popen[bytes]:
@@ -90,15 +93,20 @@ class Fleet:
         return self.start("tracker")
 
     def stop_all(self) -> None:
+        """SIGTERM every process still running and wait for each; one that is still there
+        after 30 s shows its stacks in the failure, then is SIGKILLed."""
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
+        stuck: list[str] = []
         for process in self.processes:
             try:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
+                stuck.append(stacks_in_log(process, self.logs[process.pid]))
                 process.kill()
                 process.wait()
+        assert not stuck, "still running 30 s after SIGTERM:\n" + "\n".join(stuck)
 
 
 def processed_counts(out_dir: Path) -> collections.Counter[bytes]:

@@ -412,7 +412,7 @@ def test_a_markers_topic_deleted_under_a_tracker_and_a_worker_stops_both_with_on
     finally:
         for process in (tracker, worker):
             if process.poll() is None:
-                stop(process)
+                stop(process, log=logs[process.pid])
 
     # then each stops with one error line naming the topic and the fix: no SIGSEGV (-11, 139)
     for process, code in zip((tracker, worker), codes, strict=True):
@@ -427,7 +427,7 @@ def test_a_markers_topic_deleted_under_a_tracker_and_a_worker_stops_both_with_on
     try:
         assert wait_for(lambda: "after" in handled.read_text().split(), 120)
     finally:
-        stop(again)
+        stop(again, log=logs[again.pid])
 
 
 def _topics(settings: KmqSettings) -> set[str]:

@@ -25,6 +25,7 @@ from tests.kafka_helpers import (
     running_service,
     wait_for,
 )
+from tests.processes import stacks_in_log
 from tests.support.gated_handler import gate_of
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -397,6 +398,10 @@ def test_a_serial_worker_whose_call_hangs_exits_after_the_drain_timeout(
     try:
         first = processes.start(*GATED, "--drain-timeout", "2")
         assert wait_for(lambda: gated("start", gated_lines(tmp_path, first.pid)), budget.left_s())
+        # (kill -USR1 shows where it hangs, and it goes on)
+        stacks = stacks_in_log(first, processes.logs[first.pid])
+        assert "in handle" in stacks and "gated_handler.py" in stacks, stacks
+        assert first.poll() is None
 
         # when it is asked to stop, twice, with the call still hanging
         first.send_signal(stop_signal)
