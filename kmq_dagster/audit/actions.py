@@ -19,21 +19,32 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy.orm import Session
 
-from kmq_dagster.audit.history import as_utc
-from kmq_dagster.audit.models import ACTION_STATES, Action, ActionLease, DeadLetterEvent
+from kmq_dagster.audit.models import ACTION_STATES, Action, ActionLease, DeadLetterEvent, as_utc
 from kmq_dagster.core.wording import counted
 from kmq_dagster.errors import AuditStoreError
 from kmq_dagster.secrets import mask_text
 
-if TYPE_CHECKING:
-    from kmq_dagster.audit.store import AuditStore
-
 log = logging.getLogger(__name__)
+
+
+class AuditStore(Protocol):
+    """What an action needs of the audit store (:class:`kmq_dagster.audit.store.AuditStore`,
+    which records actions through this module: named here, not imported, so the two do not
+    import each other)."""
+
+    engine: Engine
+
+    def session(self) -> Session: ...
+
+    def writing(self, what: str) -> AbstractContextManager[None]: ...
+
 
 RUNNING, SUCCEEDED, FAILED, STOPPED, INTERRUPTED = ACTION_STATES
 #: How often a running action renews its heartbeat.

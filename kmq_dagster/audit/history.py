@@ -10,13 +10,13 @@ so a replay recorded before its dead letter was ingested still shows once it is.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from sqlalchemy import and_, or_, select
 
 from kmq_dagster.audit.history_events import DEAD_LETTERED, REPLAY
-from kmq_dagster.audit.models import DeadLetter, DeadLetterEvent
+from kmq_dagster.audit.models import DeadLetter, DeadLetterEvent, as_utc
 
 if TYPE_CHECKING:
     from kmq_dagster.audit.store import AuditStore
@@ -102,8 +102,3 @@ def history(store: AuditStore, dead_letter: DeadLetter) -> list[HistoryEntry]:
             )
         )  # fmt: skip
     return sorted(entries, key=lambda entry: entry.at)
-
-
-def as_utc(moment: datetime) -> datetime:
-    """SQLite hands back naive datetimes (stored as UTC); PostgreSQL aware ones."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import (
     BigInteger,
@@ -27,6 +27,11 @@ STATUSES = ("new", "replayed", "discarded")
 
 class Base(DeclarativeBase):
     pass
+
+
+def as_utc(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes (stored as UTC); PostgreSQL aware ones."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 class DeadLetter(Base):

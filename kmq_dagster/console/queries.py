@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import BigInteger, Integer, cast, func, select
 
-from kmq_dagster.audit.history import as_utc
 from kmq_dagster.audit.models import (
     Action,
     Alert,
@@ -20,6 +19,7 @@ from kmq_dagster.audit.models import (
     BreakerTransition,
     DeadLetter,
     QueueSnapshot,
+    as_utc,
 )
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kmq_dagster.broker import EmbeddedBroker
 from kmq_dagster.console.service import ConsoleService
-from kmq_dagster.dagster_service import DagsterService
+from kmq_dagster.demo.dagster_service import DagsterService
 from kmq_dagster.demo.orders import OUTAGE_FILE_VARIABLE
 from kmq_dagster.demo.pipeline import DEMO_QUEUE, produce_orders
 from kmq_dagster.demo.watch import alert_receiver, watching_breaker

@@ -36,8 +36,7 @@ from kmq_dagster.audit.actions import (
     start_action,
     uses_of_replay_id,
 )
-from kmq_dagster.audit.history import as_utc
-from kmq_dagster.audit.models import Action
+from kmq_dagster.audit.models import Action, as_utc
 from kmq_dagster.audit.replay_log import (
     SENT,
     UNCONFIRMED,

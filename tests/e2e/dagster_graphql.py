@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kmq_dagster.dagster_service import DagsterService
+from kmq_dagster.demo.dagster_service import DagsterService
 
 REPOSITORY = "__repository__"
 

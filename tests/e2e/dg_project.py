@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from kmq_dagster.child_processes import spawn_in_group
-from kmq_dagster.dagster_service import DAGSTER_YAML, DagsterService
+from kmq_dagster.demo.dagster_service import DAGSTER_YAML, DagsterService
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "kmq-orders"

@@ -16,7 +16,7 @@ import pytest
 
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.broker import EmbeddedBroker
-from kmq_dagster.dagster_service import DagsterService
+from kmq_dagster.demo.dagster_service import DagsterService
 from kmq_dagster.demo.orders import OUTAGE_FILE_VARIABLE
 from kmq_dagster.demo.pipeline import DEMO_QUEUE, produce_orders
 from kmq_dagster.kafka.topic_reader import count_records
