@@ -17,9 +17,7 @@ No ``from __future__ import annotations`` here: Dagster reads the sensor's resou
 at run time.
 """
 
-import json
 from collections.abc import Sequence
-from typing import Any
 
 from dagster import (
     AssetCheckEvaluation,
@@ -35,34 +33,28 @@ from dagster import (
 
 from kmq_dagster.audit.breaker_state import (
     SEVERITIES,
-    SharedState,
     StoredBreaker,
     transition_event,
 )
 from kmq_dagster.audit.models import BreakerTransition
-from kmq_dagster.core.breaker import BreakerConfig, Sample, State, judge_samples
+from kmq_dagster.core.breaker import BreakerConfig, State, judge_samples
 from kmq_dagster.core.breaker_alerts import (
     AlertDecision,
-    AlertState,
     TransitionEvent,
     last_closed_ms,
     next_alert,
 )
-from kmq_dagster.core.breaker_reports import describe_quiet_tick, describe_transition
-from kmq_dagster.core.breaker_samples import Unsettled, settle
+from kmq_dagster.core.breaker_reports import describe_transition
+from kmq_dagster.core.breaker_tick import SensorMemory, quiet_tick, tick_lines
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.queue_checks import BREAKER_CLOSED
 from kmq_dagster.core.readable import percent_text, state_text
-from kmq_dagster.core.status import TOTALS, progress_between
 from kmq_dagster.defs.alert_sinks import Alert
 from kmq_dagster.defs.alerts import KmqAlertsResource
 from kmq_dagster.defs.queue_spec import QueueSpec
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.errors import KmqError
 from kmq_dagster.kafka.queue_status import measure_queue
-
-#: Transitions a tick's message names (each has its own check evaluation and observation).
-SAID_TRANSITIONS = 3
 
 
 def _alert(queue: Queue, decision: AlertDecision) -> Alert:
@@ -128,28 +120,6 @@ def _transition_events(
     return f"breaker {description}", [evaluation, observation]
 
 
-def _quiet_tick(
-    state: State,
-    row: SharedState | None,
-    samples: Sequence[Sample],
-    config: BreakerConfig,
-    now_ms: int,
-) -> str:
-    """What a tick that moved nothing saw, over the window the breaker judges."""
-    counted = [s for s in samples if s.at_ms > now_ms - config.window_ms]
-    failures = sum(s.failures for s in counted)
-    messages = max(0, sum(s.processed for s in counted), failures)
-    return describe_quiet_tick(
-        state,
-        failures=failures,
-        messages=messages,
-        window_ms=config.window_ms,
-        opened_at_ms=row.opened_at_ms if row is not None else None,
-        cooldown_ms=row.cooldown_ms if row is not None else None,
-        now_ms=now_ms,
-    )
-
-
 def make_breaker_sensor(
     spec: QueueSpec,
     config: BreakerConfig | None = None,
@@ -185,14 +155,9 @@ def make_breaker_sensor(
             status = measure_queue(kmq.open_queue(queue), store=store)
         except KmqError as exc:
             return SensorResult(skip_reason=f"cannot measure {queue}: {exc}")
-        cursor: dict[str, Any] = json.loads(context.cursor) if context.cursor else {}
-        samples = [Sample(*s) for s in cursor.get("samples", [])]
-        unsettled = Unsettled(*cursor.get("unsettled", ()))
-        if "totals" in cursor:
-            finished, failures = progress_between(cursor["totals"], status.totals())
-            sample, unsettled = settle(status.measured_at_ms, finished, failures, unsettled)
-            samples.append(sample)
-        samples = [s for s in samples if s.at_ms > status.measured_at_ms - 2 * window_ms]
+        memory = SensorMemory.from_cursor(context.cursor)
+        now_ms = status.measured_at_ms
+        samples = memory.add_measurement(status.totals(), at_ms=now_ms, window_ms=window_ms)
         stored = StoredBreaker(store, queue, window_ms=window_ms, source="breaker sensor")
         row = stored.read()
         state = row.state if row is not None else State.CLOSED
@@ -203,7 +168,7 @@ def make_breaker_sensor(
             opened_at_ms=row.opened_at_ms if row is not None else 0,
             cooldown_ms=row.cooldown_ms if row is not None else breaker_config.cooldown_ms,
             samples=samples,
-            now_ms=status.measured_at_ms,
+            now_ms=now_ms,
             config=breaker_config,
             closed_at_ms=last_closed_ms(transitions),
         )
@@ -214,38 +179,26 @@ def make_breaker_sensor(
             transitions = [transition_event(r) for r in rows]
             row = stored.read()
             state = row.state if row is not None else state
-        alert_state = AlertState(**cursor.get("alerts", {}))
-        last_seen = int(cursor.get("last_transition_id", alert_state.last_transition_id))
-        fresh = [r for r in rows if r.id > last_seen]
-        said: list[str] = []
-        events: list[AssetCheckEvaluation | AssetObservation] = []
-        for fresh_row in fresh:
-            line, row_events = _transition_events(spec, fresh_row, transitions)
-            said.append(line)
-            events += row_events
-        if len(said) > SAID_TRANSITIONS:  # a new cursor sees the whole history as new
-            earlier = len(said) - SAID_TRANSITIONS
-            said = [f"{earlier} earlier transitions", *said[-SAID_TRANSITIONS:]]
-        if not said:
-            said.append(_quiet_tick(state, row, samples, breaker_config, status.measured_at_ms))
-        decision, alert_state = next_alert(
-            alert_state, transitions, status.measured_at_ms, int(alerts.min_period_s * 1000)
+        fresh = [r for r in rows if r.id > memory.last_transition_id]
+        reported = [_transition_events(spec, r, transitions) for r in fresh]
+        events = [event for _, row_events in reported for event in row_events]
+        quiet = quiet_tick(
+            state, samples, breaker_config, now_ms,
+            opened_at_ms=row.opened_at_ms if row is not None else None,
+            cooldown_ms=row.cooldown_ms if row is not None else None,
+        )  # fmt: skip
+        said = tick_lines([line for line, _ in reported], quiet)
+        decision, memory.alerts = next_alert(
+            memory.alerts, transitions, now_ms, int(alerts.min_period_s * 1000)
         )
         if decision is not None:
             alert = _alert(queue, decision)
             undelivered = alerts.send(alert, context.log)
             said.append(f"alert {'NOT delivered' if undelivered else 'sent'}: {alert.title}")
-        totals = status.totals()
-        new_cursor = {
-            "totals": {name: totals[name] for name in TOTALS},
-            "samples": [[s.at_ms, s.processed, s.failures] for s in samples],
-            "unsettled": [unsettled.finished, unsettled.failures],
-            "alerts": vars(alert_state),
-            "last_transition_id": max([last_seen, *(r.id for r in fresh)]),
-        }
+        memory.last_transition_id = max([memory.last_transition_id, *(r.id for r in fresh)])
         # The sensor never requests runs: its tick message is what it saw and did.
         return SensorResult(
-            asset_events=events, cursor=json.dumps(new_cursor), skip_reason="; ".join(said)
+            asset_events=events, cursor=memory.to_cursor(), skip_reason="; ".join(said)
         )
 
     return breaker_sensor
