@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import click
 
@@ -13,6 +14,16 @@ from kmq_dagster.cli.app import cli, connection_options, settings_of, verbose
 from kmq_dagster.cli.options import report
 from kmq_dagster.cli.value_types import Duration, Number
 from kmq_dagster.settings import KmqSettings
+
+FC = TypeVar("FC", bound=Callable[..., Any])
+
+
+def count_option(name: str, low: int, high: int, default: int, **more: Any) -> Callable[[FC], FC]:
+    """An option taking a whole number from ``low`` to ``high``, its default shown."""
+    return click.option(
+        name, type=click.IntRange(low, high), default=default, show_default=True, **more
+    )
+
 
 external_option = click.option(
     "--external",
@@ -52,24 +63,24 @@ def bench_cluster(
 
 
 @bench.command("ack")
-@click.option(
+@count_option(
     "--messages",
-    type=click.IntRange(1000, 100_000_000),
-    default=1_000_000,
-    show_default=True,
+    1000,
+    100_000_000,
+    1_000_000,
     help="Messages per throughput run. A million take about a second; 200,000 take "
     "0.15 s, a quarter of them fetched ahead while the consumer joined its group.",
 )
-@click.option(
+@count_option(
     "--worker-messages",
-    type=click.IntRange(1000, 100_000_000),
-    default=200_000,
-    show_default=True,
+    1000,
+    100_000_000,
+    200_000,
     help="Messages per run of the public Worker (concurrency 1, and 100 with a sync and an "
     "async handler) and of the plain no-op consumer it is held against. Worker runs at about "
     "a fifth of a plain consumer's speed: 200,000 take a second or two at concurrency 1.",
 )
-@click.option("--rounds", type=click.IntRange(1, 100), default=5, show_default=True)
+@count_option("--rounds", 1, 100, 5)
 @external_option
 @click.pass_context
 def bench_ack(
@@ -96,12 +107,8 @@ def bench_ack(
 
 
 @bench.command("retry")
-@click.option(
-    "--messages",
-    type=click.IntRange(100, 10_000_000),
-    default=10_000,
-    show_default=True,
-    help="Delayed messages, and as many failing ones.",
+@count_option(
+    "--messages", 100, 10_000_000, 10_000, help="Delayed messages, and as many failing ones."
 )
 @click.option(
     "--send-seconds",
@@ -144,8 +151,8 @@ def bench_retry(
 
 
 @bench.command("audit")
-@click.option("--rows", type=click.IntRange(100, 100_000_000), default=50_000, show_default=True)
-@click.option("--rounds", type=click.IntRange(1, 100), default=3, show_default=True)
+@count_option("--rows", 100, 100_000_000, 50_000)
+@count_option("--rounds", 1, 100, 3)
 @click.option(
     "--postgres-url",
     metavar="URL",
@@ -175,10 +182,8 @@ def bench_audit(
 
 
 @bench.command("spark")
-@click.option(
-    "--messages", type=click.IntRange(1000, 100_000_000), default=1_000_000, show_default=True
-)
-@click.option("--rounds", type=click.IntRange(1, 100), default=3, show_default=True)
+@count_option("--messages", 1000, 100_000_000, 1_000_000)
+@count_option("--rounds", 1, 100, 3)
 @external_option
 @click.pass_context
 def bench_spark(ctx: click.Context, messages: int, rounds: int, external: bool) -> None:
@@ -191,9 +196,8 @@ def bench_spark(ctx: click.Context, messages: int, rounds: int, external: bool) 
 
 
 @bench.command("console")
-@click.option("--dead-letters", type=click.IntRange(1_000, 100_000_000), default=1_000_000,
-              show_default=True)  # fmt: skip
-@click.option("--runs", type=click.IntRange(1, 100), default=7, show_default=True)
+@count_option("--dead-letters", 1_000, 100_000_000, 1_000_000)
+@count_option("--runs", 1, 100, 7)
 @click.option("--postgres-url", metavar="URL",
               help="A PostgreSQL server to create a scratch database on [default: start a "
               "throwaway one from the machine's PostgreSQL binaries].")  # fmt: skip
@@ -252,12 +256,8 @@ def bench_faults(only: str | None, scale: float, outage: int, storm: int) -> Non
 
 
 @bench.command("dagster")
-@click.option(
-    "--messages", type=click.IntRange(1000, 100_000_000), default=100_000, show_default=True
-)
-@click.option(
-    "--ticks", type=click.IntRange(1, 1000), default=11, show_default=True, help="Timed ticks."
-)
+@count_option("--messages", 1000, 100_000_000, 100_000)
+@count_option("--ticks", 1, 1000, 11, help="Timed ticks.")
 @external_option
 @click.pass_context
 def bench_dagster(ctx: click.Context, messages: int, ticks: int, external: bool) -> None:
@@ -270,46 +270,28 @@ def bench_dagster(ctx: click.Context, messages: int, ticks: int, external: bool)
 
 
 @bench.command("parallel")
-@click.option(
-    "--messages",
-    type=click.IntRange(100, 10_000_000),
-    default=10_000,
-    show_default=True,
-    help="Messages of Parallel Consumer's shape per run.",
+@count_option(
+    "--messages", 100, 10_000_000, 10_000, help="Messages of Parallel Consumer's shape per run."
 )
-@click.option("--keys", type=click.IntRange(1, 1_000_000), default=100, show_default=True)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(2, 10_000),
-    default=100,
-    show_default=True,
-    help="Handler calls at once in the shape's runs.",
+@count_option("--keys", 1, 1_000_000, 100)
+@count_option("--concurrency", 2, 10_000, 100, help="Handler calls at once in the shape's runs.")
+@count_option(
+    "--io-messages", 100, 100_000_000, 100_000, help="Messages of the I/O scale run (20 ms each)."
 )
-@click.option(
-    "--io-messages",
-    type=click.IntRange(100, 100_000_000),
-    default=100_000,
-    show_default=True,
-    help="Messages of the I/O scale run (20 ms each).",
-)
-@click.option("--io-concurrency", type=click.IntRange(2, 100_000), default=1_000, show_default=True)
-@click.option(
+@count_option("--io-concurrency", 2, 100_000, 1_000)
+@count_option(
     "--noop-messages",
-    type=click.IntRange(100, 100_000_000),
-    default=300_000,
-    show_default=True,
+    100,
+    100_000_000,
+    300_000,
     help="Messages of each no-op run at one call at a time.",
 )
-@click.option("--rounds", type=click.IntRange(1, 100), default=3, show_default=True)
-@click.option(
-    "--rss-backlog",
-    type=click.IntRange(0, 100_000_000),
-    default=0,
-    show_default=True,
-    metavar="N",
+@count_option("--rounds", 1, 100, 3)
+@count_option(
+    "--rss-backlog", 0, 100_000_000, 0, metavar="N",
     help="Also drain a backlog of N messages through a slow handler and sample the "
     "worker's RSS every second (1000000: a few minutes).",
-)
+)  # fmt: skip
 @external_option
 @click.pass_context
 def bench_parallel(

@@ -12,6 +12,7 @@ import click
 from kmq_dagster.cli.app import cli, configure_logging, connection_options, settings_of, verbose
 from kmq_dagster.cli.options import (
     audit_url_option,
+    concurrency_options,
     first_stop_signal,
     metrics_port_option,
     queue_options,
@@ -19,7 +20,6 @@ from kmq_dagster.cli.options import (
     stop_on_signals,
 )
 from kmq_dagster.cli.progress import LiveLine, log_file_for
-from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.errors import KmqError
 
 if TYPE_CHECKING:
@@ -43,21 +43,11 @@ if TYPE_CHECKING:
     help="Messages per partition and batch at most [default: what a third of the visibility "
     "timeout allows].",
 )
-@click.option(
-    "--concurrency",
-    type=click.IntRange(1, 1024),
-    default=1,
-    show_default=True,
-    help="Calls of the function at once per Spark task, for a function that waits on I/O: "
-    "threads for a sync function, tasks on one event loop for an async one.",
-)
-@click.option(
-    "--ordering",
-    type=click.Choice([o.value for o in Ordering]),
-    default=Ordering.PARTITION.value,
-    show_default=True,
-    help="With --concurrency above 1: never two messages of one key at once (key), none "
-    "(unordered), or one at a time per partition (partition).",
+@concurrency_options(
+    concurrency_help="Calls of the function at once per Spark task, for a function that "
+    "waits on I/O: threads for a sync function, tasks on one event loop for an async one.",
+    ordering_help="With --concurrency above 1: never two messages of one key at once (key), "
+    "none (unordered), or one at a time per partition (partition).",
 )
 @click.option("--forever", is_flag=True, help="Keep running batches (default: stop when idle).")
 @click.option("--non-retryable", metavar="NAMES", default="", help="Types that go to the DLQ.")

@@ -16,6 +16,7 @@ from kmq_dagster.cli.breaker_options import BreakerOptions, breaker_options
 from kmq_dagster.cli.crash_guard import crash_guarded
 from kmq_dagster.cli.options import (
     audit_url_option,
+    concurrency_options,
     log_every,
     metrics_port_option,
     queue_options,
@@ -27,7 +28,6 @@ from kmq_dagster.cli.options import (
 from kmq_dagster.cli.queue_definition_options import DefinitionOptions, definition_options
 from kmq_dagster.cli.stop_deadline import exit_if_still_calling
 from kmq_dagster.cli.value_types import Number
-from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.core.wording import counted
 from kmq_dagster.kafka.provision import ProvisionPlan, ProvisionReport
 from kmq_dagster.settings import MAX_BATCH_SIZE, MAX_PARTITIONS
@@ -177,21 +177,11 @@ def _print_provision_report(report: ProvisionReport) -> None:
     type=click.IntRange(1, MAX_BATCH_SIZE),
     help="Messages per fetch [env KMQ_BATCH_SIZE; default 500].",
 )
-@click.option(
-    "--concurrency",
-    type=click.IntRange(1, 1024),
-    default=1,
-    show_default=True,
-    help="Handler calls at once: threads for a sync handler, tasks on one event loop for an "
-    "async one.",
-)
-@click.option(
-    "--ordering",
-    type=click.Choice([o.value for o in Ordering]),
-    default=Ordering.PARTITION.value,
-    show_default=True,
-    help="With --concurrency above 1: one call per partition at a time, never two of one key "
-    "at once (failures retried in place, later messages of the key wait), or none.",
+@concurrency_options(
+    concurrency_help="Handler calls at once: threads for a sync handler, tasks on one event "
+    "loop for an async one.",
+    ordering_help="With --concurrency above 1: one call per partition at a time, never two of "
+    "one key at once (failures retried in place, later messages of the key wait), or none.",
 )
 @click.option(
     "--max-buffered",
