@@ -62,6 +62,13 @@ def settings(broker: EmbeddedBroker) -> KmqSettings:
 
 
 @pytest.fixture
+def bootstrap_env(settings: KmqSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's broker in ``KMQ_BOOTSTRAP_SERVERS`` for the test: what ``kmq`` commands
+    run in-process (``main([...])``) connect to."""
+    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
+
+
+@pytest.fixture
 def topic_name(request: pytest.FixtureRequest) -> str:
     """A topic name no other test uses (tests share one broker)."""
     stem = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:60].strip("-")

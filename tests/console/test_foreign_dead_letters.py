@@ -38,12 +38,11 @@ OLIVIA = Principal("olivia", OPERATOR)
 @pytest.fixture
 def spring_dlt(
     settings: KmqSettings,
+    bootstrap_env: None,
     topic_name: str,
     private_audit_store: str,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> str:
     """A Spring DLT of 4 well-formed dead letters and one without an origin, ingested."""
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
     make_spring_dlt(settings, topic_name, f"{topic_name}-dlt")
     store = AuditStore(private_audit_store)
     ingester = DlqIngester(open_foreign_dlq(settings, f"{topic_name}-dlt", "spring"), store)

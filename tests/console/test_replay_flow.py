@@ -41,12 +41,11 @@ GROUP = "g"
 @pytest.fixture
 def queue(
     settings: KmqSettings,
+    bootstrap_env: None,
     topic_name: str,
     private_audit_store: str,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> str:
     """A queue whose DLQ holds 15 dead letters, ingested into the test's audit store."""
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
     defined = new_queue(settings, topic_name, GROUP, partitions=2, retry_delays_ms=(1_000, 60_000))
     produce_dead_letters(settings, defined, [(f"k{i}", "TimeoutError") for i in range(15)])
     store = AuditStore(private_audit_store)

@@ -22,8 +22,7 @@ GROUP = "g"
 
 
 @pytest.fixture
-def queue_topic(settings: KmqSettings, topic_name: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
+def queue_topic(settings: KmqSettings, topic_name: str, bootstrap_env: None) -> str:
     new_queue(settings, topic_name, GROUP, partitions=1, delay_queue=True)
     return topic_name
 

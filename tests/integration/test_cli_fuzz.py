@@ -139,6 +139,7 @@ def command_lines(draw: st.DrawFn) -> list[str]:
     return argv + draw(connection_mistakes)
 
 
+@pytest.mark.usefixtures("bootstrap_env")
 @settings(
     max_examples=int(os.environ.get("KMQ_FUZZ_EXAMPLES", "200")),
     deadline=None,
@@ -154,7 +155,6 @@ def test_every_command_line_ends_with_a_clean_exit_or_one_error_line(
     monkeypatch: pytest.MonkeyPatch,
     scratch: Path,
 ) -> None:
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
     monkeypatch.setenv("KMQ_SESSION_TIMEOUT_MS", "6000")
     monkeypatch.chdir(scratch)  # whatever a command writes to "." lands here
     sends = argv[0] == "send"  # the one command that produces to the queue topic
@@ -276,6 +276,7 @@ def test_a_password_in_a_malformed_option_is_never_printed(
     assert PLANTED.encode() not in result.stdout + result.stderr, result.stderr
 
 
+@pytest.mark.usefixtures("bootstrap_env")
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -298,9 +299,7 @@ def test_values_accepted_before_are_one_error_line_and_create_nothing(
     args: list[str],
     message: str,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
 
     code = main([arg.format(t=topic_name) for arg in args])
 
@@ -325,13 +324,12 @@ def test_a_handler_module_exiting_at_import_is_one_error_line(
     )
 
 
+@pytest.mark.usefixtures("bootstrap_env")
 def test_dead_letters_cannot_drive_the_operators_terminal(
     settings: KmqSettings,
     topic_name: str,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
     queue = new_queue(settings, topic_name, GROUP).queue
     clipboard, clear = "\x1b]52;c;cm0gLXJmIH4=\x07", "\x1b[2J"
     headers = copy_headers(

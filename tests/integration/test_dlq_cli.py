@@ -17,13 +17,12 @@ from tests.kafka_helpers import new_queue, produce_dead_letters
 pytestmark = pytest.mark.kafka
 
 
+@pytest.mark.usefixtures("bootstrap_env")
 def test_list_filters_like_a_replay_and_show_renders_one_in_full(
     settings: KmqSettings,
     topic_name: str,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
     queue = new_queue(settings, topic_name, "g", partitions=2)
     letters = [("a", "TimeoutError"), ("b", "KeyError"), ("c", "TimeoutError"),
                ("d", "TimeoutError")]  # fmt: skip
@@ -60,14 +59,13 @@ def test_list_filters_like_a_replay_and_show_renders_one_in_full(
     assert "has 2 partitions" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("bootstrap_env")
 def test_show_and_list_mask_secrets_in_the_error_text_of_every_shape(
     settings: KmqSettings,
     topic_name: str,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # given dead letters whose error message and traceback hold a secret, one shape each
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
     queue = new_queue(settings, topic_name, "g", partitions=1).queue
     producer = Producer(settings.producer_config())
     shapes = list(SHAPES.items())

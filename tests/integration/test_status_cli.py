@@ -14,13 +14,12 @@ from tests.kafka_helpers import new_queue, produce, produce_dead_letters
 pytestmark = pytest.mark.kafka
 
 
+@pytest.mark.usefixtures("bootstrap_env")
 def test_status_shows_lag_in_flight_and_dead_letters_of_each_group(
     settings: KmqSettings,
     topic_name: str,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
     # given 10 messages: group "a" holds 4 of them in flight, group "b" never read any
     a = new_queue(settings, topic_name, "a", partitions=1)
     new_queue(settings, topic_name, "b", partitions=1)
@@ -67,13 +66,12 @@ def test_status_shows_lag_in_flight_and_dead_letters_of_each_group(
     assert main(["status", "-t", f"{topic_name}-nothing"]) == 1
 
 
+@pytest.mark.usefixtures("bootstrap_env")
 def test_status_shows_how_many_topics_and_partitions_a_queue_holds(
     settings: KmqSettings,
     topic_name: str,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
     # given a queue of 3 partitions with its delay queue, and a second group's
     new_queue(settings, topic_name, "a", partitions=3, delay_queue=True)
     new_queue(settings, topic_name, "b", partitions=3, retry_delays_ms=(1_000,))

@@ -102,11 +102,9 @@ def test_a_broker_that_accepts_but_is_slow_gets_the_whole_timeout(silent_listene
     assert time.monotonic() - started >= 4.9
 
 
+@pytest.mark.usefixtures("bootstrap_env")
 @pytest.mark.kafka
-def test_with_a_broker_both_commands_work(
-    settings: KmqSettings, topic_name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
+def test_with_a_broker_both_commands_work(settings: KmqSettings, topic_name: str) -> None:
     assert main(["provision", "-t", topic_name, "-g", "g", "-p", "1"]) == 0
     assert main(["send", "-t", topic_name, "--value", "x"]) == 0
     assert main(["status", "-t", topic_name]) == 0
