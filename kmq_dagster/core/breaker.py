@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from kmq_dagster.core.breaker_config import BreakerConfig, State
 from kmq_dagster.core.durations import format_duration_ms
@@ -88,6 +89,25 @@ class Transition:
     opened_at_ms: int
     #: The cooldown (ms) after the change.
     cooldown_ms: int
+
+
+class GroupBreaker(Protocol):
+    """The breaker a worker obeys for its group, one message at a time: may it start one
+    (``allows``), it started one (``started``), how it ended (``record``), or that its end does
+    not count (``release``, bad input). :class:`kmq_dagster.audit.shared_breaker.SharedBreaker`
+    is the one kmq builds (shared through the audit store, or in-process without one); the
+    worker imports only this, so it loads no SQL."""
+
+    @property
+    def state(self) -> State: ...
+
+    def allows(self, now_ms: int) -> bool: ...
+
+    def started(self) -> None: ...
+
+    def release(self) -> None: ...
+
+    def record(self, ok: bool, now_ms: int) -> None: ...
 
 
 class CircuitBreaker:

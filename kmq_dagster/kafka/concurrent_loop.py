@@ -33,8 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kmq_dagster.audit.shared_breaker import SharedBreaker
-from kmq_dagster.core.breaker import State
+from kmq_dagster.core.breaker import GroupBreaker, State
 from kmq_dagster.core.ordering import LaneScheduler, Ordering
 from kmq_dagster.core.retry import DeadLetter
 from kmq_dagster.core.retry_headers import Failure, read_attempt, read_first_failure_ms
@@ -78,7 +77,7 @@ class ConcurrentLoop:
         stop: threading.Event,
         *,
         router: RetryRouter,
-        breaker: SharedBreaker | None,
+        breaker: GroupBreaker | None,
         clock_ms: Callable[[], int],
         concurrency: int,
         ordering: Ordering = Ordering.PARTITION,

@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from kmq_dagster.audit.shared_breaker import SharedBreaker
+from kmq_dagster.core.breaker import GroupBreaker
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import wall_clock_ms
@@ -127,7 +127,7 @@ class Worker:
         opened: OpenedQueue,
         handler: Handler,
         *,
-        breaker: SharedBreaker | None = None,
+        breaker: GroupBreaker | None = None,
         batch_size: int | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         concurrency: int = 1,

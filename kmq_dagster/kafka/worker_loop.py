@@ -12,8 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from kmq_dagster.audit.shared_breaker import SharedBreaker
-from kmq_dagster.core.breaker import State
+from kmq_dagster.core.breaker import GroupBreaker, State
 from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.core.wait_histogram import WaitHistogram
 from kmq_dagster.kafka.handler_call import HandlerCall
@@ -71,7 +70,7 @@ class WorkerLoop:
         stop: threading.Event,
         *,
         router: RetryRouter | None,
-        breaker: SharedBreaker | None,
+        breaker: GroupBreaker | None,
         clock_ms: Callable[[], int],
     ) -> None:
         self.consumer = consumer
