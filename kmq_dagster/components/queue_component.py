@@ -1,11 +1,13 @@
 """``KmqQueueComponent``: kmq queues declared in a ``dg`` project's ``defs.yaml``.
 
-It builds exactly what :func:`~kmq_dagster.defs.kmq_definitions` builds from Python (it calls
-it): per queue the observed queue asset with its checks, the processing asset, the provision,
-tracker, processing and operator jobs, the backlog, observation, breaker and keep-alive sensors
-and the optional processing schedule; plus the shared housekeeping jobs and the run-failure
-alert sensor. Declare all of a code location's queues in one component: the shared jobs and
-resources exist once per code location.
+It builds what :func:`~kmq_dagster.defs.kmq_definitions` builds from Python (the same
+functions): per queue the observed queue asset with its checks, the processing asset, the
+provision, tracker, processing and operator jobs, the backlog, observation, breaker and
+keep-alive sensors and the optional processing schedule; plus, once per code location, the
+resources, the housekeeping jobs and the run-failure alert sensor. A project may hold any
+number of these files (``dg scaffold defs kmq_dagster.KmqQueueComponent NAME`` once per
+queue): they share one set of resources, each declared in one file or the same in several
+(see :mod:`~kmq_dagster.components.location_share`).
 
 Examples:
     A ``defs.yaml`` (``dg scaffold defs kmq_dagster.KmqQueueComponent orders`` writes one)::
@@ -33,9 +35,15 @@ from typing import Any, Literal
 import dagster as dg
 from pydantic import BaseModel, Field
 
+from kmq_dagster.components.location_share import (
+    components_of,
+    location_share,
+    merge_declarations,
+    origin_of,
+)
 from kmq_dagster.components.queue_model import QueueModel
 from kmq_dagster.components.resources_model import ResourcesModel
-from kmq_dagster.defs.factory import kmq_definitions
+from kmq_dagster.defs.factory import kmq_resources, location_definitions, queue_definitions
 from kmq_dagster.defs.queue_spec import check_unique_names
 
 _STATUS = {"running": dg.DefaultSensorStatus.RUNNING, "stopped": dg.DefaultSensorStatus.STOPPED}
@@ -91,22 +99,57 @@ class KmqQueueComponent(dg.Component, dg.Resolvable, dg.Model):
 
     queues: list[QueueModel] = Field(description="the queues of this code location")
     resources: ResourcesModel | None = Field(
-        default=None, description="Kafka, audit store, Spark and alerts (default: KMQ_* env)"
+        default=None,
+        description="Kafka, audit store, Spark and alerts, shared by the code location's kmq "
+        "files: each declared in one of them or the same in several (default: KMQ_* env)",
     )
     sensors: Literal["running", "stopped"] = Field(
-        default="running", description="whether the sensors run as soon as the code loads"
+        default="running", description="whether this file's sensors run as soon as the code loads"
     )
     audit_retention_schedule: Literal["running", "stopped"] = Field(
-        default="stopped", description="the daily audit retention deletes old rows"
+        default="stopped",
+        description="the daily audit retention deletes old rows (one setting per code location)",
     )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         specs = [queue.spec() for queue in self.queues]
         check_unique_names(specs)
-        resources = self.resources.resources() if self.resources is not None else {}
-        return kmq_definitions(
-            specs,
-            default_sensor_status=_STATUS[self.sensors],
-            retention_schedule_status=_SCHEDULE[self.audit_retention_schedule],
-            **resources,
-        )
+        share = location_share(context)
+        origin = origin_of(context.component_path, context.defs_module_path)
+        share.claim_queues(origin, specs)
+        location, owned = share.once(origin, lambda: location_of(context))
+        per_queue = [
+            queue_definitions(spec, default_sensor_status=_STATUS[self.sensors]) for spec in specs
+        ]
+        # every component hands Dagster the same resources object (it merges resources by
+        # identity); the location's jobs, schedules and sensor come from one component only
+        shared = location if owned else dg.Definitions(resources=location.resources)
+        return dg.Definitions.merge(*per_queue, shared)
+
+    def location_settings(self) -> dict[str, Any]:
+        """The code-location-wide settings this file declares (one it leaves out is absent)."""
+        declared: dict[str, Any] = {}
+        if self.resources is not None:
+            for name, model in self.resources.given().items():
+                declared[f"resources.{name}"] = model
+        if "audit_retention_schedule" in self.model_fields_set:
+            declared["audit_retention_schedule"] = self.audit_retention_schedule
+        return declared
+
+
+def location_of(context: dg.ComponentLoadContext) -> dg.Definitions:
+    """The code location's shared definitions, from the settings of all its kmq files: the
+    resources, the daily jobs and schedules, and the run-failure sensor (running unless every
+    file says ``sensors: stopped``)."""
+    files = components_of(context, KmqQueueComponent)
+    settings = merge_declarations([(origin, c.location_settings()) for origin, c in files])
+    resources = ResourcesModel(
+        **{name: settings.get(f"resources.{name}") for name in ResourcesModel.model_fields}
+    )
+    sensors = "stopped" if all(c.sensors == "stopped" for _, c in files) else "running"
+    return location_definitions(
+        kmq_resources(**resources.resources()),
+        monitored_jobs=None,  # other components' jobs too: every run with a kmq/ tag
+        default_sensor_status=_STATUS[sensors],
+        retention_schedule_status=_SCHEDULE[settings.get("audit_retention_schedule", "stopped")],
+    )
