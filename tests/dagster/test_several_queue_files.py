@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DefaultScheduleStatus, Definitions, build_resources, load_from_defs_folder
+from dagster import (
+    DefaultScheduleStatus,
+    DefaultSensorStatus,
+    Definitions,
+    build_resources,
+    load_from_defs_folder,
+)
 from dagster.components.testing import create_defs_folder_sandbox
 
 from kmq_dagster import KmqQueueComponent, Queue
@@ -93,7 +99,8 @@ def test_a_file_leaving_out_a_resource_takes_the_one_another_file_declares(
     orders = queue_file("orders", "invoicing", audit_retention_schedule="running")
     orders["resources"] = {**SCAFFOLDED_RESOURCES, "alerts": {"webhook_url": "{{ env.HOOK }}"}}
     # "accounts" loads first: what it leaves out is not yet declared when it builds
-    files = {"accounts": {"queues": [{"topic": "accounts", "group": "g"}]}, "orders": orders}
+    accounts = {"queues": [{"topic": "accounts", "group": "g"}], "sensors": "stopped"}
+    files = {"accounts": accounts, "orders": orders}
 
     with project(files) as defs:
         resources = defs.resources or {}
@@ -102,7 +109,19 @@ def test_a_file_leaving_out_a_resource_takes_the_one_another_file_declares(
         repository = defs.get_repository_def()
         retention = repository.get_schedule_def("kmq_audit_retention_daily")
         assert retention.default_status == DefaultScheduleStatus.RUNNING
+        # sensors: per file; the shared failure sensor runs unless every file stops its sensors
+        status = {sensor.name: sensor.default_status for sensor in repository.sensor_defs}
+        assert status["observe_accounts__g"] == DefaultSensorStatus.STOPPED
+        assert status["observe_orders__invoicing"] == DefaultSensorStatus.RUNNING
+        assert status["kmq_run_failures"] == DefaultSensorStatus.RUNNING
         assert {"track_accounts__g", "track_orders__invoicing"} <= set(names(defs)["jobs"])
+
+
+def test_the_failure_sensor_is_stopped_when_every_file_stops_its_sensors() -> None:
+    files = {name: queue_file(name, "g", sensors="stopped") for name in ("accounts", "orders")}
+    with project(files) as defs:
+        failures = defs.get_repository_def().get_sensor_def("kmq_run_failures")
+        assert failures.default_status == DefaultSensorStatus.STOPPED
 
 
 @pytest.mark.parametrize(
