@@ -97,7 +97,7 @@ def starter_attributes(target: Path, params: KmqQueueScaffoldParams) -> dict[str
 class KmqQueueComponent(dg.Component, dg.Resolvable, dg.Model):
     """Reliable Kafka work queues (kmq) processed on Spark, with sensors, checks and jobs."""
 
-    queues: list[QueueModel] = Field(description="the queues of this code location")
+    queues: list[QueueModel] = Field(description="the queues this file declares")
     resources: ResourcesModel | None = Field(
         default=None,
         description="Kafka, audit store, Spark and alerts, shared by the code location's kmq "
@@ -117,7 +117,7 @@ class KmqQueueComponent(dg.Component, dg.Resolvable, dg.Model):
         share = location_share(context)
         origin = origin_of(context.component_path, context.defs_module_path)
         share.claim_queues(origin, specs)
-        location, owned = share.once(origin, lambda: location_of(context))
+        location, owned = share.once(origin, lambda: location_of(context, (origin, self)))
         per_queue = [
             queue_definitions(spec, default_sensor_status=_STATUS[self.sensors]) for spec in specs
         ]
@@ -137,11 +137,16 @@ class KmqQueueComponent(dg.Component, dg.Resolvable, dg.Model):
         return declared
 
 
-def location_of(context: dg.ComponentLoadContext) -> dg.Definitions:
-    """The code location's shared definitions, from the settings of all its kmq files: the
-    resources, the daily jobs and schedules, and the run-failure sensor (running unless every
-    file says ``sensors: stopped``)."""
+def location_of(
+    context: dg.ComponentLoadContext, building: tuple[str, KmqQueueComponent]
+) -> dg.Definitions:
+    """The code location's shared definitions, from the settings of all its kmq files
+    (``building``, the one being built, among them): the resources, the daily jobs and
+    schedules, and the run-failure sensor (running unless every file says ``sensors:
+    stopped``)."""
     files = components_of(context, KmqQueueComponent)
+    if building[0] not in {origin for origin, _ in files}:
+        files.append(building)  # built outside the project's tree of files
     settings = merge_declarations([(origin, c.location_settings()) for origin, c in files])
     resources = ResourcesModel(
         **{name: settings.get(f"resources.{name}") for name in ResourcesModel.model_fields}
