@@ -29,6 +29,7 @@ Examples:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,6 +47,9 @@ from kmq_dagster.components.resources_model import ResourcesModel
 from kmq_dagster.defs.factory import kmq_resources, location_definitions, queue_definitions
 from kmq_dagster.defs.queue_spec import check_unique_names
 
+#: A defs.yaml document's ``type:`` line naming this component (any import path to it).
+_KMQ_TYPE_LINE = re.compile(r"^type:\s*['\"]?[\w.]*KmqQueueComponent['\"]?\s*$", re.MULTILINE)
+
 _STATUS = {"running": dg.DefaultSensorStatus.RUNNING, "stopped": dg.DefaultSensorStatus.STOPPED}
 _SCHEDULE = {
     "running": dg.DefaultScheduleStatus.RUNNING,
@@ -62,7 +66,8 @@ class KmqQueueScaffoldParams(BaseModel):
 
 
 class KmqQueueScaffolder(dg.Scaffolder[KmqQueueScaffoldParams]):
-    """Writes a ``defs.yaml`` with one queue and its resources read from the environment."""
+    """Writes a ``defs.yaml`` with one queue; the first kmq file of a project also declares
+    the resources, read from the environment (later ones take them from it)."""
 
     @classmethod
     def get_scaffold_params(cls) -> type[KmqQueueScaffoldParams]:
@@ -71,26 +76,45 @@ class KmqQueueScaffolder(dg.Scaffolder[KmqQueueScaffoldParams]):
     def scaffold(self, request: dg.ScaffoldRequest[KmqQueueScaffoldParams]) -> None:
         from dagster.components.component_scaffolding import scaffold_component
 
-        params = request.params
-        scaffold_component(request, starter_attributes(request.target_path, params))
+        target, params = request.target_path, request.params
+        attributes = starter_attributes(target, params, first=not kmq_files_beside(target))
+        scaffold_component(request, attributes)
 
 
-def starter_attributes(target: Path, params: KmqQueueScaffoldParams) -> dict[str, Any]:
+def starter_attributes(
+    target: Path, params: KmqQueueScaffoldParams, *, first: bool = True
+) -> dict[str, Any]:
     """What a freshly scaffolded ``defs.yaml`` declares: a queue named after its folder, no
-    processing yet (add ``function`` and ``output_path``), resources from the environment."""
-    return {
-        "queues": [
-            {
-                "topic": params.topic or target.name,
-                "group": params.group,
-                "partitions": params.partitions,
-            }
-        ],
-        "resources": {
+    processing yet (add ``function`` and ``output_path``) and, in the ``first`` kmq file of a
+    project, the resources from the environment (the code location's kmq files share them:
+    a later file leaving them out takes the declared ones, whatever they have become)."""
+    queue = {"topic": params.topic or target.name, "group": params.group}
+    attributes: dict[str, Any] = {"queues": [{**queue, "partitions": params.partitions}]}
+    if first:
+        attributes["resources"] = {
             "kafka": {"bootstrap_servers": "{{ env.KMQ_BOOTSTRAP_SERVERS }}"},
             "audit": {"url": "{{ env.KMQ_AUDIT_URL }}"},
-        },
-    }
+        }
+    return attributes
+
+
+def kmq_files_beside(target: Path) -> list[Path]:
+    """The ``KmqQueueComponent`` files in the defs folder ``target`` is scaffolded into (the
+    nearest folder above it named ``defs``; else ``target``'s parent)."""
+    root = next((p for p in target.parents if p.name == "defs"), target.parent)
+    found = []
+    for path in sorted(root.rglob("defs.yaml")) if root.is_dir() else []:
+        if path.parent == target or not _declares_kmq(path):
+            continue
+        found.append(path)
+    return found
+
+
+def _declares_kmq(path: Path) -> bool:
+    try:
+        return _KMQ_TYPE_LINE.search(path.read_text()) is not None
+    except OSError:
+        return False  # not ours to judge: dg check defs names that file's error
 
 
 @dg.scaffold_with(KmqQueueScaffolder)

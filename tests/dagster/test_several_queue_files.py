@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml  # type: ignore[import-untyped]
 from dagster import (
     DefaultScheduleStatus,
     DefaultSensorStatus,
@@ -90,6 +91,35 @@ def test_two_queue_files_load_as_one_component_with_both_queues(
             and not any(tag.startswith(KMQ_TAG_PREFIX) for tag in job.tags)
         ]
         assert untagged == []
+
+
+def test_a_second_scaffolded_queue_takes_the_resources_the_first_file_declares(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KAFKA_BROKERS", "kafka.example.com:9092")
+    with create_defs_folder_sandbox() as sandbox:
+        orders = sandbox.scaffold_component(component_cls=KmqQueueComponent, defs_path="orders")
+        first = yaml.safe_load((orders / "defs.yaml").read_text())
+        assert first["attributes"]["resources"] == SCAFFOLDED_RESOURCES
+        # the user edits the first file's resources, then scaffolds a second queue
+        first["attributes"]["resources"]["kafka"] = {"bootstrap_servers": "{{ env.KAFKA_BROKERS }}"}
+        (orders / "defs.yaml").write_text(yaml.safe_dump(first))
+        payments = sandbox.scaffold_component(
+            component_cls=KmqQueueComponent,
+            defs_path="payments",
+            scaffold_params={"group": "billing"},
+        )
+
+        second = yaml.safe_load((payments / "defs.yaml").read_text())
+        assert second["attributes"] == {
+            "queues": [{"topic": "payments", "group": "billing", "partitions": 2}]
+        }
+        with sandbox.build_all_defs() as defs:
+            resources = defs.resources or {}
+            with build_resources({"kmq": resources["kmq"]}) as initialized:
+                settings = initialized.kmq.get_settings()
+            assert settings.bootstrap_servers == "kafka.example.com:9092"
+            assert "track_payments__billing" in names(defs)["jobs"]
 
 
 def test_a_file_leaving_out_a_resource_takes_the_one_another_file_declares(
