@@ -139,6 +139,14 @@ class ResourcesModel(dg.Resolvable, dg.Model):
     spark: SparkModel | None = None
     alerts: AlertsModel | None = None
 
+    def given(self) -> dict[str, dg.Model]:
+        """The resources this file declares (one left out or ``null`` is absent): the
+        components of a code location share one set of resources, each declared in one file
+        or the same in several. ``"{{ env.NAME }}"`` stays as written, so a secret is compared
+        by its variable's name."""
+        models = {name: getattr(self, name) for name in type(self).model_fields}
+        return {name: model for name, model in models.items() if model is not None}
+
     def resources(self) -> dict[str, Any]:
         """``kmq_definitions``' keyword arguments (``None``: its default)."""
         return {

@@ -120,24 +120,32 @@ class KmqAlertsResource(ConfigurableResource):  # type: ignore[type-arg]
         return failures
 
 
+#: Every kmq job's runs carry a tag starting so (``kmq/queue``, ``kmq/housekeeping``).
+KMQ_TAG_PREFIX = "kmq/"
+
+
 def make_run_failure_alert_sensor(
-    jobs: Sequence[JobDefinition | Any],
+    jobs: Sequence[JobDefinition | Any] | None,
     *,
     name: str = "kmq_run_failures",
     default_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
 ) -> SensorDefinition:
-    """A sensor that sends every failure of ``jobs`` to the alert sinks."""
+    """A sensor that sends every failure of ``jobs`` to the alert sinks; ``None``: of every
+    run of the code location carrying a ``kmq/`` tag (for a code location whose kmq jobs come
+    from several components, none of which knows the others' jobs)."""
     with warnings.catch_warnings():  # dagster's own decorator passes a beta parameter
         warnings.simplefilter("ignore", BetaWarning)
         decorate = run_failure_sensor(
             name=name,
-            monitored_jobs=list(jobs),
+            monitored_jobs=None if jobs is None else list(jobs),
             default_status=default_status,
             description="Sends failures of kmq jobs to the alert sinks.",
         )
 
     def kmq_run_failures(context: RunFailureSensorContext, alerts: KmqAlertsResource) -> None:
         run = context.dagster_run
+        if jobs is None and not any(tag.startswith(KMQ_TAG_PREFIX) for tag in run.tags):
+            return  # not a kmq run: the code location's other jobs are not ours to alert on
         message = context.failure_event.message or "the run failed"
         alert = Alert(
             kind="run_failure",

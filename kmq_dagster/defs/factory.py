@@ -128,18 +128,51 @@ def kmq_definitions(
         ConfigError: two queues would get the same Dagster name.
     """
     check_unique_names(queues)
-    resources: dict[str, Any] = {
+    per_queue = [queue_definitions(s, default_sensor_status=default_sensor_status) for s in queues]
+    shared = location_definitions(
+        kmq_resources(kmq=kmq, audit=audit, pyspark=pyspark, alerts=alerts, extra=extra_resources),
+        monitored_jobs=[job for defs in per_queue for job in defs.jobs or ()],
+        default_sensor_status=default_sensor_status,
+        retention_schedule_status=retention_schedule_status,
+    )
+    return Definitions.merge(*per_queue, shared)
+
+
+def kmq_resources(
+    *,
+    kmq: KmqResource | None = None,
+    audit: AuditStoreResource | None = None,
+    pyspark: PySparkResource | None = None,
+    alerts: KmqAlertsResource | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The resources kmq's definitions need, each one not given at its default (see
+    :func:`kmq_definitions`), plus ``extra``."""
+    return {
         "kmq": kmq or KmqResource(),
         "audit": audit or AuditStoreResource(),
         "pyspark": pyspark or local_pyspark_resource(),
         "alerts": alerts or KmqAlertsResource(),
-        **(extra_resources or {}),
+        **(extra or {}),
     }
-    per_queue = [queue_definitions(s, default_sensor_status=default_sensor_status) for s in queues]
-    kmq_jobs = [job for defs in per_queue for job in defs.jobs or ()]
+
+
+def location_definitions(
+    resources: Mapping[str, Any],
+    *,
+    monitored_jobs: Sequence[Any] | None,
+    default_sensor_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
+    retention_schedule_status: DefaultScheduleStatus = DefaultScheduleStatus.STOPPED,
+) -> Definitions:
+    """What a code location holds once, whatever its number of queues: ``resources``, the
+    daily audit retention and dead-letter digest jobs with their schedules, and the
+    ``kmq_run_failures`` sensor over ``monitored_jobs`` and the daily jobs (``None``: over
+    every run of the code location that carries a ``kmq/`` tag, as every kmq job's runs do)."""
     daily_jobs, daily = housekeeping_schedules(retention_status=retention_schedule_status)
     failures = make_run_failure_alert_sensor(
-        [*kmq_jobs, *daily_jobs], default_status=default_sensor_status
+        None if monitored_jobs is None else [*monitored_jobs, *daily_jobs],
+        default_status=default_sensor_status,
     )
-    shared = Definitions(jobs=daily_jobs, schedules=daily, sensors=[failures], resources=resources)
-    return Definitions.merge(*per_queue, shared)
+    return Definitions(
+        jobs=daily_jobs, schedules=daily, sensors=[failures], resources=dict(resources)
+    )

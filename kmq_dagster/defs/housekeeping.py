@@ -80,7 +80,14 @@ def apply_audit_retention(
     return report.dead_letters + report.actions
 
 
-@job(description="Remove handled dead letters and actions older than the retention.")
+#: Tags of the daily jobs' runs: a ``kmq/`` tag marks a run as kmq's (for the failure alerts).
+HOUSEKEEPING_TAGS = {"kmq/housekeeping": "daily"}
+
+
+@job(
+    description="Remove handled dead letters and actions older than the retention.",
+    tags=HOUSEKEEPING_TAGS,
+)
 def kmq_audit_retention() -> None:
     apply_audit_retention()
 
@@ -123,7 +130,10 @@ def send_dead_letter_digest(
     return total
 
 
-@job(description="Counts of the day's dead letters by queue and cause, sent to the alert sinks.")
+@job(
+    description="Counts of the day's dead letters by queue and cause, sent to the alert sinks.",
+    tags=HOUSEKEEPING_TAGS,
+)
 def kmq_dead_letter_digest() -> None:
     send_dead_letter_digest()
 

@@ -166,13 +166,18 @@ class QueueSpec:
 
 
 def check_unique_names(specs: Sequence[QueueSpec]) -> None:
-    """Refuse two specs with one Dagster name (``a.b``/``c`` and ``a_b``/``c`` would clash).
+    """Refuse two specs of one queue (topic and group), or with one Dagster name (``a.b``/``c``
+    and ``a_b``/``c`` would clash).
 
     Raises:
-        ConfigError: two specs share a name; give one of them ``name=``.
+        ConfigError: two specs declare one queue, or share a name; give one of them ``name=``.
     """
     seen: dict[str, QueueSpec] = {}
+    queues: dict[tuple[str, str], QueueSpec] = {}
     for spec in specs:
+        same_queue = queues.setdefault((spec.queue.topic, spec.queue.group), spec)
+        if same_queue is not spec:
+            raise ConfigError(f"queue {spec.queue} is declared twice: declare each queue once")
         other = seen.get(spec.name)
         if other is not None:
             raise ConfigError(

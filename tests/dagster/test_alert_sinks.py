@@ -3,6 +3,8 @@ Slack's Web API through dagster-slack's client; and the run-failure sensor."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from dagster import DagsterInstance, build_run_status_sensor_context, job, op
 
@@ -90,3 +92,40 @@ def test_a_failed_kmq_run_is_sent_to_the_sinks(instance: DagsterInstance) -> Non
     assert body["kind"] == "run_failure"
     assert body["subject"] == "process_orders__pricing"
     assert body["key"] == f"run-failure:{result.run_id}"
+
+
+def alerts_sent_for(job_tags: dict[str, str], instance: DagsterInstance) -> list[Any]:
+    """What the code-location-wide failure sensor (no job list, as the dg components make
+    it) sends for a failed run of a job with these tags."""
+
+    @op
+    def breaks() -> None:
+        raise RuntimeError("the handler module is gone")
+
+    @job(tags=job_tags)
+    def some_job() -> None:
+        breaks()
+
+    result = some_job.execute_in_process(instance=instance, raise_on_error=False)
+    failure = next(e for e in result.all_events if e.event_type_value == "PIPELINE_FAILURE")
+    sensor = make_run_failure_alert_sensor(None)
+    with http_receiver() as hook:
+        context = build_run_status_sensor_context(
+            sensor_name=sensor.name,
+            dagster_event=failure,
+            dagster_instance=instance,
+            dagster_run=result.dagster_run,
+            resources={"alerts": KmqAlertsResource(webhook_url=hook.url)},
+        ).for_run_failure()
+        sensor(context)
+    return hook.bodies()
+
+
+def test_the_location_wide_failure_sensor_alerts_on_kmq_runs_only(
+    instance: DagsterInstance,
+) -> None:
+    (body,) = alerts_sent_for({"kmq/queue": "payments", "kmq/group": "billing"}, instance)
+    assert body["kind"] == "run_failure"
+    assert body["details"]["kmq/queue"] == "payments"
+    # another job of the user's code location: not kmq's to alert on
+    assert alerts_sent_for({"team": "finance"}, instance) == []

@@ -1,5 +1,7 @@
 """kmq-dagster in a dg project, end to end with Dagster's own tools: ``dg list components``
-finds the component, ``dg check defs`` and ``dg list defs`` load the example project cleanly,
+finds the component, ``dg scaffold defs`` adds a queue next to one declared already and ``dg
+check defs`` loads both, ``dg check defs`` and ``dg list defs`` load the example project (two
+queues, two defs.yaml files) cleanly,
 ``dagster definitions validate`` loads workspace.yaml cleanly, and ``dg dev`` (a real webserver
 and daemon, driven over GraphQL) operates the example's queue: provision, the keep-alive sensor's
 tracker run, a processing run the backlog sensor launches, and the output's freshness policy
@@ -35,6 +37,8 @@ QUEUE = "orders__invoicing"
 PROVISION, PROCESS, TRACK = (f"{what}_{QUEUE}" for what in ("provision", "process", "track"))
 BACKLOG = f"backlog_{QUEUE}"
 OUTPUT = ["kmq", QUEUE, "output"]
+#: The example's second queue: observed and operated, not processed (no function yet).
+PAYMENTS = "payments__billing"
 
 
 def test_dg_list_components_shows_the_kmq_component() -> None:
@@ -50,9 +54,10 @@ def test_dg_list_components_shows_the_kmq_component() -> None:
     assert "Kafka" in summaries["kmq_dagster.KmqQueueComponent"]
 
 
-def test_dg_scaffold_defs_writes_a_queue_that_dg_checks_and_lists(tmp_path: Path) -> None:
+def test_dg_scaffold_defs_adds_a_second_queue_that_dg_checks_and_lists(tmp_path: Path) -> None:
+    # the example without its second queue: orders alone, its resources declared (alerts too)
     project = tmp_path / "kmq-orders"
-    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("orders", "__pycache__"))
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("payments", "__pycache__"))
 
     scaffolded = run_dg(
         "scaffold", "defs", "kmq_dagster.KmqQueueComponent", "payments", "--group", "billing",
@@ -62,12 +67,14 @@ def test_dg_scaffold_defs_writes_a_queue_that_dg_checks_and_lists(tmp_path: Path
     assert scaffolded.returncode == 0, scaffolded.stdout
     written = (project / "src/kmq_orders/defs/payments/defs.yaml").read_text()
     assert written.startswith("type: kmq_dagster.KmqQueueComponent\n"), written
-    for line in ("- topic: payments", "group: billing", "bootstrap_servers: '{{ env.KMQ_BOOTS"):
+    for line in ("- topic: payments", "group: billing"):
         assert line in written, written
+    assert "resources:" not in written, written  # it takes the ones orders/defs.yaml declares
     checked = run_dg("check", "defs", project=project)
     assert checked.returncode == 0, checked.stdout
     listed = run_dg("list", "defs", "--json", project=project)
     assert "provision_payments__billing" in listed.stdout
+    assert "provision_orders__invoicing" in listed.stdout
 
 
 def test_dg_check_defs_loads_the_example_cleanly() -> None:
@@ -86,18 +93,25 @@ def test_dg_list_defs_lists_the_queues_assets_checks_jobs_and_sensors() -> None:
     assert sorted(a["asset_key"] for a in listed["assets"]) == [
         f"kmq/{QUEUE}/output",
         f"kmq/{QUEUE}/queue",
+        f"kmq/{PAYMENTS}/queue",
     ]
     assert {c["key"] for c in listed["asset_checks"]} >= {
         f"kmq/{QUEUE}/queue:breaker_closed",
         f"kmq/{QUEUE}/output:output_matches_acks",
+        f"kmq/{PAYMENTS}/queue:breaker_closed",
     }
-    assert {j["name"] for j in listed["jobs"]} >= {PROVISION, PROCESS, TRACK, f"replay_{QUEUE}"}
+    assert {j["name"] for j in listed["jobs"]} >= {
+        PROVISION, PROCESS, TRACK, f"replay_{QUEUE}", f"provision_{PAYMENTS}", f"track_{PAYMENTS}"
+    }  # fmt: skip
     assert {s["name"] for s in listed["sensors"]} == {
         BACKLOG,
-        f"breaker_{QUEUE}",
-        f"keep_tracker_{QUEUE}",
-        f"observe_{QUEUE}",
+        *(f"{what}_{queue}" for what in ("breaker", "keep_tracker", "observe")
+          for queue in (QUEUE, PAYMENTS)),
         "kmq_run_failures",
+    }  # fmt: skip
+    assert {s["name"] for s in listed["schedules"]} == {
+        "kmq_audit_retention_daily",
+        "kmq_dead_letter_digest_daily",
     }
     assert {r["name"] for r in listed["resources"]} == {"kmq", "audit", "pyspark", "alerts"}
     assert own_warnings(result.stdout) == []
