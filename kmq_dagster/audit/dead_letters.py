@@ -15,7 +15,6 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
-from kmq_dagster.audit.filters import KMQ_HEADER_PREFIX
 from kmq_dagster.audit.stored_values import value_columns
 from kmq_dagster.core.dead_letter_formats import KMQ, reading_headers
 from kmq_dagster.core.headers import (
@@ -23,6 +22,7 @@ from kmq_dagster.core.headers import (
     ERROR_MESSAGE,
     ERROR_TYPE,
     GROUP,
+    KMQ_HEADER_PREFIX,
     ORIGINAL_OFFSET,
     ORIGINAL_PARTITION,
     ORIGINAL_TOPIC,

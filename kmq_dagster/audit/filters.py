@@ -11,10 +11,8 @@ from typing import Any
 from sqlalchemy import Text, bindparam, func, select
 
 from kmq_dagster.audit.models import STATUSES, DeadLetter, DeadLetterHeader, DeadLetterSearch
+from kmq_dagster.core.headers import KMQ_HEADER_PREFIX
 from kmq_dagster.errors import ConfigError
-
-#: Headers kmq sets itself; their content is in columns (error type, reason, origin...).
-KMQ_HEADER_PREFIX = "kmq-"
 
 
 @dataclass(frozen=True)

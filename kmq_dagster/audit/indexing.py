@@ -19,8 +19,9 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from kmq_dagster.audit.dead_letters import without_nul
-from kmq_dagster.audit.filters import KMQ_HEADER_PREFIX, header_digest
+from kmq_dagster.audit.filters import header_digest
 from kmq_dagster.audit.models import DeadLetter
+from kmq_dagster.core.headers import KMQ_HEADER_PREFIX
 
 #: How much of a value the text search covers, in characters.
 SEARCHED_VALUE_CHARS = 4_096

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+#: What every header kmq writes starts with: a message without one carries no kmq metadata
+#: (the audit store keeps their content in columns: error type, reason, origin...).
+KMQ_HEADER_PREFIX = "kmq-"
 #: How many times the tracker has redelivered this message.
 REDELIVERY_COUNT = "kmq-redelivery-count"
 #: Where the message was first produced (kept across every hop).
@@ -25,8 +28,15 @@ RawHeaders = Mapping[str, str | bytes | None] | Sequence[tuple[str, str | bytes 
 
 def normalize_headers(raw: RawHeaders | None) -> list[tuple[str, bytes | None]]:
     """Headers as a list of ``(name, bytes)`` pairs, order kept; ``str`` values UTF-8 encoded."""
-    pairs = raw.items() if isinstance(raw, Mapping) else raw or ()
+    if not raw:  # most records carry none: no type check per message
+        return []
+    pairs = raw.items() if isinstance(raw, Mapping) else raw
     return [(key, value.encode() if isinstance(value, str) else value) for key, value in pairs]
+
+
+def has_kmq_headers(headers: Headers | None) -> bool:
+    """True if any header is one of kmq's (``kmq-*``)."""
+    return bool(headers) and any(key.startswith(KMQ_HEADER_PREFIX) for key, _ in headers or ())
 
 
 def header_value(headers: Headers | None, name: str) -> bytes | None:

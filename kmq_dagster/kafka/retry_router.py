@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from kmq_dagster.core.headers import REDELIVERY_COUNT, replace_headers
+from kmq_dagster.core.headers import REDELIVERY_COUNT, has_kmq_headers, replace_headers
 from kmq_dagster.core.masking import masker_from_env
 from kmq_dagster.core.oversize import ValueRef
 from kmq_dagster.core.retry import DeadLetter, Retry
@@ -112,6 +112,7 @@ class RetryRouter:
         self.group = queue.group
         self.policy = queue.retry_policy
         self.retry_topics = queue.retry_topics
+        self._retry_topic_names = frozenset(self.retry_topics.values())
         self.dlq_topic = queue.dlq_topic
         self.stats = RouterStats()
         self._clock_ms = clock_ms
@@ -124,6 +125,9 @@ class RetryRouter:
         Messages from a retry topic must carry a readable attempt and due time.
         """
         headers = message.headers
+        from_retry_topic = message.topic in self._retry_topic_names
+        if not from_retry_topic and not has_kmq_headers(headers):
+            return None  # a first delivery: nothing to read (the common case, made cheap)
         try:
             attempt = read_attempt(headers)
             due_ms = read_due_ms(headers)
@@ -132,7 +136,6 @@ class RetryRouter:
             )
         except ValueError as exc:
             return f"{CORRUPT_RETRY_METADATA}: {exc}"
-        from_retry_topic = message.topic in self.retry_topics.values()
         if from_retry_topic and (due_ms is None or attempt < 2):
             return f"{CORRUPT_RETRY_METADATA}: {ATTEMPT} or {DUE_MS} missing"
         return None

@@ -10,7 +10,13 @@ from dataclasses import dataclass, field
 import pytest
 from confluent_kafka import Producer
 
-from kmq_dagster.core.headers import DLQ_REASON, ERROR_TYPE, header_value, normalize_headers
+from kmq_dagster.core.headers import (
+    DLQ_REASON,
+    ERROR_TYPE,
+    ORIGINAL_TOPIC,
+    header_value,
+    normalize_headers,
+)
 from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS
 from kmq_dagster.kafka.consumer import KmqMessage, wall_clock_ms
 from kmq_dagster.kafka.opened_queue import OpenedQueue
@@ -116,11 +122,16 @@ def test_corrupt_retry_metadata_goes_to_the_dlq_without_calling_the_handler(
     target = queue.queue.retry_topics[DELAY_MS]
     producer.produce(target, value=b"no-headers", partition=0)
     producer.produce(target, value=b"garbage", partition=0, headers=[(ATTEMPT, b"\xff")])
+    # and on the queue topic itself, a copy whose origin headers are half there
+    producer.produce(
+        queue.queue.topic, value=b"half-origin", partition=0,
+        headers=[("trace", b"user's"), (ORIGINAL_TOPIC, b"orders")],
+    )  # fmt: skip
     assert producer.flush(30) == 0
     calls, handler = recording(lambda m: None)
     with running_worker(queue, handler):
-        dead = read_topic(settings, queue.queue.dlq_topic, 1, at_least=2, timeout_s=60)
-    assert sorted(m.value() or b"" for m in dead) == [b"garbage", b"no-headers"]
+        dead = read_topic(settings, queue.queue.dlq_topic, 1, at_least=3, timeout_s=60)
+    assert sorted(m.value() or b"" for m in dead) == [b"garbage", b"half-origin", b"no-headers"]
     for record in dead:
         reason = header_value(normalize_headers(record.headers()), DLQ_REASON) or b""
         assert reason.startswith(b"corrupt retry metadata")
