@@ -248,6 +248,32 @@ def processing(
     if tracer is None:
         yield
         return
+    try:
+        span = _start_process_span(tracer, record, headers, group, attributes)
+    except Exception:
+        log.warning("tracing a handler call failed; called without a trace", exc_info=True)
+        yield
+        return
+    from opentelemetry import trace
+
+    # Error text is data (invariant 13): no exception event, the type only.
+    with trace.use_span(
+        span, end_on_exit=True, record_exception=False, set_status_on_exception=False
+    ):
+        try:
+            yield
+        except BaseException as exc:
+            _mark_failed(span, record, exc)
+            raise
+
+
+def _start_process_span(
+    tracer: Any,
+    record: Coordinates,
+    headers: Headers | None,
+    group: str | None,
+    attributes: Mapping[str, Any] | None,
+) -> Any:
     from opentelemetry import trace
 
     topic, partition, offset = record
@@ -264,23 +290,26 @@ def processing(
     if group is not None:
         span_attributes["messaging.consumer.group.name"] = group
     span_attributes.update(attributes or {})
-    with tracer.start_as_current_span(
+    return tracer.start_span(
         f"process {topic}",
         context=carried,
         kind=trace.SpanKind.CONSUMER,
         attributes=span_attributes,
         links=_links_to(carried),
-        record_exception=False,  # error text is data: the type only (invariant 13)
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            yield
-        except BaseException as exc:
-            error_type = type(exc).__qualname__
-            span.set_attribute("error.type", error_type)
-            span.set_status(trace.Status(trace.StatusCode.ERROR, error_type))
-            _keep_failed_call(record, span)
-            raise
+    )
+
+
+def _mark_failed(span: Any, record: Coordinates, exc: BaseException) -> None:
+    """Status error with ``error.type``; the span is kept for the copy written next."""
+    try:
+        from opentelemetry import trace
+
+        error_type = type(exc).__qualname__
+        span.set_attribute("error.type", error_type)
+        span.set_status(trace.Status(trace.StatusCode.ERROR, error_type))
+        _keep_failed_call(record, span)
+    except Exception:
+        log.warning("tracing a failed handler call failed", exc_info=True)
 
 
 def _attempt(headers: Headers | None) -> int:
