@@ -84,3 +84,34 @@ def test_a_tracing_failure_never_keeps_a_message_from_being_sent_copied_or_handl
     finally:
         use_tracer_provider(None)
         tracing._providers.cached = None
+
+
+def test_a_spark_function_call_is_a_span_of_the_message_trace(
+    exporter: InMemorySpanExporter,
+) -> None:
+    # given two messages sent with tracing, as a Spark task reads them
+    from kmq_dagster.spark.message import SparkMessage
+    from kmq_dagster.spark.process import FAILED, call_function
+
+    chunk = [
+        SparkMessage("orders", 1, offset, None, value, tuple(sent_headers("orders", [])))
+        for offset, value in ((7, b"ok"), (8, b"bad"))
+    ]
+
+    def function(message: SparkMessage) -> bytes:
+        if message.value == b"bad":
+            raise ValueError("bad order")
+        return b"done"
+
+    # when the task calls the function on them
+    outcome = call_function(function, chunk, stop_at=float("inf"))
+
+    # then each call is a process span, the child of its message's send, and the failure says so
+    assert outcome.results == [b"done", FAILED]
+    sends = [s for s in exporter.get_finished_spans() if s.name == "send orders"]
+    calls = [s for s in exporter.get_finished_spans() if s.name == "process orders"]
+    assert [c.parent.span_id if c.parent else None for c in calls] == [
+        s.context.span_id if s.context else None for s in sends
+    ]
+    assert [dict(c.attributes or {})["messaging.kafka.offset"] for c in calls] == [7, 8]
+    assert dict(calls[1].attributes or {})["error.type"] == "ValueError"
