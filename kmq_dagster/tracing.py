@@ -1,10 +1,11 @@
 """OpenTelemetry traces across a message's hops: every OpenTelemetry use of kmq is here.
 
 Tracing is optional (``pip install 'kmq-dagster[otel]'``) and costs nothing when off: this
-module never imports ``opentelemetry`` itself. It traces only when the application has
-configured a tracer provider (``opentelemetry.trace.set_tracer_provider``, which imports
-``opentelemetry.trace``) or handed one to :func:`use_tracer_provider`; otherwise
-:func:`tracing_active` is a dictionary lookup and no header is added.
+module imports ``opentelemetry`` only once the application has (it never does so first). It
+traces only when the application has configured a tracer provider
+(``opentelemetry.trace.set_tracer_provider``, which imports ``opentelemetry.trace``) or handed
+one to :func:`use_tracer_provider`; otherwise :func:`tracing_active` is a dictionary lookup
+and no header is added.
 
 When on, the trace context travels in W3C ``traceparent`` / ``tracestate`` headers (through
 OpenTelemetry's configured propagator) and each hop is a span in the message's trace:
