@@ -213,11 +213,13 @@ def run_ack_benchmark(
     partitions: int = 2,
     rounds: int = 3,
     worker_messages: int = DEFAULT_WORKER_MESSAGES,
+    tracing: bool = False,
 ) -> AckFigures:
     """Every figure of ``kmq bench ack``; throughputs are medians of ``rounds`` runs.
 
     Beside the consumers, each round runs the public ``Worker`` and the plain no-op consumer
-    it is held against (:mod:`kmq_dagster.bench.ack_worker`) on ``worker_messages`` each.
+    it is held against (:mod:`kmq_dagster.bench.ack_worker`) on ``worker_messages`` each;
+    with ``tracing``, ``Worker`` at concurrency 1 with OpenTelemetry tracing on too.
 
     Each measurement gets its own ``cluster()`` (a fresh embedded broker, unless external),
     and the order of the consumers rotates from round to round: the embedded broker's
@@ -234,8 +236,8 @@ def run_ack_benchmark(
         ),
     }
     runs: dict[str, list[float]] = {name: [] for name in phases}
-    drains = worker_plan(worker_messages, partitions)
-    worker = WorkerFigures(worker_messages)
+    drains = worker_plan(worker_messages, partitions, tracing=tracing)
+    worker = WorkerFigures(worker_messages, traced=tracing)
     for round_number in range(1, rounds + 1):
         # Each group rotates on its own, so the pairs compared alternate which goes first.
         for name in rotated(list(phases), round_number) + rotated(list(drains), round_number):

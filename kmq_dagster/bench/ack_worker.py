@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,10 +38,14 @@ from kmq_dagster.bench.parallel_runs import (
     timed_drain,
 )
 from kmq_dagster.core.ordering import Ordering
+from kmq_dagster.errors import ConfigError
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.tracing import use_tracer_provider
 
 #: The runs, in the order of the first round (later rounds rotate it).
 WORKER_RUNS = ("plain_noop", "worker_n1", "worker_n100_sync", "worker_n100_async")
+#: ``worker_n1`` with OpenTelemetry tracing on (``kmq bench ack --tracing``).
+TRACED_RUN = "worker_n1_traced"
 #: Keys of the filled queues (they only place messages on partitions: key k on k % p).
 KEYS = 100
 #: Handler calls at once in the concurrent runs.
@@ -121,8 +126,11 @@ def plain_noop_drain(settings: KmqSettings, messages: int, partitions: int) -> D
     return dataclasses.replace(drain, handled=calls.handled)
 
 
-def worker_plan(messages: int, partitions: int) -> dict[str, Callable[[KmqSettings], Drain]]:
-    """Every run by name: fill a fresh queue on the given cluster, then drain it."""
+def worker_plan(
+    messages: int, partitions: int, *, tracing: bool = False
+) -> dict[str, Callable[[KmqSettings], Drain]]:
+    """Every run by name: fill a fresh queue on the given cluster, then drain it. With
+    ``tracing``, ``worker_n1_traced`` too: ``worker_n1`` with OpenTelemetry tracing on."""
 
     def worker(
         concurrency: int, ordering: Ordering, use_async: bool
@@ -136,13 +144,63 @@ def worker_plan(messages: int, partitions: int) -> dict[str, Callable[[KmqSettin
 
         return run
 
-    return {
+    def traced(settings: KmqSettings) -> Drain:
+        opened = filled_queue(settings, messages, KEYS, partitions)
+        with tracing_on():
+            return timed_drain(opened, messages, no_op, concurrency=1, ordering=Ordering.PARTITION)
+
+    plan = {
         "plain_noop": lambda settings: plain_noop_drain(settings, messages, partitions),
         # Worker's default ordering: what Worker(opened, handler) runs.
         "worker_n1": worker(1, Ordering.PARTITION, use_async=False),
         "worker_n100_sync": worker(CONCURRENCY, Ordering.UNORDERED, use_async=False),
         "worker_n100_async": worker(CONCURRENCY, Ordering.UNORDERED, use_async=True),
     }
+    if tracing:
+        require_tracing_sdk()  # before the first run, not after minutes of them
+        plan[TRACED_RUN] = traced
+    return plan
+
+
+def require_tracing_sdk() -> None:
+    """Check that the traced run can run.
+
+    Raises:
+        ConfigError: the OpenTelemetry SDK (``opentelemetry-sdk``) is not installed.
+    """
+    try:
+        import opentelemetry.sdk.trace  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "--tracing needs the OpenTelemetry SDK: pip install opentelemetry-sdk",
+            setting="tracing",
+        ) from None
+
+
+@contextmanager
+def tracing_on(exporter: Any = None) -> Iterator[None]:
+    """kmq traces into an OpenTelemetry SDK provider whose spans are batched and dropped (or
+    given to ``exporter``): the cost of kmq's tracing and the SDK, not of an exporter's network.
+
+    Raises:
+        ConfigError: the OpenTelemetry SDK is not installed.
+    """
+    require_tracing_sdk()
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter or Dropped()))
+    use_tracer_provider(provider)
+    try:
+        yield
+    finally:
+        use_tracer_provider(None)
+        provider.shutdown()
 
 
 @dataclass
@@ -151,6 +209,12 @@ class WorkerFigures:
 
     messages: int
     runs: dict[str, list[Drain]] = field(default_factory=lambda: {n: [] for n in WORKER_RUNS})
+    #: With the ``worker_n1_traced`` run (``--tracing``).
+    traced: bool = False
+
+    def __post_init__(self) -> None:
+        if self.traced:
+            self.runs.setdefault(TRACED_RUN, [])
 
     def rate(self, name: str) -> float:
         return statistics.median(d.msgs_per_s for d in self.runs[name])
@@ -171,8 +235,7 @@ class WorkerFigures:
 
     def table(self) -> list[str]:
         lines = [f"{'run':<20} {'median':>10} {'rounds':>26} {'cpu/wall':>8} {'handled':>9}"]
-        for name in WORKER_RUNS:
-            drains = self.runs[name]
+        for name, drains in self.runs.items():
             rounds = " / ".join(f"{d.msgs_per_s / 1000:.1f}k" for d in drains)
             cpu = statistics.median(d.cpu_s / d.seconds if d.seconds else 0.0 for d in drains)
             lines.append(
@@ -193,5 +256,21 @@ class WorkerFigures:
             "worker_n100_sync_msgs_per_s": round(self.rate("worker_n100_sync")),
             "worker_n100_async_msgs_per_s": round(self.rate("worker_n100_async")),
             "worker_messages": self.messages,
-            "worker_handled": {name: self.handled(name) for name in WORKER_RUNS},
+            "worker_handled": {name: self.handled(name) for name in self.runs},
+        } | self.traced_figures()
+
+    def traced_figures(self) -> dict[str, Any]:
+        """``--tracing``'s figures (none without it)."""
+        if not self.traced:
+            return {}
+        return {
+            "worker_n1_traced_msgs_per_s": round(self.rate(TRACED_RUN)),
+            # Per round: traced / untraced Worker at concurrency 1, same round.
+            "tracing_ratio": round(
+                statistics.median(
+                    t.msgs_per_s / w.msgs_per_s if w.msgs_per_s else 0.0
+                    for t, w in zip(self.runs[TRACED_RUN], self.runs["worker_n1"], strict=True)
+                ),
+                3,
+            ),
         }

@@ -81,10 +81,21 @@ def bench_cluster(
     "a fifth of a plain consumer's speed: 200,000 take a second or two at concurrency 1.",
 )
 @count_option("--rounds", 1, 100, 5)
+@click.option(
+    "--tracing",
+    is_flag=True,
+    help="Also run Worker at concurrency 1 with OpenTelemetry tracing on (spans made and "
+    "dropped; needs opentelemetry-sdk): worker_n1_traced_msgs_per_s and tracing_ratio.",
+)
 @external_option
 @click.pass_context
 def bench_ack(
-    ctx: click.Context, messages: int, worker_messages: int, rounds: int, external: bool
+    ctx: click.Context,
+    messages: int,
+    worker_messages: int,
+    rounds: int,
+    tracing: bool,
+    external: bool,
 ) -> None:
     """Per-message ack against a plain at-least-once consumer; the public Worker against a
     plain consumer calling a no-op function; latency, lateness, memory."""
@@ -102,6 +113,7 @@ def bench_ack(
         report,
         rounds=rounds,
         worker_messages=worker_messages,
+        tracing=tracing,
     )
     click.echo(figures.as_json())
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from kmq_dagster.errors import ConfigError, HandlerResultError
+from kmq_dagster.tracing import processing, tracing_active
 
 Handler = Callable[[Any], object]
 
@@ -35,11 +36,13 @@ def _is_generator_function(handler: Handler) -> bool:
 class HandlerCall:
     """``handler`` wrapped so that calling it runs its work; :meth:`close` frees its loop.
 
+    With tracing on (``kmq_dagster.tracing``), each call is a ``process`` span of ``group``.
+
     Raises:
         ConfigError: ``handler`` is a generator function (sync or async).
     """
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, *, group: str | None = None) -> None:
         if _is_generator_function(handler):
             raise ConfigError(
                 f"handler {_describe(handler)} is a generator function: calling it runs none of "
@@ -47,9 +50,18 @@ class HandlerCall:
                 setting="handler",
             )
         self.handler = handler
+        #: The consumer group calls are made for (named in their trace spans).
+        self.group = group
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def __call__(self, message: Any) -> object:
+        if tracing_active():
+            record = (message.topic, message.partition, message.offset)
+            with processing(record, message.headers, self.group):
+                return self._call(message)
+        return self._call(message)
+
+    def _call(self, message: Any) -> object:
         result = self.handler(message)
         if result is None:  # most handlers return nothing: one check per message, not three
             return None

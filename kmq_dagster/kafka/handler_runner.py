@@ -24,6 +24,7 @@ from typing import Any
 
 from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.message import KmqMessage
+from kmq_dagster.tracing import processing, tracing_active
 
 #: How long calls cancelled when the runner closes get to end, in seconds.
 CANCEL_WAIT_S = 1.0
@@ -127,7 +128,7 @@ class HandlerRunner:
     def _serve(self) -> None:
         # One HandlerCall per thread: an awaitable a plain function returns is run on this
         # thread's own event loop, never on another thread's.
-        call = HandlerCall(self.handler.handler)
+        call = HandlerCall(self.handler.handler, group=self.handler.group)
         try:
             while (message := self._jobs.get()) is not None:
                 self.ends.put(CallEnd(message, _outcome(call, message)))
@@ -137,7 +138,12 @@ class HandlerRunner:
     async def _call_async(self, message: KmqMessage) -> None:
         error: BaseException | None = None
         try:
-            await self.handler.handler(message)  # type: ignore[misc]
+            if tracing_active():
+                record = (message.topic, message.partition, message.offset)
+                with processing(record, message.headers, self.handler.group):
+                    await self.handler.handler(message)  # type: ignore[misc]
+            else:
+                await self.handler.handler(message)  # type: ignore[misc]
         except asyncio.CancelledError as exc:
             if self._closed:
                 raise  # the worker stops: this call's end no longer matters

@@ -14,6 +14,7 @@ from kmq_dagster.errors import ProvisionError
 from kmq_dagster.kafka.clients import cluster_metadata, new_producer, wall_clock_ms
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, produce
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.tracing import sent_headers, tracing_active
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
@@ -77,6 +78,8 @@ class KmqProducer:
             first_hop = enqueue(due_ms, now_ms)
             target = delay_topic(topic, first_hop.level_ms)
             pairs = replace_headers(pairs, delay_headers(first_hop, due_ms))
+        if tracing_active():
+            pairs = sent_headers(topic, pairs)
         produce(
             self._producer, target, value=value, key=key, headers=[*pairs], on_delivery=on_delivery
         )

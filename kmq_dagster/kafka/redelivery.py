@@ -39,6 +39,7 @@ from kmq_dagster.kafka.oversize import References, RefusedCopy, is_size_refusal,
 from kmq_dagster.kafka.record_reader import RecordReader
 from kmq_dagster.kafka.tracker_state import MarkersPartitionState, TrackerStats
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.tracing import copied_headers, tracing_active
 
 # The tracker's log: an operator reads the tracker's lines under one logger name.
 log = logging.getLogger("kmq_dagster.kafka.redelivery_tracker")
@@ -154,6 +155,8 @@ class Redeliverer:
                 )
                 tail.append((DLQ_REASON, reason.encode()))
         copy_headers = self._copy_headers(record, headers, tail)
+        if tracing_active():
+            copy_headers = self._traced(record, target, headers, copy_headers)
         try:
             copies.produce(
                 target,
@@ -207,6 +210,22 @@ class Redeliverer:
             return kmq
         replaced = {key for key, _ in kmq}
         return [(key, value) for key, value in headers if key not in replaced] + kmq
+
+    def _traced(
+        self,
+        record: Message,
+        target: str,
+        headers: list[tuple[str, bytes | None]],
+        copy_headers: list[tuple[str, bytes | None]],
+    ) -> list[tuple[str, bytes | None]]:
+        """``copy_headers`` with the trace context of a ``redeliver`` or ``dead-letter`` span."""
+        operation = "dead-letter" if target == self.dlq_topic else "redeliver"
+        source = (record.topic() or "", record.partition() or 0, record.offset() or 0)
+        attributes = {"messaging.consumer.group.name": self._group_bytes.decode()}
+        return copied_headers(
+            operation, target, copy_headers, source=source, source_headers=headers,
+            attributes=attributes,
+        )  # fmt: skip
 
     def _record_gone(self, ref: MessageRef) -> None:
         self._stats.records_gone += 1

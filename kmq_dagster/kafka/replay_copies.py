@@ -30,6 +30,7 @@ from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, Deliveries
 from kmq_dagster.kafka.oversize import size_refusal
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.tracing import copied_headers, tracing_active
 
 
 class ReplayCopier:
@@ -115,12 +116,18 @@ class ReplayCopier:
             kept = [(k, v) for k, v in headers if k not in dropped]
             value = (values or {}).get(at, record.value())
             target = self._target_of(read_as)
+            copy_headers = replace_headers(kept, plan.updates)
+            if tracing_active():
+                source = (record.topic() or "", *at)
+                copy_headers = copied_headers(
+                    "replay", target, copy_headers, source=source, source_headers=headers
+                )
             try:
                 copies.produce(
                     target,
                     key=record.key(),
                     value=value,
-                    headers=[*replace_headers(kept, plan.updates)],
+                    headers=copy_headers,
                     partition=self._target_partition(record, read_as, target),
                 )
             except KafkaException as exc:

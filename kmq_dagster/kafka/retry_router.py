@@ -19,7 +19,12 @@ from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from kmq_dagster.core.headers import REDELIVERY_COUNT, has_kmq_headers, replace_headers
+from kmq_dagster.core.headers import (
+    ERROR_TYPE,
+    REDELIVERY_COUNT,
+    has_kmq_headers,
+    replace_headers,
+)
 from kmq_dagster.core.masking import masker_from_env
 from kmq_dagster.core.oversize import ValueRef
 from kmq_dagster.core.retry import DeadLetter, Retry
@@ -39,6 +44,7 @@ from kmq_dagster.kafka.delivery import COPY_ANSWER_TIMEOUT_S, DELIVERY_TIMEOUT_S
 from kmq_dagster.kafka.message import QueueMessage, origin_or_own
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.oversize import References, RefusedCopy, is_size_refusal, size_refusal
+from kmq_dagster.tracing import copied_headers, tracing_active
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +159,10 @@ class RetryRouter:
         planned: list[tuple[str, list[tuple[str, bytes | None]]]] = []
         for index, (message, failure) in enumerate(failed):
             target, updates = self._plan(message, failure)
-            planned.append((target, replace_headers(message.headers, updates)))
+            headers = replace_headers(message.headers, updates)
+            if tracing_active():
+                headers = self._traced(message, target, headers, updates)
+            planned.append((target, headers))
             try:
                 copies.produce(
                     target,
@@ -240,6 +249,27 @@ class RetryRouter:
         )
         # A new hop: redeliveries of the copy count from zero again.
         return self.retry_topics[decision.topic_delay_ms], {**updates, REDELIVERY_COUNT: "0"}
+
+    def _traced(
+        self,
+        message: QueueMessage,
+        target: str,
+        headers: list[tuple[str, bytes | None]],
+        updates: dict[str, str],
+    ) -> list[tuple[str, bytes | None]]:
+        """``headers`` with the trace context of a ``retry`` or ``dead-letter`` span."""
+        attributes: dict[str, str | int] = {
+            "messaging.consumer.group.name": self.group,
+            "error.type": updates[ERROR_TYPE],
+        }
+        if ATTEMPT in updates:
+            attributes["kmq.attempt"] = int(updates[ATTEMPT])
+        operation = "dead-letter" if target == self.dlq_topic else "retry"
+        source = (message.topic, message.partition, message.offset)
+        return copied_headers(
+            operation, target, headers, source=source, source_headers=message.headers,
+            attributes=attributes,
+        )  # fmt: skip
 
     def close(self) -> None:
         self._producer.flush(DELIVERY_TIMEOUT_S)

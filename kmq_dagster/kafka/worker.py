@@ -144,7 +144,7 @@ class Worker:
             )
         #: Refuses a generator function now, before joining the group; runs ``async def``
         #: handlers to completion.
-        self.handler = HandlerCall(handler)
+        self.handler = HandlerCall(handler, group=opened.queue.group)
         if concurrency > 1:
             # Bounded memory: a fetch comes in whole, so it is no larger than the buffer.
             limit = max_buffered or default_max_buffered(concurrency)

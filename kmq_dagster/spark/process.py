@@ -19,6 +19,7 @@ from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.kafka.message import origin_coordinates
 from kmq_dagster.kafka.record_columns import RecordColumns
 from kmq_dagster.spark.message import SparkMessage
+from kmq_dagster.tracing import processing, tracing_active
 
 Function = Callable[[SparkMessage], object]
 #: Checks a retried copy's ``kmq-*`` headers; a reason to dead-letter it, or ``None``.
@@ -87,6 +88,7 @@ def _call_each(
     from kmq_dagster.kafka.retry_router import failure_of
 
     append, failed = outcome.results.append, outcome.failed
+    traced = tracing_active()  # once per step, not per message: the loop is hot
     for message in messages:
         problem = check(message) if check is not None else None
         if problem is not None:
@@ -94,10 +96,20 @@ def _call_each(
             failed.append((message, problem))
             continue
         try:
-            append(function(message))
+            if traced:
+                append(_traced_call(function, message))
+            else:
+                append(function(message))
         except Exception as exc:
             append(FAILED)
             failed.append((message, failure_of(exc)))
+
+
+def _traced_call(function: Function, message: SparkMessage) -> Any:
+    """``function(message)`` inside a ``process`` span (``kmq_dagster.tracing``)."""
+    record = (message.topic, message.partition, message.offset)
+    with processing(record, message.headers, None):
+        return function(message)
 
 
 def output_columns(
