@@ -59,12 +59,13 @@ def call_function(
     messages: list[SparkMessage],
     stop_at: float,
     check: MetadataCheck | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Outcome:
-    """Run ``function`` on ``messages`` in order, until ``time.monotonic()`` passes ``stop_at``
-    (at least one message is always done). With ``check``, a message whose retry metadata is
+    """Run ``function`` on ``messages`` in order, until ``clock()`` passes ``stop_at`` (at
+    least one message is always done). With ``check``, a message whose retry metadata is
     unreadable fails without being passed to the function."""
     outcome = Outcome()
-    clock, start, step = time.monotonic, 0, 1
+    start, step = 0, 1
     while start < len(messages):
         # The clock is read between steps, not per message: a step grows while it takes
         # under STEP_S, so a slow function still stops close to ``stop_at``.

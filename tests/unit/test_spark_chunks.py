@@ -3,9 +3,7 @@ until time is up, and the output rows of the successes."""
 
 from __future__ import annotations
 
-import itertools
 import json
-import time
 
 from confluent_kafka import Message
 
@@ -13,7 +11,7 @@ from kmq_dagster.core.headers import ORIGINAL_OFFSET, ORIGINAL_PARTITION, ORIGIN
 from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.kafka.record_columns import record_columns
 from kmq_dagster.spark.message import SparkMessage, spark_messages
-from kmq_dagster.spark.process import FAILED, call_function, output_columns
+from kmq_dagster.spark.process import FAILED, STEP_S, call_function, output_columns
 
 
 def records(count: int, topic: str = "orders", headers: bool = False) -> list[Message]:
@@ -77,16 +75,16 @@ def test_a_message_with_unreadable_retry_metadata_fails_without_the_function() -
 
 def test_calls_stop_soon_after_time_is_up_but_never_before_one_message() -> None:
     messages = spark_messages("orders", 1, record_columns(records(200)))
-    ticks = itertools.count()
+    now = [0.0]  # a clock each call moves 2 ms on: a machine's load cannot change the count
 
     def slow(_message: SparkMessage) -> None:
-        next(ticks)
-        time.sleep(0.002)
+        now[0] += 0.002
 
-    outcome = call_function(slow, messages, stop_at=time.monotonic() + 0.05)
-    assert 10 <= outcome.done < 60  # ~25 fit in 50 ms; a step never runs past ~5 ms more
+    outcome = call_function(slow, messages, stop_at=0.05, clock=lambda: now[0])
+    # 25 fit in 50 ms; the clock is read between steps, which grow while under STEP_S
+    assert 25 <= outcome.done <= 25 + int(STEP_S / 0.002), outcome.done
 
-    late = call_function(slow, messages, stop_at=time.monotonic() - 1)
+    late = call_function(slow, messages, stop_at=now[0] - 1, clock=lambda: now[0])
     assert late.done == 1
 
 
