@@ -98,7 +98,7 @@ class Scenario:
     def __enter__(self) -> Scenario:
         try:
             self.broker.start()
-            provision_queue(self.settings, self.queue)
+            provision_queue(self.settings, self.queue, delay_queue=True)
         except BaseException:
             self.close()
             raise

@@ -67,10 +67,13 @@ log = logging.getLogger("kmq.cli")
     "cluster's].",
 )
 @click.option(
+    "--delays/--no-delays",
     "--delay-queue/--no-delay-queue",
-    default=True,
+    "delay_queue",
+    default=False,
     show_default=True,
-    help="Create the delay-level topics that `kmq send --delay` uses.",
+    help="Also create the delay queue (9 topics `T.delay.*`) that `kmq send --delay` needs; "
+    "without it nothing is deleted, an existing delay queue keeps working.",
 )
 @click.option(
     "--redefine",

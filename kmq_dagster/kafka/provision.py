@@ -1,5 +1,5 @@
-"""Create a queue's topics idempotently and record its definition: the queue topic and its delay
-levels, and per group the markers, redelivery, retry and DLQ topics.
+"""Create a queue's topics idempotently and record its definition: the queue topic (its delay
+levels when asked for), and per group the markers, redelivery, retry and DLQ topics.
 
 Every topic of a queue has the queue's partition count: a message at partition ``p`` of any of
 them has its markers in markers partition ``p``, so one tracker owns it end to end.
@@ -82,7 +82,7 @@ def plan_queue(
     *,
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
     min_insync_replicas: int | None = None,
-    delay_queue: bool = True,
+    delay_queue: bool = False,
     redefine: bool = False,
 ) -> ProvisionPlan:
     """What :func:`provision_queue` with the same arguments would do, changing nothing.
@@ -126,15 +126,17 @@ def provision_queue(
     *,
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
     min_insync_replicas: int | None = None,
-    delay_queue: bool = True,
+    delay_queue: bool = False,
     redefine: bool = False,
 ) -> QueueProvisionReport:
     """Create ``queue``'s topics (existing ones are kept) and store its definition.
 
     ``queue.partitions`` is the count for new topics; ``None`` adopts the existing queue
-    topic's. New topics get :func:`~kmq_dagster.core.queue.topic_configs` (dead letters kept for
-    ever, retries kept past their delay) and ``min.insync.replicas`` when given; existing topics
-    keep theirs. :func:`plan_queue` tells what this would do without doing it.
+    topic's. The delay queue (the level topics ``KmqProducer.send(..., delay=...)`` needs) is
+    created only with ``delay_queue=True``; provisioning without it never deletes an existing
+    one. New topics get :func:`~kmq_dagster.core.queue.topic_configs` (dead letters kept for
+    ever, retries kept past their delay) and ``min.insync.replicas`` when given; existing
+    topics keep theirs. :func:`plan_queue` tells what this would do without doing it.
 
     Returns:
         What was done, and the queue opened (``report.opened``), ready for the components.
@@ -170,7 +172,7 @@ def plan_topic(
     partitions: int | None = None,
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
     min_insync_replicas: int | None = None,
-    delay_queue: bool = True,
+    delay_queue: bool = False,
 ) -> ProvisionPlan:
     """What :func:`provision_topic` with the same arguments would do, changing nothing.
 
@@ -196,9 +198,10 @@ def provision_topic(
     partitions: int | None = None,
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
     min_insync_replicas: int | None = None,
-    delay_queue: bool = True,
+    delay_queue: bool = False,
 ) -> ProvisionReport:
-    """Create a queue topic (and its delay queue) without any group's topics.
+    """Create a queue topic (and, with ``delay_queue=True``, its delay queue) without any
+    group's topics.
 
     Raises:
         QueueConflictError: the topic is another queue's derived topic.

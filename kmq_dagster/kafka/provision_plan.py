@@ -200,7 +200,7 @@ def plan_topics(
     return ProvisionPlan(topic, None, partitions, planned, registry)
 
 
-def queue_topic_names(queue: Queue, *, delay_queue: bool = True) -> list[str]:
+def queue_topic_names(queue: Queue, *, delay_queue: bool = False) -> list[str]:
     """The topics provisioning ``queue`` creates, in creation order (the registry aside)."""
     return [queue.topic, *(queue.delay_topics if delay_queue else []), *queue.group_topics]
 
@@ -217,7 +217,9 @@ class QueueFootprint:
 
 def queue_footprint(queue: Queue, existing: Mapping[str, int]) -> QueueFootprint:
     """The topics of ``queue`` found in ``existing`` (from :func:`partition_counts`)."""
-    found = tuple(name for name in queue_topic_names(queue) if name in existing)
+    # a delay queue counts where it was created (it is opt-in)
+    names = queue_topic_names(queue, delay_queue=True)
+    found = tuple(name for name in names if name in existing)
     return QueueFootprint(found, sum(existing[name] for name in found))
 
 

@@ -6,9 +6,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from kmq_dagster.core.delay import DELAY_LEVELS_MS
 from kmq_dagster.core.naming import (
-    delay_topics,
     dlq_topic,
     markers_topic,
     redelivery_topic,
@@ -45,9 +43,9 @@ def test_provision_creates_every_topic_of_a_group(settings: KmqSettings, topic_n
         settings, Queue(topic_name, "billing", partitions=3, retry_policy=policy)
     )
 
+    # no delay queue unless asked for (provision_queue(..., delay_queue=True))
     expected = [
         topic_name,
-        *delay_topics(topic_name, DELAY_LEVELS_MS),
         markers_topic(topic_name, "billing"),
         redelivery_topic(topic_name, "billing"),
         retry_topic(topic_name, "billing", 5_000),
@@ -71,10 +69,10 @@ def test_cli_provision_twice_changes_nothing_the_second_time(
     second = run_kmq(*args, env=env)
 
     assert first.returncode == 0, first.stderr
-    # the queue, 8 delay levels and the delay DLQ, markers, redelivery, 3 retries, the DLQ
-    assert first.stdout.count("created ") == 16
+    # the queue, markers, redelivery, 3 retries, the DLQ (no delay queue without --delays)
+    assert first.stdout.count("created ") == 7
     assert second.returncode == 0, second.stderr
-    assert "nothing to change: all 16 topics already exist with 2 partitions" in second.stdout
+    assert "nothing to change: all 7 topics already exist with 2 partitions" in second.stdout
     assert _partition_counts(settings) == before
 
 
@@ -84,7 +82,7 @@ def test_a_second_group_adds_only_its_own_topics(settings: KmqSettings, topic_na
     report = provision_queue(settings, Queue(topic_name, "b"))
 
     assert report.partitions == 2  # adopted from the existing queue topic
-    assert report.unchanged == [topic_name, *delay_topics(topic_name, DELAY_LEVELS_MS)]
+    assert report.unchanged == [topic_name]
     assert all(".b." in name for name in report.created)
 
 
@@ -232,7 +230,7 @@ def test_dead_letters_are_kept_for_ever_and_retries_past_their_delay(
     queue = Queue(
         topic_name, "g", partitions=1, retry_policy=RetryPolicy.fixed((1_000, 10 * 86_400_000))
     )
-    provision_queue(settings, queue, min_insync_replicas=1)
+    provision_queue(settings, queue, min_insync_replicas=1, delay_queue=True)
 
     admin = AdminClient(settings.admin_config())
 

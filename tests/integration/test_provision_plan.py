@@ -31,7 +31,8 @@ def test_the_plan_names_what_provisioning_then_creates_and_creates_nothing_itsel
     settings: KmqSettings, topic_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # given a new queue of 3 partitions with a two-step retry policy and the delay queue
-    args = ["provision", "-t", topic_name, "-g", "pricing", "-p", "3", "--retry-delays", "5s,2h"]
+    args = ["provision", "-t", topic_name, "-g", "pricing", "-p", "3", "--retry-delays", "5s,2h",
+            "--delays"]  # fmt: skip
     before = _partition_counts(settings)
 
     # when it is planned, as JSON
@@ -58,7 +59,8 @@ def test_the_plan_names_what_provisioning_then_creates_and_creates_nothing_itsel
 
     # when the queue is provisioned as planned, it creates exactly the planned topics
     policy = RetryPolicy.fixed((5_000, 7_200_000))
-    report = provision_queue(settings, Queue(topic_name, "pricing", 3, retry_policy=policy))
+    queue = Queue(topic_name, "pricing", 3, retry_policy=policy)
+    report = provision_queue(settings, queue, delay_queue=True)
     assert report.created == [t["topic"] for t in own]
     after = _partition_counts(settings)
     assert sum(after[t["topic"]] for t in own) == plan["queue_partitions"]
@@ -77,25 +79,25 @@ def test_the_plan_of_a_second_group_keeps_the_shared_topics_and_counts_only_new_
     assert main(["provision", "-t", topic_name, "-g", "a", "--plan"]) == 0
     again = capsys.readouterr().out.splitlines()
 
-    # then the queue topic and its delay queue exist and stay; b's 6 topics would be created
+    # then the queue topic exists and stays; b's 6 topics would be created
     assert _partition_counts(settings) == before
     assert second[0] == f"plan for queue {topic_name}, group b (2 partitions); nothing created"
     rows = {line.split()[1]: line.split() for line in second[1:-2]}
     assert rows[topic_name] == ["keep", topic_name, "exists,", "2", "partitions"]
-    assert rows[f"{topic_name}.delay.dlq"][0] == "keep"
+    assert f"{topic_name}.delay.dlq" not in rows  # no delay queue unless asked for
     assert rows[f"{topic_name}.b.dlq"][:4] == ["create", f"{topic_name}.b.dlq", "2", "partitions"]
     settings_words = " ".join(rows[f"{topic_name}.b.dlq"][4:])
     assert settings_words == "replication cluster default retention forever"
     assert rows[settings.registry_topic][0] == "keep"
     assert second[-2:] == [
-        "would create 6 topics with 12 partitions; the queue's 16 topics hold 32 partitions",
+        "would create 6 topics with 12 partitions; the queue's 7 topics hold 14 partitions",
         "would store the queue's definition in " + settings.registry_topic,
     ]
     # and for "a", provisioned already: nothing would change
     assert all(line.split()[0] == "keep" for line in again[1:-1])
     assert (
         again[-1]
-        == "would create 0 topics with 0 partitions; the queue's 16 topics hold 32 partitions"
+        == "would create 0 topics with 0 partitions; the queue's 7 topics hold 14 partitions"
     )
 
 
