@@ -37,8 +37,9 @@ def new_queue(
 ) -> OpenedQueue:
     """Provision a queue (retry delays, visibility timeout, max redeliveries as given) and
     return it opened. On the mock cluster every topic has its fixed partition count."""
-    if mock_selected():
+    if mock_selected():  # every topic, auxiliary ones too, gets the mock's fixed count
         partitions = MOCK_PARTITIONS
+        definition["aux_partitions"] = MOCK_PARTITIONS
     queue = Queue(
         topic,
         group,
@@ -188,7 +189,7 @@ def produce_dead_letters(
     """Put (key, error type) dead letters in ``queue``'s DLQ as the retry router writes them."""
     queue = queue.queue if isinstance(queue, OpenedQueue) else queue
     producer = Producer(settings.producer_config())
-    partitions = queue.partitions or 1
+    partitions = queue.dlq_partitions
     for index, (key, error_type) in enumerate(items):
         partition = index % partitions
         origin = Origin(queue.topic, partition, 1_000 + index, 1_700_000_000_000)

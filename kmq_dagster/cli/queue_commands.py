@@ -159,8 +159,9 @@ def _print_provision_report(report: ProvisionReport) -> None:
             f"with {report.partitions} partitions"
         )
         return
+    planned = {t.name: t.partitions for t in report.plan.all_topics} if report.plan else {}
     for name in report.created:
-        click.echo(f"created  {name} ({report.partitions} partitions)")
+        click.echo(f"created  {name} ({planned.get(name, report.partitions)} partitions)")
     for name in report.unchanged:
         click.echo(f"exists   {name}")
     stored = "; definition stored" if report.defined else ""

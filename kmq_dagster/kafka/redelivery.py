@@ -53,6 +53,8 @@ class Redeliverer:
     def __init__(self, settings: KmqSettings, queue: Queue, stats: TrackerStats) -> None:
         self.redelivery_topic = queue.redelivery_topic
         self.dlq_topic = queue.dlq_topic
+        #: Partitions of the redelivery topic and the DLQ (the queue's auxiliary count).
+        self.aux_partitions = queue.aux_partition_count or 1
         self.max_redeliveries = queue.max_redeliveries
         self._group_bytes = queue.group.encode()
         self._stats = stats
@@ -154,13 +156,15 @@ class Redeliverer:
                 )
                 tail.append((DLQ_REASON, reason.encode()))
         copy_headers = self._copy_headers(record, headers, tail)
+        # the message's partition, folded into the target's count (Queue.partition_for)
+        partition = (record.partition() or 0) % self.aux_partitions
         try:
             copies.produce(
                 target,
                 key=record.key(),
                 value=record.value(),
                 headers=copy_headers,
-                partition=record.partition() or 0,
+                partition=partition,
             )
         except KafkaException as exc:
             refusal = size_refusal(exc)  # the client's limit
@@ -174,7 +178,7 @@ class Redeliverer:
                     record.key(),
                     record.value(),
                     copy_headers,
-                    record.partition() or 0,
+                    partition,
                     refusal,
                 )
             )

@@ -113,6 +113,8 @@ class RetryRouter:
         self.policy = queue.retry_policy
         self.retry_topics = queue.retry_topics
         self.dlq_topic = queue.dlq_topic
+        #: Partitions of the retry topics and the DLQ (the queue's auxiliary count).
+        self.aux_partitions = queue.aux_partition_count or 1
         self.stats = RouterStats()
         self._clock_ms = clock_ms
         self._rng = rng or random.Random()
@@ -157,7 +159,8 @@ class RetryRouter:
                     key=message.key,
                     value=message.value,
                     headers=planned[index][1],
-                    partition=message.partition,
+                    # the message's partition, folded into the target's count (Queue.partition_for)
+                    partition=message.partition % self.aux_partitions,
                 )
             except KafkaException as exc:
                 refusal = size_refusal(exc)
@@ -184,9 +187,8 @@ class RetryRouter:
         refusal: KafkaError,
     ) -> RefusedCopy:
         source = ValueRef(message.topic, message.partition, message.offset)
-        return RefusedCopy(
-            source, target, message.key, message.value, headers, message.partition, refusal
-        )
+        partition = message.partition % self.aux_partitions
+        return RefusedCopy(source, target, message.key, message.value, headers, partition, refusal)
 
     def _plan(
         self, message: QueueMessage, failure: Failure | str | GiveUp

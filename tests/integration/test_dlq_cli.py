@@ -24,7 +24,7 @@ def test_list_filters_like_a_replay_and_show_renders_one_in_full(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
-    queue = new_queue(settings, topic_name, "g", partitions=2)
+    queue = new_queue(settings, topic_name, "g", partitions=2, aux_partitions=2)
     letters = [("a", "TimeoutError"), ("b", "KeyError"), ("c", "TimeoutError"),
                ("d", "TimeoutError")]  # fmt: skip
     produce_dead_letters(settings, queue, letters)

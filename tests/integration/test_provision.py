@@ -54,8 +54,12 @@ def test_provision_creates_every_topic_of_a_group(settings: KmqSettings, topic_n
     ]
     assert report.created == expected
     assert f"{topic_name}.billing.retry.5m" in expected
+    # the queue and its markers with the queue's count; redelivery, retry topics and DLQ with
+    # the auxiliary count, half the queue's rounded up by default
     counts = _partition_counts(settings)
-    assert {name: counts.get(name) for name in expected} == dict.fromkeys(expected, 3)
+    assert {name: counts.get(name) for name in expected} == {
+        name: 3 if name in expected[:2] else 2 for name in expected
+    }
 
 
 def test_cli_provision_twice_changes_nothing_the_second_time(
@@ -111,7 +115,7 @@ def test_markers_topic_with_other_partition_count_is_a_clear_error(
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert f"{markers} has 1" in result.stderr
     assert topic_name not in _partition_counts(settings)
-    with pytest.raises(ProvisionError, match="same count"):
+    with pytest.raises(ProvisionError, match="markers has 1, needs 3"):
         provision_queue(settings, Queue(topic_name, "g", partitions=3))
 
 
@@ -174,7 +178,7 @@ def test_the_definition_is_stored_and_contradictions_are_errors(
 
     # when it is opened by name, the stored definition comes back
     opened = open_queue(settings, topic_name, "g")
-    assert opened.queue == defined
+    assert opened.queue == defined.replace(aux_partitions=1)  # the default: half of 2
     assert (opened.settings, opened.partitions) == (settings, 2)
 
     # and a value that contradicts it is an error, not a silent override
