@@ -19,6 +19,7 @@ from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.provision import provision_queue
+from kmq_dagster.kafka.provision_plan import partition_counts
 from kmq_dagster.kafka.topic_reader import assigned_reader, records_and_ends
 from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
@@ -37,8 +38,9 @@ def new_queue(
 ) -> OpenedQueue:
     """Provision a queue (retry delays, visibility timeout, max redeliveries as given) and
     return it opened. On the mock cluster every topic has its fixed partition count."""
-    if mock_selected():
+    if mock_selected():  # every topic, auxiliary ones too, gets the mock's fixed count
         partitions = MOCK_PARTITIONS
+        definition["aux_partitions"] = MOCK_PARTITIONS
     queue = Queue(
         topic,
         group,
@@ -70,8 +72,14 @@ def read_topic(
     settings: KmqSettings, topic: str, partitions: int, *, at_least: int = 0, timeout_s: float = 30
 ) -> list[Message]:
     """Every record of ``topic`` from the start, without a group: read until every partition
-    reported its end with at least ``at_least`` records read, or ``timeout_s`` passed."""
+    reported its end with at least ``at_least`` records read, or ``timeout_s`` passed.
+
+    ``partitions`` is the count to read when the topic does not exist yet; an existing topic
+    is read in all its partitions (a queue's auxiliary topics may have fewer than the queue).
+    """
     deadline = time.monotonic() + timeout_s
+    existing = partition_counts(settings)
+    partitions = existing.get(topic, partitions)
     consumer = assigned_reader(settings, topic, dict.fromkeys(range(partitions), 0))
     records: list[Message] = []
     # A partition is at its end after its EOF event, until a record of it follows (then its
@@ -188,7 +196,8 @@ def produce_dead_letters(
     """Put (key, error type) dead letters in ``queue``'s DLQ as the retry router writes them."""
     queue = queue.queue if isinstance(queue, OpenedQueue) else queue
     producer = Producer(settings.producer_config())
-    partitions = queue.partitions or 1
+    # the DLQ's real count: a declared queue does not know its default auxiliary count
+    partitions = partition_counts(settings).get(queue.dlq_topic, queue.dlq_partitions)
     for index, (key, error_type) in enumerate(items):
         partition = index % partitions
         origin = Origin(queue.topic, partition, 1_000 + index, 1_700_000_000_000)

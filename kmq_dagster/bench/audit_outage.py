@@ -48,7 +48,9 @@ def audit_store_down(
             postgres.resume()
             report("audit: PostgreSQL back")
             ledger.wait_until_accounted(timeout_s, progress_reporter(report, "audit"))
-            dead_letters = len(topic_values(run.settings, run.queue.dlq_topic, 4))
+            dead_letters = len(
+                topic_values(run.settings, run.queue.dlq_topic, run.queue.dlq_partitions)
+            )
             rows, distinct_rows = _wait_for_rows(store, run, dead_letters, timeout_s)
             seconds = time.monotonic() - began
             run.require_alive(crew)

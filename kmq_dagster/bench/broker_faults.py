@@ -100,7 +100,7 @@ def _spent_on_broker_errors(scenario: Scenario) -> dict[str, int]:
     """Retry copies and dead letters beyond the handler's own failures, redeliveries, and the
     breaker's transitions (its state moves only on handler outcomes)."""
     queue, settings = scenario.queue, scenario.settings
-    partitions = queue.partitions or 1
+    partitions = queue.dlq_partitions  # of the retry, redelivery and dead-letter topics
     copies = sum(
         len(topic_values(settings, topic, partitions)) for topic in queue.retry_topics.values()
     )

@@ -98,7 +98,8 @@ class Scenario:
     def __enter__(self) -> Scenario:
         try:
             self.broker.start()
-            provision_queue(self.settings, self.queue)
+            report = provision_queue(self.settings, self.queue, delay_queue=True)
+            self.queue = report.opened.queue  # with its auxiliary partition count
         except BaseException:
             self.close()
             raise

@@ -125,7 +125,7 @@ def _wait_for_metric(
 def _redelivered_originals(scenario: Scenario) -> tuple[int, int]:
     """(copies in the redelivery topic, distinct original messages among them)."""
     queue = scenario.queue
-    partitions = queue.partitions or 1
+    partitions = queue.dlq_partitions  # the redelivery topic's
     consumer = assigned_reader(
         scenario.settings, queue.redelivery_topic, dict.fromkeys(range(partitions), 0)
     )

@@ -129,7 +129,7 @@ def run_retry_benchmark(
             retry_policy=RetryPolicy.fixed(RETRY_DELAYS_MS),
         )
         topic = queue.topic
-        opened = provision_queue(settings, queue).opened
+        opened = provision_queue(settings, queue, delay_queue=True).opened
         worker = Worker(opened, _handler(lateness, warmed))
         forwarder = DelayForwarder(settings, topic)
         stop = threading.Event()

@@ -93,13 +93,13 @@ class Ledger:
         self.queue = queue
         self.out_dir = out_dir
         self.ids = frozenset(ids)
-        self.partitions = queue.partitions or 1
+        self.dlq_partitions = queue.dlq_partitions
 
     def processed(self) -> collections.Counter[bytes]:
         return lines_of(self.out_dir, "processed")
 
     def dead_lettered(self) -> set[bytes]:
-        return set(topic_values(self.settings, self.queue.dlq_topic, self.partitions))
+        return set(topic_values(self.settings, self.queue.dlq_topic, self.dlq_partitions))
 
     def missing(self) -> set[bytes]:
         """Ids neither processed nor dead-lettered (yet)."""

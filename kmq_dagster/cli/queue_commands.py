@@ -67,10 +67,13 @@ log = logging.getLogger("kmq.cli")
     "cluster's].",
 )
 @click.option(
+    "--delays/--no-delays",
     "--delay-queue/--no-delay-queue",
-    default=True,
+    "delay_queue",
+    default=False,
     show_default=True,
-    help="Create the delay-level topics that `kmq send --delay` uses.",
+    help="Also create the delay queue (9 topics `T.delay.*`) that `kmq send --delay` needs; "
+    "without it nothing is deleted, an existing delay queue keeps working.",
 )
 @click.option(
     "--redefine",
@@ -156,8 +159,9 @@ def _print_provision_report(report: ProvisionReport) -> None:
             f"with {report.partitions} partitions"
         )
         return
+    planned = {t.name: t.partitions for t in report.plan.all_topics} if report.plan else {}
     for name in report.created:
-        click.echo(f"created  {name} ({report.partitions} partitions)")
+        click.echo(f"created  {name} ({planned.get(name, report.partitions)} partitions)")
     for name in report.unchanged:
         click.echo(f"exists   {name}")
     stored = "; definition stored" if report.defined else ""

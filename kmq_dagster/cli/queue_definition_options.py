@@ -25,7 +25,7 @@ from kmq_dagster.core.queue import (
 )
 from kmq_dagster.core.retry import DEFAULT_BACKOFF_ATTEMPTS, RetryPolicy
 from kmq_dagster.core.value_formats import ValueFormat
-from kmq_dagster.settings import KmqSettings
+from kmq_dagster.settings import MAX_PARTITIONS, KmqSettings
 
 #: The options of a queue's definition: ``kmq provision`` stores it, every other command reads
 #: the stored one and refuses these (see ``QUEUE_DEFINITION_HINT``).
@@ -38,6 +38,7 @@ QUEUE_DEFINITION_OPTIONS = (
     "--max-redeliveries",
     "--value-format",
     "--key-format",
+    "--aux-partitions",
 )
 #: Why another command than ``provision`` refuses a queue-definition option.
 QUEUE_DEFINITION_HINT = (
@@ -58,6 +59,7 @@ class DefinitionOptions:
     max_redeliveries: int | None
     value_format: str | None = None
     key_format: str | None = None
+    aux_partitions: int | None = None
 
     def retry_policy(self, settings: KmqSettings) -> RetryPolicy | None:
         """The retry policy the options give, or ``None`` if none of them was given."""
@@ -74,7 +76,7 @@ class DefinitionOptions:
         self, settings: KmqSettings, topic: str, group: str, partitions: int | None
     ) -> Queue:
         """The queue these options define, ``KMQ_*`` defaults for what is not given."""
-        formats = {
+        changes: dict[str, Any] = {
             name: given
             for name, given in (
                 ("value_format", self.value_format),
@@ -82,6 +84,8 @@ class DefinitionOptions:
             )
             if given is not None
         }
+        if self.aux_partitions is not None:
+            changes["aux_partitions"] = self.aux_partitions
         return settings.define_queue(
             topic,
             group,
@@ -89,7 +93,7 @@ class DefinitionOptions:
             retry_policy=self.retry_policy(settings),
             visibility_timeout_ms=self.visibility_timeout_ms,
             max_redeliveries=self.max_redeliveries,
-        ).replace(**formats)
+        ).replace(**changes)
 
 
 def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -106,6 +110,7 @@ def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
         max_redeliveries: int | None,
         value_format: str | None,
         key_format: str | None,
+        aux_partitions: int | None,
         **kwargs: Any,
     ) -> Any:
         definition = DefinitionOptions(
@@ -117,6 +122,7 @@ def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
             max_redeliveries,
             value_format,
             key_format,
+            aux_partitions,
         )
         return command(*args, definition=definition, **kwargs)
 
@@ -169,6 +175,13 @@ def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 "--key-format",
                 type=click.Choice([f.value for f in ValueFormat]),
                 help="How the keys are encoded, as --value-format [default bytes].",
+            ),
+            click.option(
+                "--aux-partitions",
+                type=click.IntRange(1, MAX_PARTITIONS),
+                help="Partitions of the group's redelivery, retry and DLQ topics, at most the "
+                "queue's; the markers topic always has the queue's [default: half the "
+                "queue's, rounded up].",
             ),
         ]
     )(with_definition)

@@ -95,7 +95,14 @@ class QueueModel(dg.Resolvable, dg.Model):
 
     topic: str = Field(description="the queue topic producers write to")
     group: str = Field(description="the consumer group working it")
-    partitions: int | None = Field(default=None, description="partitions of every queue topic")
+    partitions: int | None = Field(
+        default=None, description="partitions of the queue topic and its markers topic"
+    )
+    aux_partitions: int | None = Field(
+        default=None,
+        description="partitions of the redelivery, retry and DLQ topics, at most partitions; "
+        "default half of partitions, rounded up",
+    )
     retry: RetryModel | None = Field(default=None, description="default: 10s, 1m, 10m")
     visibility_timeout: str | None = Field(
         default=None, description="unacknowledged messages are redelivered after this, e.g. 30s"
@@ -158,6 +165,7 @@ class QueueModel(dg.Resolvable, dg.Model):
     def _spec(self) -> QueueSpec:
         queue_fields: dict[str, Any] = {
             "partitions": self.partitions,
+            "aux_partitions": self.aux_partitions,
             "retry_policy": None if self.retry is None else self.retry.policy(),
             "visibility_timeout_ms": _duration_ms("visibility_timeout", self.visibility_timeout),
             "max_redeliveries": self.max_redeliveries,

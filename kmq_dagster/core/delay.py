@@ -46,6 +46,19 @@ HOP_DUE_MS = "kmq-hop-due-ms"
 CORRUPT_DELAY_METADATA = "corrupt delay metadata"
 
 
+def delay_queue_missing(topic: str, missing: list[str]) -> str:
+    """Why ``topic`` cannot take delayed messages, and the command that fixes it.
+
+    The delay queue is opt-in: a queue provisioned without ``--delays`` has no level topics.
+    """
+    shown = ", ".join(missing[:2]) + (" ..." if len(missing) > 2 else "")
+    return (
+        f"{topic} has no delay queue ({shown} missing; it is created only on request): run "
+        f"`kmq provision --topic {topic} --delays` (Python: provision_topic(settings, "
+        f"{topic!r}, delay_queue=True)) and a `kmq delayer --topic {topic}`"
+    )
+
+
 def check_delay_ms(delay_ms: int) -> int:
     """Return ``delay_ms`` if the delay queue supports it.
 

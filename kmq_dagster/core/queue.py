@@ -43,6 +43,17 @@ MAX_VISIBILITY_TIMEOUT_MS = 7 * 86_400_000
 DEFINITION_VERSION = 1
 
 
+def default_aux_partitions(partitions: int) -> int:
+    """Partitions of a new queue's redelivery, retry and dead-letter topics: half the queue's,
+    rounded up (8 -> 4, 3 -> 2, 1 -> 1).
+
+    They carry failures only, so half the queue's parallelism serves them; with the markers
+    topic (the queue's count) and a 3-step retry policy a queue of 8 partitions holds
+    8 + 5 x 4 = 28 auxiliary partitions instead of 48.
+    """
+    return max(1, -(-partitions // 2))
+
+
 def default_retry_policy() -> RetryPolicy:
     """Three retries, after 10 s, 1 min and 10 min."""
     return RetryPolicy.fixed(DEFAULT_RETRY_DELAYS_MS)
@@ -66,6 +77,11 @@ class Queue:
             ``message.decoded()`` reads it: what is stored, retried and dead-lettered is always
             the original bytes.
         key_format: the same for the keys (``message.decoded_key()``).
+        aux_partitions: partition count of the group's redelivery, retry and dead-letter
+            topics; ``None``: the queue's (how queues were provisioned before it existed).
+            At most the queue's: a message read from partition ``p`` of a redelivery or retry
+            topic has its markers in markers partition ``p``, and the markers topic has the
+            queue's count. The markers topic always has the queue's count.
 
     Raises:
         ConfigError: an illegal name (the derived topic names must be legal Kafka topic names
@@ -80,6 +96,7 @@ class Queue:
     max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
     value_format: ValueFormat = ValueFormat.BYTES
     key_format: ValueFormat = ValueFormat.BYTES
+    aux_partitions: int | None = None
 
     def __post_init__(self) -> None:
         # A name ("avro", "json_schema") is taken too, and checked here.
@@ -96,6 +113,20 @@ class Queue:
             raise ConfigError(
                 f"partitions must be at least 1, got {self.partitions}", setting="partitions"
             )
+        if self.aux_partitions is not None:
+            if self.aux_partitions < 1:
+                raise ConfigError(
+                    f"aux partitions must be at least 1, got {self.aux_partitions}",
+                    setting="aux_partitions",
+                )
+            if self.partitions is not None and self.aux_partitions > self.partitions:
+                raise ConfigError(
+                    f"aux partitions ({self.aux_partitions}) cannot exceed the queue's "
+                    f"({self.partitions}): a message of partition p of a redelivery or retry "
+                    "topic has its markers in partition p of the markers topic, which has the "
+                    "queue's count",
+                    setting="aux_partitions",
+                )
         if not 0 < self.visibility_timeout_ms <= MAX_VISIBILITY_TIMEOUT_MS:
             raise ConfigError(
                 f"the visibility timeout must be between 1 ms and 7 days, got "
@@ -157,6 +188,35 @@ class Queue:
         ]
 
     @property
+    def aux_partition_count(self) -> int | None:
+        """Partitions of the group's redelivery, retry and dead-letter topics (``None``: not
+        known yet)."""
+        return self.aux_partitions or self.partitions
+
+    @property
+    def dlq_partitions(self) -> int:
+        """Partitions of the dead-letter topic (1 while the queue's count is not known)."""
+        return self.aux_partition_count or 1
+
+    def partitions_of(self, name: str) -> int | None:
+        """The partition count topic ``name`` of this queue has (``None``: not known yet).
+
+        The queue topic, its markers and its delay queue have the queue's count; the group's
+        redelivery, retry and dead-letter topics :attr:`aux_partition_count`.
+        """
+        if name in (self.redelivery_topic, self.dlq_topic, *self.retry_topics.values()):
+            return self.aux_partition_count
+        return self.partitions
+
+    def partition_for(self, target: str, source_partition: int) -> int:
+        """The partition of ``target`` (a topic of this queue) that a copy of a message read
+        from partition ``source_partition`` goes to: the same number, folded into the
+        target's count (``p mod n``), so a queue whose topics share one count keeps copies in
+        their message's partition."""
+        count = self.partitions_of(target)
+        return source_partition % count if count else source_partition
+
+    @property
     def delay_topics(self) -> list[str]:
         """The delay queue's topics of the queue topic (shared by every group of it)."""
         return delay_topics(self.topic, DELAY_LEVELS_MS)
@@ -183,6 +243,8 @@ class Queue:
             "retry": policy_definition(self.retry_policy),
             "value_format": self.value_format.value,
             "key_format": self.key_format.value,
+            # written only when set: a queue provisioned before it existed keeps its definition
+            **({} if self.aux_partitions is None else {"aux_partitions": self.aux_partitions}),
         }
 
     @classmethod
@@ -205,6 +267,8 @@ class Queue:
                 # Definitions stored before formats existed have none: their values are bytes.
                 value_format=parse_value_format(str(stored.get("value_format", "bytes"))),
                 key_format=parse_value_format(str(stored.get("key_format", "bytes"))),
+                # Definitions stored before it existed have none: every topic has the queue's.
+                aux_partitions=stored.get("aux_partitions"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"unreadable queue definition ({exc!r})") from None

@@ -21,6 +21,10 @@ class ProvisionConfig(Config):
         default=None, description="partitions for new topics; default: the existing queue's"
     )
     group: str | None = Field(default=None, description="also create this group's topics")
+    delays: bool = Field(
+        default=False,
+        description="also create the delay queue (T.delay.*) that sending with a delay needs",
+    )
 
 
 def _log_report(context: OpExecutionContext, report: ProvisionReport) -> None:
@@ -49,17 +53,19 @@ def provision_queue_topics(
     """Create the queue's topics (idempotent); returns the topics it created."""
     settings = kmq.get_settings()
     if config.group is None:
-        report = provision_topic(settings, config.topic, partitions=config.partitions)
+        report = provision_topic(
+            settings, config.topic, partitions=config.partitions, delay_queue=config.delays
+        )
     else:
         queue = Queue(config.topic, config.group, partitions=config.partitions)
-        report = provision_queue(settings, queue)
+        report = provision_queue(settings, queue, delay_queue=config.delays)
     _log_report(context, report)
     return report.created
 
 
 @job(
-    description="Create a queue topic, its delay queue, and a group's markers, redelivery, retry "
-    "and DLQ topics."
+    description="Create a queue topic (its delay queue with delays=true), and a group's markers, "
+    "redelivery, retry and DLQ topics."
 )
 def provision_job() -> None:
     provision_queue_topics()
@@ -75,6 +81,10 @@ class DeclaredProvisionConfig(Config):
     max_redeliveries: int | None = Field(default=None)
     redefine: bool = Field(
         default=False, description="store these values although the queue is defined otherwise"
+    )
+    delays: bool = Field(
+        default=False,
+        description="also create the delay queue (T.delay.*) that sending with a delay needs",
     )
 
 
@@ -100,7 +110,9 @@ def provision_declared_job(spec: QueueSpec) -> JobDefinition:
             )
         if config.max_redeliveries is not None:
             queue = queue.replace(max_redeliveries=config.max_redeliveries)
-        report = provision_queue(kmq.get_settings(), queue, redefine=config.redefine)
+        report = provision_queue(
+            kmq.get_settings(), queue, redefine=config.redefine, delay_queue=config.delays
+        )
         _log_report(context, report)
         audit.get_store().record_action(
             kind="provision",

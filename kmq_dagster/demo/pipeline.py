@@ -108,7 +108,6 @@ def run_demo(
     stop = stop or threading.Event()
     output = str(output_dir / "orders_priced.parquet")
     queue = DEMO_QUEUE
-    partitions = queue.partitions or 1
     if stop.is_set():
         return None
     with EmbeddedBroker(port=0) as broker:
@@ -137,9 +136,10 @@ def run_demo(
                 finally:
                     job.close()
             retried = sum(
-                count_records(settings, name, partitions) for name in queue.retry_topics.values()
+                count_records(settings, name, opened.dlq_partitions)
+                for name in queue.retry_topics.values()
             )
-            dead = count_records(settings, queue.dlq_topic, partitions)
+            dead = count_records(settings, queue.dlq_topic, opened.dlq_partitions)
         except Exception:
             if stop.is_set():  # Spark ended under a running call: the stop, not a failure
                 log.debug("the demo stopped while Spark ran", exc_info=True)
@@ -218,7 +218,7 @@ def _drain(
             frame = spark.read.parquet(output)
             tally.rows = frame.count()
             tally.processed = frame.select("topic", "partition", "offset").distinct().count()
-        dead = count_records(settings, queue.dlq_topic, queue.partitions or 1)
+        dead = count_records(settings, queue.dlq_topic, queue.dlq_partitions)
         progress.update(
             f"batch {tally.batches}: read {batch.read:,}, ok {batch.succeeded:,}, failed "
             f"{batch.failed:,} | processed {tally.processed:,} + dead-lettered {dead:,} "

@@ -109,7 +109,7 @@ def show_dead_letter(opened: OpenedQueue, partition: int, offset: int) -> DeadLe
         ConfigError: no such partition, or no record at that offset.
     """
     settings, queue = opened.settings, opened.queue
-    partitions = opened.partitions
+    partitions = opened.dlq_partitions
     if not 0 <= partition < partitions:
         raise ConfigError(
             f"{queue.dlq_topic} has {partitions} partitions; no partition {partition}",
@@ -126,7 +126,7 @@ def show_dead_letter(opened: OpenedQueue, partition: int, offset: int) -> DeadLe
 
 
 def _every_record(settings: KmqSettings, queue: Queue) -> Iterator[Message]:
-    partitions = range(queue.partitions or 1)
+    partitions = range(queue.dlq_partitions)
     consumer = assigned_reader(settings, queue.dlq_topic, dict.fromkeys(partitions, 0))
     try:
         for batch in read_to_end(consumer, partitions, timeout_s=READ_TIMEOUT_S):

@@ -90,7 +90,12 @@ class DelayForwarder:
         self._levels = {delay_topic(topic, level_ms) for level_ms in DELAY_LEVELS_MS}
         self._batch_size = batch_size or settings.batch_size
         self._clock_ms = clock_ms
-        require_topics(settings, topic, delay_topics(topic, DELAY_LEVELS_MS))
+        require_topics(
+            settings,
+            topic,
+            delay_topics(topic, DELAY_LEVELS_MS),
+            fix=f"kmq provision --topic {topic} --delays",
+        )
         self._producer = new_producer(settings, **{"linger.ms": 5})
         self._consumer = new_consumer(
             settings,

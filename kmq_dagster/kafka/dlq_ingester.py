@@ -69,7 +69,7 @@ class DlqIngester:
         self.store = store
         self.stats = IngestStats()
         self.client_errors = ClientErrors()
-        self._partitions = list(range(opened.partitions))
+        self._partitions = list(range(opened.dlq_partitions))
         self._consumer = new_consumer(
             settings,
             consumer_group or ingester_group(queue),
@@ -218,7 +218,7 @@ def ingest_dead_letters(
     """
     settings, queue = opened.settings, opened.queue
     stats = IngestStats()
-    partitions = range(opened.partitions)
+    partitions = range(opened.dlq_partitions)
     consumer = new_consumer(settings, ingester_group(queue), **{"enable.partition.eof": True})
     try:
         sources = [TopicPartition(queue.dlq_topic, p) for p in partitions]

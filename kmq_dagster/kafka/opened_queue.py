@@ -73,8 +73,13 @@ class OpenedQueue:
 
     @property
     def partitions(self) -> int:
-        """Partitions of every topic of the queue, as the cluster has them."""
+        """Partitions of the queue topic and its markers topic, as the cluster has them."""
         return self.queue.partitions or 1  # never None: checked in __post_init__
+
+    @property
+    def dlq_partitions(self) -> int:
+        """Partitions of the group's dead-letter topic (and its redelivery and retry topics)."""
+        return self.queue.dlq_partitions
 
     @property
     def codecs(self) -> QueueCodecs | None:

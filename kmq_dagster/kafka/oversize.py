@@ -54,7 +54,8 @@ class RefusedCopy:
     value: bytes | None
     #: The headers the copy would have carried (user headers and kmq's).
     headers: Headers
-    #: The DLQ partition for its reference (the source partition, as for every copy).
+    #: The DLQ partition for its reference: the refused copy's (retry, redelivery and
+    #: dead-letter topics share the queue's auxiliary partition count).
     partition: int
     refusal: KafkaError
 

@@ -7,7 +7,13 @@ from datetime import timedelta
 
 from confluent_kafka import KafkaError, Message
 
-from kmq_dagster.core.delay import DELAY_LEVELS_MS, check_delay_ms, delay_headers, enqueue
+from kmq_dagster.core.delay import (
+    DELAY_LEVELS_MS,
+    check_delay_ms,
+    delay_headers,
+    delay_queue_missing,
+    enqueue,
+)
 from kmq_dagster.core.headers import RawHeaders, normalize_headers, replace_headers
 from kmq_dagster.core.naming import delay_topic, delay_topics, validate_topic_name
 from kmq_dagster.errors import ProvisionError
@@ -32,8 +38,9 @@ def delay_to_ms(delay: float | timedelta) -> int:
 class KmqProducer:
     """Produce to queue topics; a delayed message is delivered when due, never before.
 
-    Delayed messages travel through the queue's delay-level topics and need a delay forwarder
-    (``kmq delayer --topic T``) running for the topic.
+    Delayed messages travel through the queue's delay-level topics, which are created only on
+    request (``kmq provision --topic T --delays``, ``provision_topic(..., delay_queue=True)``),
+    and need a delay forwarder (``kmq delayer --topic T``) running for the topic.
 
     Examples:
         >>> producer = KmqProducer(settings)                              # doctest: +SKIP
@@ -65,7 +72,8 @@ class KmqProducer:
         Raises:
             ConfigError: the topic name is illegal or the delay is out of range.
             ProvisionError: ``topic`` does not exist (producing would create it with the
-                broker's defaults), or has no delay-level topics (run ``kmq provision``).
+                broker's defaults), or ``delay`` is given and the topic has no delay-level
+                topics (nothing is sent; run ``kmq provision --topic T --delays``).
         """
         pairs = normalize_headers(headers)
         target = topic
@@ -108,8 +116,5 @@ class KmqProducer:
             name for name in delay_topics(topic, DELAY_LEVELS_MS) if name not in metadata.topics
         ]
         if missing:
-            raise ProvisionError(
-                f"{topic} has no delay queue ({', '.join(missing[:2])}... missing); "
-                f"run `kmq provision --topic {topic}` first"
-            )
+            raise ProvisionError(delay_queue_missing(topic, missing))
         self._checked_delay_queues.add(topic)

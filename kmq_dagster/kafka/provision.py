@@ -1,8 +1,11 @@
-"""Create a queue's topics idempotently and record its definition: the queue topic and its delay
-levels, and per group the markers, redelivery, retry and DLQ topics.
+"""Create a queue's topics idempotently and record its definition: the queue topic (its delay
+levels when asked for), and per group the markers, redelivery, retry and DLQ topics.
 
-Every topic of a queue has the queue's partition count: a message at partition ``p`` of any of
-them has its markers in markers partition ``p``, so one tracker owns it end to end.
+The queue topic, its delay levels and the markers topic have the queue's partition count; the
+group's redelivery, retry and dead-letter topics the queue's auxiliary count (at most the
+queue's, half of it by default). A message at partition ``p`` of any topic the group reads has
+its markers in markers partition ``p``, so one tracker owns it end to end; copies go to
+partition ``p mod n`` of an auxiliary topic of ``n`` partitions (``Queue.partition_for``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from kmq_dagster.kafka.provision_plan import (
     Layout,
     PlannedTopic,
     ProvisionPlan,
+    aux_topic_names,
     check_partition_counts,
     partition_counts,
     plan_topics,
@@ -82,7 +86,7 @@ def plan_queue(
     *,
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
     min_insync_replicas: int | None = None,
-    delay_queue: bool = True,
+    delay_queue: bool = False,
     redefine: bool = False,
 ) -> ProvisionPlan:
     """What :func:`provision_queue` with the same arguments would do, changing nothing.
@@ -92,6 +96,27 @@ def plan_queue(
     Raises:
         QueueConflictError, ProvisionError, KafkaUnavailableError: as :func:`provision_queue`.
     """
+    plan, _ = _plan_queue(
+        settings,
+        queue,
+        replication_factor=replication_factor,
+        min_insync_replicas=min_insync_replicas,
+        delay_queue=delay_queue,
+        redefine=redefine,
+    )
+    return plan
+
+
+def _plan_queue(
+    settings: KmqSettings,
+    queue: Queue,
+    *,
+    replication_factor: int,
+    min_insync_replicas: int | None,
+    delay_queue: bool,
+    redefine: bool,
+) -> tuple[ProvisionPlan, Queue]:
+    """The plan of :func:`plan_queue`, and the definition carrying it out stores."""
     registered = load_registry(settings)
     stored = registered.queues.get((queue.topic, queue.group))
     if stored is not None and not redefine:
@@ -111,13 +136,25 @@ def plan_queue(
     wanted = queue_topic_names(queue, delay_queue=delay_queue)
     layout = Layout(queue.partitions, replication_factor, min_insync_replicas,
                     topic_configs(queue, queue.topic))  # fmt: skip
-    plan = plan_topics(settings, queue.topic, wanted, layout)
-    defined = queue.replace(partitions=plan.partitions).definition()
-    return replace(
-        plan,
-        group=queue.group,
-        stores_definition=stored is None or stored.definition() != defined,
-    )
+    # The auxiliary count: as given; else as stored (a queue stored without one has the
+    # queue's everywhere); else adopted from existing topics or the default (plan_topics).
+    aux_given = queue.aux_partitions
+    if aux_given is None and stored is not None:
+        aux_given = stored.aux_partitions or stored.partitions
+    plan = plan_topics(settings, queue.topic, wanted, layout,
+                       aux_topics=aux_topic_names(queue), aux_partitions=aux_given)  # fmt: skip
+    defined = _defined(queue, stored, plan)
+    stores = stored is None or stored.definition() != defined.definition()
+    return replace(plan, group=queue.group, stores_definition=stores), defined
+
+
+def _defined(queue: Queue, stored: Queue | None, plan: ProvisionPlan) -> Queue:
+    """The definition provisioning ``queue`` as ``plan`` says stores (checked again)."""
+    aux = queue.aux_partitions
+    if aux is None:
+        # a definition stored without an auxiliary count keeps having none
+        aux = stored.aux_partitions if stored is not None else plan.aux_partitions
+    return queue.replace(partitions=plan.partitions, aux_partitions=aux)
 
 
 def provision_queue(
@@ -126,15 +163,17 @@ def provision_queue(
     *,
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
     min_insync_replicas: int | None = None,
-    delay_queue: bool = True,
+    delay_queue: bool = False,
     redefine: bool = False,
 ) -> QueueProvisionReport:
     """Create ``queue``'s topics (existing ones are kept) and store its definition.
 
     ``queue.partitions`` is the count for new topics; ``None`` adopts the existing queue
-    topic's. New topics get :func:`~kmq_dagster.core.queue.topic_configs` (dead letters kept for
-    ever, retries kept past their delay) and ``min.insync.replicas`` when given; existing topics
-    keep theirs. :func:`plan_queue` tells what this would do without doing it.
+    topic's. The delay queue (the level topics ``KmqProducer.send(..., delay=...)`` needs) is
+    created only with ``delay_queue=True``; provisioning without it never deletes an existing
+    one. New topics get :func:`~kmq_dagster.core.queue.topic_configs` (dead letters kept for
+    ever, retries kept past their delay) and ``min.insync.replicas`` when given; existing
+    topics keep theirs. :func:`plan_queue` tells what this would do without doing it.
 
     Returns:
         What was done, and the queue opened (``report.opened``), ready for the components.
@@ -145,7 +184,7 @@ def provision_queue(
         ProvisionError: an existing topic's partition count does not match, or creation failed.
         KafkaUnavailableError: the cluster did not answer.
     """
-    plan = plan_queue(
+    plan, defined = _plan_queue(
         settings,
         queue,
         replication_factor=replication_factor,
@@ -154,7 +193,6 @@ def provision_queue(
         redefine=redefine,
     )
     report = _create_topics(settings, plan)
-    defined = queue.replace(partitions=report.partitions)
     if plan.stores_definition:
         save_definition(settings, defined)
         report.defined = True
@@ -170,7 +208,7 @@ def plan_topic(
     partitions: int | None = None,
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
     min_insync_replicas: int | None = None,
-    delay_queue: bool = True,
+    delay_queue: bool = False,
 ) -> ProvisionPlan:
     """What :func:`provision_topic` with the same arguments would do, changing nothing.
 
@@ -196,9 +234,10 @@ def provision_topic(
     partitions: int | None = None,
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
     min_insync_replicas: int | None = None,
-    delay_queue: bool = True,
+    delay_queue: bool = False,
 ) -> ProvisionReport:
-    """Create a queue topic (and its delay queue) without any group's topics.
+    """Create a queue topic (and, with ``delay_queue=True``, its delay queue) without any
+    group's topics.
 
     Raises:
         QueueConflictError: the topic is another queue's derived topic.
@@ -220,25 +259,35 @@ def provision_topic(
 
 
 def require_topics(
-    settings: KmqSettings, topic: str, needed: Sequence[str], *, fix: str = ""
+    settings: KmqSettings,
+    topic: str,
+    needed: Sequence[str],
+    *,
+    fix: str = "",
+    aux: Sequence[str] = (),
+    aux_partitions: int | None = None,
 ) -> int:
-    """Check ``topic`` and ``needed`` exist with one partition count; returns that count.
+    """Check ``topic``, ``needed`` and ``aux`` exist, ``needed`` with ``topic``'s partition
+    count and ``aux`` with ``aux_partitions`` (``None``: ``topic``'s too); returns ``topic``'s.
 
     Args:
         fix: the command that creates what is missing, for the error message.
 
     Raises:
-        ProvisionError: a topic is missing or the counts differ.
+        ProvisionError: a topic is missing or a count differs.
         KafkaUnavailableError: the cluster did not answer.
     """
-    wanted = [topic, *needed]
+    wanted = [topic, *needed, *aux]
     existing = partition_counts(settings)
     missing = [name for name in wanted if name not in existing]
     if missing:
         hint = fix or f"kmq provision --topic {topic}"
         raise ProvisionError(f"topics missing: {', '.join(missing)}; run `{hint}` first")
-    check_partition_counts(topic, wanted, existing[topic], existing)
-    return existing[topic]
+    partitions = existing[topic]
+    expected = dict.fromkeys([topic, *needed], partitions)
+    expected.update(dict.fromkeys(aux, aux_partitions or partitions))
+    check_partition_counts(topic, expected, existing)
+    return partitions
 
 
 def _refuse_conflicts(clashes: dict[str, list[str]], what: Queue | str) -> None:
@@ -259,11 +308,10 @@ def _create_topics(settings: KmqSettings, plan: ProvisionPlan) -> ProvisionRepor
         raced = _create(admin, settings, missing)
         report.created = [planned.name for planned in missing if planned.name not in raced]
         report.unchanged += raced
-        names = [planned.name for planned in missing]
-        _wait_until_visible(settings, plan.topic, names, plan.partitions)
+        _wait_until_visible(settings, plan.topic, missing)
     if not plan.registry.exists:
         _create(admin, settings, [plan.registry])
-        _wait_until_visible(settings, plan.registry.name, [plan.registry.name], 1)
+        _wait_until_visible(settings, plan.registry.name, [plan.registry])
     return report
 
 
@@ -298,15 +346,15 @@ def _create(admin: AdminClient, settings: KmqSettings, new: Sequence[PlannedTopi
     return raced
 
 
-def _wait_until_visible(
-    settings: KmqSettings, topic: str, names: list[str], partitions: int
-) -> None:
+def _wait_until_visible(settings: KmqSettings, topic: str, new: Sequence[PlannedTopic]) -> None:
     """Wait until metadata shows the new topics; check topics another client raced to create."""
     deadline = time.monotonic() + settings.request_timeout_ms / 1000
+    names = [planned.name for planned in new]
     while True:
         existing = partition_counts(settings)
         if all(name in existing for name in names):
-            check_partition_counts(topic, names, partitions, existing)
+            expected = {planned.name: planned.partitions for planned in new}
+            check_partition_counts(topic, expected, existing)
             return
         if time.monotonic() > deadline:
             absent = [name for name in names if name not in existing]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kmq_dagster.core.durations import format_duration_ms
-from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.queue import Queue, default_aux_partitions
 from kmq_dagster.core.wording import counted
 from kmq_dagster.errors import ProvisionError
 from kmq_dagster.kafka.clients import cluster_metadata
@@ -82,6 +82,8 @@ class ProvisionPlan:
     registry: PlannedTopic
     #: Whether the queue's definition would be stored (new, or changed).
     stores_definition: bool = False
+    #: Partitions of the group's redelivery, retry and dead-letter topics (``None``: no group).
+    aux_partitions: int | None = None
 
     @property
     def all_topics(self) -> tuple[PlannedTopic, ...]:
@@ -106,6 +108,7 @@ class ProvisionPlan:
             "topic": self.topic,
             "group": self.group,
             "partitions": self.partitions,
+            "aux_partitions": self.aux_partitions,
             "topics": [planned.as_dict() for planned in self.all_topics],
             "create_topics": len(self.to_create),
             "create_partitions": self.created_partitions,
@@ -118,7 +121,10 @@ class ProvisionPlan:
 def describe_plan(plan: ProvisionPlan) -> list[str]:
     """``plan`` for a person: a heading, one line per topic, the totals."""
     queue = plan.topic if plan.group is None else f"{plan.topic}, group {plan.group}"
-    lines = [f"plan for queue {queue} ({counted(plan.partitions, 'partition')}); nothing created"]
+    counts = counted(plan.partitions, "partition")
+    if plan.aux_partitions is not None:
+        counts += f"; redelivery, retry and DLQ topics {plan.aux_partitions}"
+    lines = [f"plan for queue {queue} ({counts}); nothing created"]
     rows = [
         (
             ("keep", planned.name, f"exists, {counted(planned.existing_partitions, 'partition')}")
@@ -172,21 +178,43 @@ def describe_replication(replication_factor: int) -> str:
 
 
 def plan_topics(
-    settings: KmqSettings, topic: str, wanted: Sequence[str], layout: Layout
+    settings: KmqSettings,
+    topic: str,
+    wanted: Sequence[str],
+    layout: Layout,
+    *,
+    aux_topics: Sequence[str] = (),
+    aux_partitions: int | None = None,
 ) -> ProvisionPlan:
     """Read the cluster's topics and decide what provisioning ``wanted`` would create.
 
+    Args:
+        aux_topics: those of ``wanted`` that get ``aux_partitions`` partitions (the group's
+            redelivery, retry and dead-letter topics); the others get the queue topic's.
+        aux_partitions: ``None``: adopt the count of an existing one of ``aux_topics``, else
+            :func:`~kmq_dagster.core.queue.default_aux_partitions` of the queue's.
+
     Raises:
-        ProvisionError: a partition count does not match the queue topic's, or the queue topic
-            is new and no partition count was given.
+        ProvisionError: a partition count does not match what the topic needs, or the queue
+            topic is new and no partition count was given.
         KafkaUnavailableError: the cluster did not answer.
     """
     existing = partition_counts(settings)
     partitions = _resolve_partitions(topic, layout.partitions, existing)
-    check_partition_counts(topic, wanted, partitions, existing)
+    aux_count = None
+    if aux_topics:
+        found = [existing[name] for name in aux_topics if name in existing]
+        aux_count = aux_partitions or (found[0] if found else default_aux_partitions(partitions))
+    aux = set(aux_topics)
+    expected = {name: aux_count if name in aux and aux_count else partitions for name in wanted}
+    check_partition_counts(topic, expected, existing)
     planned = tuple(
         PlannedTopic(
-            name, partitions, layout.replication_factor, layout.config_of(name), existing.get(name)
+            name,
+            expected[name],
+            layout.replication_factor,
+            layout.config_of(name),
+            existing.get(name),
         )
         for name in wanted
     )
@@ -197,12 +225,23 @@ def plan_topics(
         {**layout.config_of(""), **REGISTRY_TOPIC_CONFIG},
         existing.get(settings.registry_topic),
     )
-    return ProvisionPlan(topic, None, partitions, planned, registry)
+    return ProvisionPlan(topic, None, partitions, planned, registry, aux_partitions=aux_count)
 
 
-def queue_topic_names(queue: Queue, *, delay_queue: bool = True) -> list[str]:
+def queue_topic_names(queue: Queue, *, delay_queue: bool = False) -> list[str]:
     """The topics provisioning ``queue`` creates, in creation order (the registry aside)."""
     return [queue.topic, *(queue.delay_topics if delay_queue else []), *queue.group_topics]
+
+
+def aux_topic_names(queue: Queue) -> list[str]:
+    """The group's topics that take the queue's auxiliary partition count: all but markers.
+
+    The markers topic keeps the queue's count: a message read from partition ``p`` of any
+    topic the group consumes has its start and end markers in markers partition ``p``, which
+    one tracker owns, so the markers topic needs at least as many partitions as the topics
+    the group reads, the queue topic among them.
+    """
+    return [name for name in queue.group_topics if name != queue.markers_topic]
 
 
 @dataclass(frozen=True)
@@ -217,7 +256,9 @@ class QueueFootprint:
 
 def queue_footprint(queue: Queue, existing: Mapping[str, int]) -> QueueFootprint:
     """The topics of ``queue`` found in ``existing`` (from :func:`partition_counts`)."""
-    found = tuple(name for name in queue_topic_names(queue) if name in existing)
+    # a delay queue counts where it was created (it is opt-in)
+    names = queue_topic_names(queue, delay_queue=True)
+    found = tuple(name for name in names if name in existing)
     return QueueFootprint(found, sum(existing[name] for name in found))
 
 
@@ -241,21 +282,22 @@ def _resolve_partitions(topic: str, partitions: int | None, existing: Mapping[st
 
 
 def check_partition_counts(
-    topic: str, wanted: Sequence[str], partitions: int, existing: Mapping[str, int]
+    topic: str, expected: Mapping[str, int], existing: Mapping[str, int]
 ) -> None:
-    """Refuse a queue whose existing topics have another partition count than ``partitions``.
+    """Refuse a queue whose existing topics have another partition count than ``expected``
+    (by topic name).
 
     Raises:
         ProvisionError: naming each mismatched topic.
     """
     wrong = [
-        f"{name} has {existing[name]}"
-        for name in wanted
-        if name in existing and existing[name] != partitions
+        f"{name} has {existing[name]}, needs {count}"
+        for name, count in expected.items()
+        if name in existing and existing[name] != count
     ]
     if wrong:
         raise ProvisionError(
-            f"partition counts differ from the queue topic {topic} ({partitions}): "
-            f"{', '.join(wrong)}; every topic of a queue needs the same count "
+            f"partition counts differ from the queue's (queue topic {topic}): "
+            f"{', '.join(wrong)}; kmq does not change partition counts "
             "(delete and recreate the mismatched topics)"
         )

@@ -83,9 +83,14 @@ def measure_queue(
     """
     settings, queue = opened.settings, opened.queue
     partitions = range(opened.partitions)
-    consumed = [(topic, p) for topic in queue.consumed_topics for p in partitions]
+    aux = range(opened.dlq_partitions)  # redelivery, retry and dead-letter topics
+    consumed = [
+        (topic, p)
+        for topic in queue.consumed_topics
+        for p in range(queue.partitions_of(topic) or 1)
+    ]
     markers = [(queue.markers_topic, p) for p in partitions] if in_flight else []
-    dlq = [(queue.dlq_topic, p) for p in partitions]
+    dlq = [(queue.dlq_topic, p) for p in aux]
     admin = admin_client(settings)
     starts = {
         **_committed(admin, queue.group, consumed, settings),
@@ -110,8 +115,8 @@ def measure_queue(
         group=queue.group,
         measured_at_ms=now_ms,
         lags=tuple(lags[(queue.topic, p)] for p in partitions),
-        redelivery=tuple(lags[(queue.redelivery_topic, p)] for p in partitions),
-        retries=tuple(lags[(t, p)] for t in queue.retry_topics.values() for p in partitions),
+        redelivery=tuple(lags[(queue.redelivery_topic, p)] for p in aux),
+        retries=tuple(lags[(t, p)] for t in queue.retry_topics.values() for p in aux),
         retry_heads=tuple(
             RetryHead(t, p, due_ms)
             for (t, p), due_ms in sorted(reading.heads.items())

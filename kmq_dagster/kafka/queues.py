@@ -17,6 +17,7 @@ from kmq_dagster.core.value_formats import ValueFormat
 from kmq_dagster.errors import QueueConflictError
 from kmq_dagster.kafka.opened_queue import OpenedQueue, vouch_for
 from kmq_dagster.kafka.provision import require_topics
+from kmq_dagster.kafka.provision_plan import aux_topic_names
 from kmq_dagster.kafka.registry import Registered, load_registry
 from kmq_dagster.settings import KmqSettings
 
@@ -138,7 +139,9 @@ def _checked(settings: KmqSettings, stored: Queue) -> OpenedQueue:
     partitions = require_topics(
         settings,
         stored.topic,
-        [*stored.group_topics],
+        [stored.markers_topic],
         fix=f"kmq provision --topic {stored.topic} --group {stored.group}",
+        aux=aux_topic_names(stored),
+        aux_partitions=stored.aux_partitions,
     )
     return vouch_for(settings, stored.replace(partitions=partitions))

@@ -54,6 +54,8 @@ class Redeliverer:
     def __init__(self, settings: KmqSettings, queue: Queue, stats: TrackerStats) -> None:
         self.redelivery_topic = queue.redelivery_topic
         self.dlq_topic = queue.dlq_topic
+        #: Partitions of the redelivery topic and the DLQ (the queue's auxiliary count).
+        self.aux_partitions = queue.aux_partition_count or 1
         self.max_redeliveries = queue.max_redeliveries
         self._group_bytes = queue.group.encode()
         self._stats = stats
@@ -157,13 +159,15 @@ class Redeliverer:
         copy_headers = self._copy_headers(record, headers, tail)
         if tracing_active():
             copy_headers = self._traced(record, target, headers, copy_headers)
+        # the message's partition, folded into the target's count (Queue.partition_for)
+        partition = (record.partition() or 0) % self.aux_partitions
         try:
             copies.produce(
                 target,
                 key=record.key(),
                 value=record.value(),
                 headers=copy_headers,
-                partition=record.partition() or 0,
+                partition=partition,
             )
         except KafkaException as exc:
             refusal = size_refusal(exc)  # the client's limit
@@ -177,7 +181,7 @@ class Redeliverer:
                     record.key(),
                     record.value(),
                     copy_headers,
-                    record.partition() or 0,
+                    partition,
                     refusal,
                 )
             )

@@ -118,7 +118,7 @@ def replay_dead_letters(
     settings, queue = opened.settings, opened.queue
     source = queue.dlq_topic
     target = target_topic(queue, request)
-    partitions = opened.partitions
+    partitions = opened.dlq_partitions
     unknown = sorted(p for p in request.selection.offsets if not 0 <= p < partitions)
     if unknown:
         raise ConfigError(
@@ -266,9 +266,9 @@ class _ReplayRun:
         done_group, intent_group = _progress_groups(report.replay_id)
         self.done = new_consumer(settings, done_group, **{"enable.partition.eof": True})
         self.intent = new_consumer(settings, intent_group, **{"enable.partition.eof": True})
-        self.partitions = list(range(queue.partitions or 1))
+        self.partitions = list(range(queue.dlq_partitions))
         self.copier = ReplayCopier(
-            settings, request, self.target, len(self.partitions), clock_ms=clock_ms,
+            settings, request, self.target, queue.partitions or 1, clock_ms=clock_ms,
             dead_letter_format=self.dead_letter_format,
         )  # fmt: skip
         self.references = ReferenceResolver(settings, queue)

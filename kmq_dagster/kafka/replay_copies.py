@@ -40,7 +40,8 @@ class ReplayCopier:
         target: the topic every copy goes to, or
             :data:`~kmq_dagster.core.dead_letter_formats.EACH_ORIGINAL_TOPIC`: each to the
             original topic its headers name (read in ``dead_letter_format``).
-        partitions: how many partitions the DLQ (and so the redelivery topic) has.
+        partitions: how many partitions the queue topic has (a copy back to it keeps its
+            original partition when that is one of them).
         clock_ms: the clock a copy's replay time is read from (ms since the epoch).
     """
 
@@ -161,8 +162,9 @@ class ReplayCopier:
     def _target_partition(
         self, record: Message, headers: list[tuple[str, bytes | None]], target: str
     ) -> int | None:
-        """The DLQ partition for the group's redelivery topic (same partition count); the
-        original partition when going back to the queue topic, so a key keeps its partition.
+        """The DLQ partition for the group's redelivery topic (both have the queue's
+        auxiliary count); the original partition when going back to the queue topic, so a key
+        keeps its partition (else the DLQ partition: the auxiliary count is at most the queue's).
         A foreign dead letter goes back to its original partition (the original topic has at
         least that many: Kafka never takes partitions away); to a chosen topic, the
         producer's partitioner places it."""

@@ -120,6 +120,8 @@ class RetryRouter:
         self.retry_topics = queue.retry_topics
         self._retry_topic_names = frozenset(self.retry_topics.values())
         self.dlq_topic = queue.dlq_topic
+        #: Partitions of the retry topics and the DLQ (the queue's auxiliary count).
+        self.aux_partitions = queue.aux_partition_count or 1
         self.stats = RouterStats()
         self._clock_ms = clock_ms
         self._rng = rng or random.Random()
@@ -169,7 +171,8 @@ class RetryRouter:
                     key=message.key,
                     value=message.value,
                     headers=planned[index][1],
-                    partition=message.partition,
+                    # the message's partition, folded into the target's count (Queue.partition_for)
+                    partition=message.partition % self.aux_partitions,
                 )
             except KafkaException as exc:
                 refusal = size_refusal(exc)
@@ -196,9 +199,8 @@ class RetryRouter:
         refusal: KafkaError,
     ) -> RefusedCopy:
         source = ValueRef(message.topic, message.partition, message.offset)
-        return RefusedCopy(
-            source, target, message.key, message.value, headers, message.partition, refusal
-        )
+        partition = message.partition % self.aux_partitions
+        return RefusedCopy(source, target, message.key, message.value, headers, partition, refusal)
 
     def _plan(
         self, message: QueueMessage, failure: Failure | str | GiveUp

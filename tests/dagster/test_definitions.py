@@ -92,7 +92,8 @@ def test_provision_job_creates_the_group_topics(
     again = job.execute_in_process(run_config=run_config)
 
     assert result.success
-    assert len(result.output_for_node("provision_queue_topics")) == 16  # with the delay queue
+    # the queue, markers, redelivery, 3 retry topics, DLQ: no delay queue unless asked for
+    assert len(result.output_for_node("provision_queue_topics")) == 7
     assert again.output_for_node("provision_queue_topics") == []
     topics = AdminClient(settings.admin_config()).list_topics(timeout=10).topics
     assert f"{topic_name}.dg.markers" in topics

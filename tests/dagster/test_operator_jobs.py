@@ -69,14 +69,14 @@ def test_the_provision_job_redefines_the_retry_policy_when_told(
 
     result = run(q, "provision", {"retry_delays": "2s,20s", "redefine": True}, actor="carol")
 
-    # the run's output metadata holds the plan it carried out: the two new retry topics of 2
-    # partitions created; the queue's 15 topics (queue, 9 delay topics, markers, redelivery,
-    # 2 retry topics, DLQ) hold 30
+    # the run's output metadata holds the plan it carried out: the two new retry topics of 1
+    # partition (half the queue's 2) created; the queue's 6 topics (queue and markers of 2
+    # partitions, redelivery, 2 retry topics, DLQ of 1; no delay queue unless asked for) hold 8
     (output,) = [e for e in result.all_node_events if e.is_successful_output]
     metadata: dict[str, Any] = {
         key: value.value for key, value in output.step_output_data.metadata.items()
     }
-    assert (metadata["created_partitions"], metadata["queue_partitions"]) == (4, 30)
+    assert (metadata["created_partitions"], metadata["queue_partitions"]) == (2, 8)
     created = [t["topic"] for t in metadata["plan"]["topics"] if not t["exists"]]
     assert created == [f"{topic_name}.{q.spec.queue.group}.retry.{d}" for d in ("2s", "20s")]
     stored = open_queue(settings, topic_name, q.spec.queue.group)

@@ -12,16 +12,17 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Message, Producer
 
-from kmq_dagster.core.delay import HOP_DUE_MS
+from kmq_dagster.core.delay import DELAY_LEVELS_MS, HOP_DUE_MS
 from kmq_dagster.core.headers import DLQ_REASON, header_value, normalize_headers
-from kmq_dagster.core.naming import delay_dlq_topic, delay_topic
+from kmq_dagster.core.naming import delay_dlq_topic, delay_topic, delay_topics
 from kmq_dagster.core.retry_headers import DUE_MS
 from kmq_dagster.errors import ConfigError, ProvisionError
 from kmq_dagster.kafka.delay_forwarder import DelayForwarder
 from kmq_dagster.kafka.producer import KmqProducer
-from kmq_dagster.kafka.provision import provision_topic
+from kmq_dagster.kafka.provision import provision_queue, provision_topic
+from kmq_dagster.kafka.provision_plan import partition_counts
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import read_topic, running_service, wait_for
+from tests.kafka_helpers import new_queue, read_topic, running_service, running_worker, wait_for
 from tests.processes import kmq_argv, run_kmq
 
 pytestmark = pytest.mark.kafka
@@ -46,7 +47,7 @@ def _distinct(records: list[Message]) -> int:
 def test_messages_arrive_when_due_with_key_value_and_headers_kept(
     settings: KmqSettings, topic_name: str
 ) -> None:
-    provision_topic(settings, topic_name, partitions=PARTITIONS)
+    provision_topic(settings, topic_name, partitions=PARTITIONS, delay_queue=True)
     producer = KmqProducer(settings)
     delays_s = [1, 1.5, 3, 6, 2.2, 1, 4]
 
@@ -79,7 +80,8 @@ def test_cli_send_with_delay_is_not_delivered_before_it_is_due(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
     env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers, "KMQ_SESSION_TIMEOUT_MS": "6000"}
-    assert run_kmq("provision", "--topic", topic_name, "--partitions", "1", env=env).returncode == 0
+    provisioned = run_kmq("provision", "--topic", topic_name, "-p", "1", "--delays", env=env)
+    assert provisioned.returncode == 0, provisioned.stderr
     log = (tmp_path / "delayer.log").open("wb")
     delayer = subprocess.Popen(
         kmq_argv("delayer", "--topic", topic_name),
@@ -115,7 +117,7 @@ def test_a_sigkilled_forwarder_loses_no_delayed_message(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
     count = 3_000
-    provision_topic(settings, topic_name, partitions=PARTITIONS)
+    provision_topic(settings, topic_name, partitions=PARTITIONS, delay_queue=True)
     producer = KmqProducer(settings)
     for i in range(count):  # due over 13 s: the kill below lands while most still wait
         producer.send(topic_name, str(i), key=str(i), delay=1 + (i % 7) * 2)
@@ -172,7 +174,7 @@ def test_a_sigkilled_forwarder_loses_no_delayed_message(
 def test_garbage_on_a_level_topic_goes_to_the_delay_dlq_and_the_rest_flows(
     settings: KmqSettings, topic_name: str
 ) -> None:
-    provision_topic(settings, topic_name, partitions=1)
+    provision_topic(settings, topic_name, partitions=1, delay_queue=True)
     raw = Producer(settings.producer_config())
     level = delay_topic(topic_name, 5_000)
     raw.produce(level, value=b"no headers")
@@ -208,10 +210,47 @@ def test_bad_delays_and_missing_delay_topics_are_clear_errors(
     provision_topic(settings, topic_name, partitions=1, delay_queue=False)
     with pytest.raises(ConfigError, match="between 1s and 7d"):
         producer.send(topic_name, "x", delay=0.5)
-    with pytest.raises(ProvisionError, match=f"run `kmq provision --topic {topic_name}`"):
+    with pytest.raises(ProvisionError, match=f"run `kmq provision --topic {topic_name} --delays`"):
         producer.send(topic_name, "x", delay=10)
 
     env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
+    # the delay queue is opt-in: sending with a delay to a topic without it is one clear line,
+    # and nothing is sent anywhere (not silently dropped, not delivered at once)
+    refused = run_kmq("send", "--topic", topic_name, "--delay", "10s", "--value", "x", env=env)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(f"kmq: error: {topic_name} has no delay queue")
+    assert f"`kmq provision --topic {topic_name} --delays`" in refused.stderr
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    assert read_topic(settings, topic_name, 1, timeout_s=5) == []
+    delayer = run_kmq("delayer", "--topic", topic_name, env=env)
+    assert delayer.returncode == 1
+    assert f"`kmq provision --topic {topic_name} --delays`" in delayer.stderr, delayer.stderr
     result = run_kmq("send", "--topic", topic_name, "--delay", "8d", "--value", "x", env=env)
     assert result.returncode == 1
     assert result.stderr.strip() == "kmq: error: --delay: '8d' is outside 1s to 7d"
+
+
+def test_a_queue_provisioned_with_its_delay_queue_keeps_it_when_provisioned_again_without(
+    settings: KmqSettings, topic_name: str
+) -> None:
+    # given a queue provisioned the old way, with its delay queue
+    opened = new_queue(settings, topic_name, "g", delay_queue=True)
+    ladder = delay_topics(topic_name, DELAY_LEVELS_MS)
+
+    # when it is provisioned again without asking for the delay queue
+    report = provision_queue(settings, opened.queue)
+
+    # then nothing is created or deleted, and its delayed messages still arrive and are handled
+    assert report.created == [] and not report.changed
+    assert set(ladder) <= set(partition_counts(settings))
+    handled: list[bytes | None] = []
+    with (
+        running_service(DelayForwarder(settings, topic_name)) as forwarder,
+        running_worker(report.opened, lambda message: handled.append(message.value)),
+    ):
+        assert wait_for(forwarder.assignment_ready, timeout_s=60)
+        producer = KmqProducer(settings)
+        producer.send(topic_name, "later", delay=1)
+        assert producer.flush() == 0
+        assert wait_for(lambda: handled == [b"later"], timeout_s=60), handled
+    assert forwarder.stats.delivered == 1

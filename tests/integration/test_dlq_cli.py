@@ -23,7 +23,7 @@ def test_list_filters_like_a_replay_and_show_renders_one_in_full(
     topic_name: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    queue = new_queue(settings, topic_name, "g", partitions=2)
+    queue = new_queue(settings, topic_name, "g", partitions=2, aux_partitions=2)
     letters = [("a", "TimeoutError"), ("b", "KeyError"), ("c", "TimeoutError"),
                ("d", "TimeoutError")]  # fmt: skip
     produce_dead_letters(settings, queue, letters)

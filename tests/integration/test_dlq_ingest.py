@@ -23,7 +23,7 @@ GROUP = "billing"
 
 @pytest.fixture
 def queue(settings: KmqSettings, topic_name: str) -> OpenedQueue:
-    return new_queue(settings, topic_name, GROUP, partitions=2)
+    return new_queue(settings, topic_name, GROUP, partitions=2, aux_partitions=2)
 
 
 def test_every_dead_letter_is_stored_once_across_reruns(

@@ -6,9 +6,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from kmq_dagster.core.delay import DELAY_LEVELS_MS
 from kmq_dagster.core.naming import (
-    delay_topics,
     dlq_topic,
     markers_topic,
     redelivery_topic,
@@ -45,9 +43,9 @@ def test_provision_creates_every_topic_of_a_group(settings: KmqSettings, topic_n
         settings, Queue(topic_name, "billing", partitions=3, retry_policy=policy)
     )
 
+    # no delay queue unless asked for (provision_queue(..., delay_queue=True))
     expected = [
         topic_name,
-        *delay_topics(topic_name, DELAY_LEVELS_MS),
         markers_topic(topic_name, "billing"),
         redelivery_topic(topic_name, "billing"),
         retry_topic(topic_name, "billing", 5_000),
@@ -56,8 +54,12 @@ def test_provision_creates_every_topic_of_a_group(settings: KmqSettings, topic_n
     ]
     assert report.created == expected
     assert f"{topic_name}.billing.retry.5m" in expected
+    # the queue and its markers with the queue's count; redelivery, retry topics and DLQ with
+    # the auxiliary count, half the queue's rounded up by default
     counts = _partition_counts(settings)
-    assert {name: counts.get(name) for name in expected} == dict.fromkeys(expected, 3)
+    assert {name: counts.get(name) for name in expected} == {
+        name: 3 if name in expected[:2] else 2 for name in expected
+    }
 
 
 def test_cli_provision_twice_changes_nothing_the_second_time(
@@ -71,10 +73,10 @@ def test_cli_provision_twice_changes_nothing_the_second_time(
     second = run_kmq(*args, env=env)
 
     assert first.returncode == 0, first.stderr
-    # the queue, 8 delay levels and the delay DLQ, markers, redelivery, 3 retries, the DLQ
-    assert first.stdout.count("created ") == 16
+    # the queue, markers, redelivery, 3 retries, the DLQ (no delay queue without --delays)
+    assert first.stdout.count("created ") == 7
     assert second.returncode == 0, second.stderr
-    assert "nothing to change: all 16 topics already exist with 2 partitions" in second.stdout
+    assert "nothing to change: all 7 topics already exist with 2 partitions" in second.stdout
     assert _partition_counts(settings) == before
 
 
@@ -84,7 +86,7 @@ def test_a_second_group_adds_only_its_own_topics(settings: KmqSettings, topic_na
     report = provision_queue(settings, Queue(topic_name, "b"))
 
     assert report.partitions == 2  # adopted from the existing queue topic
-    assert report.unchanged == [topic_name, *delay_topics(topic_name, DELAY_LEVELS_MS)]
+    assert report.unchanged == [topic_name]
     assert all(".b." in name for name in report.created)
 
 
@@ -113,7 +115,7 @@ def test_markers_topic_with_other_partition_count_is_a_clear_error(
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert f"{markers} has 1" in result.stderr
     assert topic_name not in _partition_counts(settings)
-    with pytest.raises(ProvisionError, match="same count"):
+    with pytest.raises(ProvisionError, match="markers has 1, needs 3"):
         provision_queue(settings, Queue(topic_name, "g", partitions=3))
 
 
@@ -176,7 +178,7 @@ def test_the_definition_is_stored_and_contradictions_are_errors(
 
     # when it is opened by name, the stored definition comes back
     opened = open_queue(settings, topic_name, "g")
-    assert opened.queue == defined
+    assert opened.queue == defined.replace(aux_partitions=1)  # the default: half of 2
     assert (opened.settings, opened.partitions) == (settings, 2)
 
     # and a value that contradicts it is an error, not a silent override
@@ -232,7 +234,7 @@ def test_dead_letters_are_kept_for_ever_and_retries_past_their_delay(
     queue = Queue(
         topic_name, "g", partitions=1, retry_policy=RetryPolicy.fixed((1_000, 10 * 86_400_000))
     )
-    provision_queue(settings, queue, min_insync_replicas=1)
+    provision_queue(settings, queue, min_insync_replicas=1, delay_queue=True)
 
     admin = AdminClient(settings.admin_config())
 

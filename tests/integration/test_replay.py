@@ -46,8 +46,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def queue(settings: KmqSettings, topic_name: str) -> OpenedQueue:
     return new_queue(
-        settings, topic_name, GROUP, partitions=PARTITIONS, retry_delays_ms=(DELAY_MS,)
-    )
+        settings, topic_name, GROUP, partitions=PARTITIONS, retry_delays_ms=(DELAY_MS,),
+        aux_partitions=PARTITIONS,  # a DLQ of 2 partitions, as the queue's
+    )  # fmt: skip
 
 
 def dead_letter(

@@ -51,7 +51,9 @@ def audit_url(request: pytest.FixtureRequest, private_audit_store: str) -> Itera
 
 @pytest.fixture
 def queue(settings: KmqSettings, topic_name: str) -> OpenedQueue:
-    return new_queue(settings, topic_name, GROUP, partitions=PARTITIONS, retry_delays_ms=(1_000,))
+    # a DLQ (and redelivery topic) of 2 partitions, as the queue's
+    return new_queue(settings, topic_name, GROUP, partitions=PARTITIONS, retry_delays_ms=(1_000,),
+                     aux_partitions=PARTITIONS)  # fmt: skip
 
 
 def fill(settings: KmqSettings, queue: OpenedQueue, url: str, count: int) -> None:

@@ -189,3 +189,24 @@ def test_keyboard_interrupt_in_a_handler_stops_the_worker_without_losing_the_mes
     ):
         assert wait_for(lambda: calls_again.values() == [b"interrupted"], timeout_s=60)
     assert read_topic(settings, queue.queue.dlq_topic, 1) == []
+
+
+def test_retries_with_equal_delays_share_one_retry_topic(
+    settings: KmqSettings, topic_name: str
+) -> None:
+    # given a policy that retries twice after the same delay
+    queue = new_queue(settings, topic_name, "g", retry_delays_ms=(1_000, 1_000))
+
+    # then the queue has one retry topic, not one per step
+    (retry_topic,) = queue.queue.retry_topics.values()
+    assert len(queue.queue.group_topics) == 4  # markers, redelivery, one retry topic, DLQ
+
+    # and a message failing twice goes through it twice, then succeeds
+    produce(settings, queue.topic, [b"twice"])
+    calls, handler = recording(lambda m: FlakyError("down") if len(calls.seen) < 3 else None)
+    with running_worker(queue, handler):
+        assert wait_for(lambda: len(calls.seen) == 3, timeout_s=60)
+    assert [attempt for _, _, attempt, _ in calls.seen] == [None, b"2", b"3"]
+    copies = read_topic(settings, retry_topic, 1, at_least=2)
+    attempts = sorted(header_value(normalize_headers(c.headers()), ATTEMPT) or b"" for c in copies)
+    assert attempts == [b"2", b"3"]

@@ -81,8 +81,8 @@ def test_status_shows_how_many_topics_and_partitions_a_queue_holds(
     assert main(["status", "-t", topic_name, "-g", "a"]) == 0
     table = capsys.readouterr().out.splitlines()
 
-    # the queue topic, 8 delay levels, the delay DLQ and a's 6 topics: 16 topics of 3
-    # partitions (b's own topics are not a's)
-    assert (len(shown["topics"]), shown["topic_partitions"]) == (16, 48)
+    # the queue topic, 8 delay levels, the delay DLQ and a's markers with 3 partitions each,
+    # a's redelivery, 3 retry topics and DLQ with 2: 16 topics (b's own topics are not a's)
+    assert (len(shown["topics"]), shown["topic_partitions"]) == (16, 11 * 3 + 5 * 2)
     assert not any(".b." in name for name in shown["topics"])
-    assert table[1].split()[-4:] == ["48", "in", "16", "topics"]
+    assert table[1].split()[-4:] == ["43", "in", "16", "topics"]
