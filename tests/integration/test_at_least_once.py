@@ -128,8 +128,11 @@ def has_processed(out_dir: Path, pid: int, count: int) -> bool:
 def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
+    # (auxiliary topics as wide as the queue: a worker's share of the group's partitions then
+    # holds queue partitions as before, and each victim gets messages to be killed over)
     queue = new_queue(settings, topic_name, group_of(topic_name), partitions=PARTITIONS,
-                      retry_delays_ms=RETRY_DELAYS_MS, visibility_timeout_ms=5_000)  # fmt: skip
+                      aux_partitions=PARTITIONS, retry_delays_ms=RETRY_DELAYS_MS,
+                      visibility_timeout_ms=5_000)  # fmt: skip
     ids = [f"id-{i:05d}".encode() for i in range(MESSAGES)]
     fleet = Fleet(settings, topic_name, tmp_path)
     budget = WaitBudget(WAIT_BUDGET_S)
