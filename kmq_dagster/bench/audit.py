@@ -53,7 +53,7 @@ def fill_dlq(settings: KmqSettings, rows: int) -> Queue:
     """A new queue whose group DLQ holds ``rows`` dead letters."""
     queue = Queue(f"bench-audit-{uuid.uuid4().hex[:8]}", GROUP, partitions=PARTITIONS)
     topic = queue.topic
-    provision_queue(settings, queue, delay_queue=False)
+    dlq_partitions = provision_queue(settings, queue, delay_queue=False).opened.dlq_partitions
     producer = new_producer(settings, **{"linger.ms": 20})
     failure = Failure("TimeoutError", "payments API timed out after 30 s", "Traceback ...\n" * 20)
     for n in range(rows):
@@ -67,7 +67,7 @@ def fill_dlq(settings: KmqSettings, rows: int) -> Queue:
             queue.dlq_topic,
             key=str(n).encode(),
             value=VALUE,
-            partition=n % PARTITIONS,
+            partition=n % dlq_partitions,
             headers=[*replace_headers([("trace", b"abc")], headers)],
         )
     producer.flush(120)

@@ -190,8 +190,11 @@ class Queue:
     @property
     def aux_partition_count(self) -> int | None:
         """Partitions of the group's redelivery, retry and dead-letter topics (``None``: not
-        known yet)."""
-        return self.aux_partitions or self.partitions
+        known yet): as given, else what provisioning gives a new queue
+        (:func:`default_aux_partitions`); an opened queue always has it from its definition."""
+        if self.aux_partitions is not None:
+            return self.aux_partitions
+        return default_aux_partitions(self.partitions) if self.partitions else None
 
     @property
     def dlq_partitions(self) -> int:
@@ -268,7 +271,7 @@ class Queue:
                 value_format=parse_value_format(str(stored.get("value_format", "bytes"))),
                 key_format=parse_value_format(str(stored.get("key_format", "bytes"))),
                 # Definitions stored before it existed have none: every topic has the queue's.
-                aux_partitions=stored.get("aux_partitions"),
+                aux_partitions=stored.get("aux_partitions", stored["partitions"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"unreadable queue definition ({exc!r})") from None

@@ -120,7 +120,8 @@ def console(
 ) -> Iterator[str]:
     """``kmq console`` on a free port over a DLQ of 10 timeouts, 4 key errors and a poisoned
     dead letter, with a breaker, an alert and a snapshot; yields its URL."""
-    new_queue(settings, topic_name, GROUP, partitions=2, retry_delays_ms=(1_000,))
+    # (a DLQ of 2 partitions, as the dead letters below are written to)
+    new_queue(settings, topic_name, GROUP, partitions=2, aux_partitions=2, retry_delays_ms=(1_000,))
     orders = [json.dumps({"order": n, "amount": 19.9 + n, "currency": "EUR"}).encode()
               for n in range(14)]  # fmt: skip
     produce(settings, topic_name, [

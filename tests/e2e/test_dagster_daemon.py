@@ -60,7 +60,7 @@ def settled(settings: KmqSettings, output: Path, produced: int) -> bool:
         for row in pq.read_table(part, columns=["topic", "partition", "offset"]).to_pylist()
     ]
     processed = len({(r["topic"], r["partition"], r["offset"]) for r in rows})
-    dead = count_records(settings, DEMO_QUEUE.dlq_topic, DEMO_QUEUE.partitions or 1)
+    dead = count_records(settings, DEMO_QUEUE.dlq_topic, DEMO_QUEUE.dlq_partitions)
     return processed + dead >= produced
 
 

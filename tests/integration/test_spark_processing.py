@@ -104,7 +104,11 @@ def test_two_jobs_of_one_group_never_own_the_same_partition(
     try:
         first.lease.join()
         second.lease.join()
-        every = {(t, p) for t in queue.queue.consumed_topics for p in range(2)}
+        every = {
+            (t, p)
+            for t in queue.queue.consumed_topics
+            for p in range(queue.queue.partitions_of(t) or 1)
+        }
         assert wait_for(
             lambda: (
                 first.lease.owned() | second.lease.owned() == every

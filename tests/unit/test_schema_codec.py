@@ -20,8 +20,9 @@ from kmq_dagster.schemas.wire import UndecodableValue
 
 def test_a_queue_stores_its_formats_and_definitions_stored_before_them_read_as_bytes() -> None:
     # given a queue of Avro values and JSON keys
-    queue = Queue("orders", "billing", partitions=2, value_format=ValueFormat.AVRO,
-                  key_format=ValueFormat.JSON)  # fmt: skip
+    # (as provisioning stores it: with its auxiliary partition count)
+    queue = Queue("orders", "billing", partitions=2, aux_partitions=1,
+                  value_format=ValueFormat.AVRO, key_format=ValueFormat.JSON)  # fmt: skip
     stored = queue.definition()
     # when its definition is read back, and one written before formats existed
     old = {key: value for key, value in stored.items() if not key.endswith("_format")}
