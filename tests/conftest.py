@@ -93,3 +93,25 @@ def private_audit_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     url = f"sqlite:///{tmp_path / 'kmq-audit.db'}"
     monkeypatch.setenv("KMQ_AUDIT_URL", url)
     return url
+
+
+@pytest.fixture
+def exporter() -> Iterator[Any]:
+    """An OpenTelemetry ``InMemorySpanExporter`` holding the spans kmq makes during the test:
+    kmq traces into an SDK provider of its own (OpenTelemetry's global provider can be set
+    once per process), handed back when the test ends. Imported here only when a test asks."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from kmq_dagster.tracing import use_tracer_provider
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    use_tracer_provider(provider)
+    try:
+        yield spans
+    finally:
+        use_tracer_provider(None)
+        provider.shutdown()

@@ -8,13 +8,11 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -26,7 +24,6 @@ from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
-from kmq_dagster.tracing import use_tracer_provider
 from tests.kafka_helpers import (
     new_queue,
     poll_until,
@@ -41,21 +38,6 @@ pytestmark = pytest.mark.kafka
 GROUP = "g"
 DELAY_MS = 1_000
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    """kmq traces into an SDK provider whose spans the test reads (the global provider of
-    OpenTelemetry can be set once per process: kmq is handed one of its own instead)."""
-    spans = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    use_tracer_provider(provider)
-    try:
-        yield spans
-    finally:
-        use_tracer_provider(None)
-        provider.shutdown()
 
 
 def finished(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:

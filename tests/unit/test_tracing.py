@@ -3,29 +3,13 @@ tracing failure never keeps a message from being sent, copied or handled."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from kmq_dagster import tracing
 from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.tracing import copied_headers, sent_headers, tracing_active, use_tracer_provider
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    spans = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    use_tracer_provider(provider)
-    try:
-        yield spans
-    finally:
-        use_tracer_provider(None)
 
 
 def test_tracing_is_off_until_a_tracer_provider_is_configured() -> None:
