@@ -57,10 +57,10 @@ _LAZY = {
     "WorkerStats": "kmq_dagster.kafka.worker",
     "HandlerExit": "kmq_dagster.kafka.worker",
     "DelayForwarder": "kmq_dagster.kafka.delay_forwarder",
-    "DlqIngester": "kmq_dagster.kafka.dlq_ingester",
+    "DlqIngester": "kmq_dagster.operations.dlq_ingester",
     "ReplayRequest": "kmq_dagster.core.replay_request",
     "ReplayReport": "kmq_dagster.core.replay_request",
-    "replay_dead_letters": "kmq_dagster.kafka.replay",
+    "replay_dead_letters": "kmq_dagster.operations.replay",
     "provision_queue": "kmq_dagster.kafka.provision",
     "provision_topic": "kmq_dagster.kafka.provision",
     "open_queue": "kmq_dagster.kafka.queues",
@@ -160,16 +160,16 @@ if TYPE_CHECKING:
     from kmq_dagster.core.value_formats import ValueFormat
     from kmq_dagster.kafka.consumer import KmqConsumer
     from kmq_dagster.kafka.delay_forwarder import DelayForwarder
-    from kmq_dagster.kafka.dlq_ingester import DlqIngester
     from kmq_dagster.kafka.message import KmqMessage
     from kmq_dagster.kafka.opened_queue import OpenedQueue
     from kmq_dagster.kafka.producer import KmqProducer
     from kmq_dagster.kafka.provision import provision_queue, provision_topic
     from kmq_dagster.kafka.queues import open_queue
     from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
-    from kmq_dagster.kafka.replay import ReplayReport, ReplayRequest, replay_dead_letters
     from kmq_dagster.kafka.retry_router import RetryRouter
     from kmq_dagster.kafka.worker import HandlerExit, Worker, WorkerStats
+    from kmq_dagster.operations.dlq_ingester import DlqIngester
+    from kmq_dagster.operations.replay import ReplayReport, ReplayRequest, replay_dead_letters
     from kmq_dagster.schemas.codec import ValueCodec
     from kmq_dagster.schemas.registry import RegistrySettings
     from kmq_dagster.schemas.wire import RegistryUnavailable, UndecodableValue

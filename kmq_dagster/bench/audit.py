@@ -23,9 +23,9 @@ from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
 from kmq_dagster.errors import KmqError
 from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import produce
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.queues import open_queue
+from kmq_dagster.operations.dlq_ingester import DlqIngester
 from kmq_dagster.settings import KmqSettings
 
 GROUP = "bench"

@@ -29,7 +29,7 @@ from kmq_dagster.core.replay import ReplaySelection, TimeBound, resolve_time
 from kmq_dagster.core.replay_request import StopRequest
 from kmq_dagster.core.terminal_text import escape_control
 from kmq_dagster.core.wording import counted
-from kmq_dagster.kafka.replay import ReplayReport, ReplayRequest
+from kmq_dagster.operations.replay import ReplayReport, ReplayRequest
 
 if TYPE_CHECKING:
     from kmq_dagster.audit.models import Action
@@ -143,7 +143,7 @@ def replay(
     again to resume."""
     from kmq_dagster.audit.store import AuditStore
     from kmq_dagster.kafka.foreign_dlq import open_dead_letters
-    from kmq_dagster.kafka.replay import replay_dead_letters, target_topic
+    from kmq_dagster.operations.replay import replay_dead_letters, target_topic
 
     _quiet_logs(ctx, "replay")
     settings = settings_of(ctx)
@@ -231,9 +231,9 @@ def ingest(
     """Copy GROUP's dead letters of TOPIC (or those of --dlq-topic, in its --format) into the
     audit store (idempotent; resumable)."""
     from kmq_dagster.audit.store import AuditStore
-    from kmq_dagster.kafka.audited_ingest import run_ingest
-    from kmq_dagster.kafka.dlq_ingester import DlqIngester
     from kmq_dagster.kafka.foreign_dlq import open_dead_letters
+    from kmq_dagster.operations.audited_ingest import run_ingest
+    from kmq_dagster.operations.dlq_ingester import DlqIngester
 
     if once:
         _quiet_logs(ctx, "ingest")

@@ -40,8 +40,8 @@ def dlq_list(
 ) -> None:
     """The first dead letters of GROUP's DLQ (or of --dlq-topic) that the filters select,
     partition by partition."""
-    from kmq_dagster.kafka.dead_letter_reader import list_dead_letters
     from kmq_dagster.kafka.foreign_dlq import open_dead_letters
+    from kmq_dagster.operations.dead_letter_reader import list_dead_letters
 
     opened = open_dead_letters(
         settings_of(ctx), topic=topic, group=group, dlq_topic=dlq_topic,
@@ -76,8 +76,8 @@ def dlq_show(
     """One dead letter in full: its error, headers, traceback and value."""
     from kmq_dagster.core.masking import masker_from_env
     from kmq_dagster.core.rendering import render_bytes
-    from kmq_dagster.kafka.dead_letter_reader import show_dead_letter
     from kmq_dagster.kafka.foreign_dlq import open_dead_letters
+    from kmq_dagster.operations.dead_letter_reader import show_dead_letter
 
     partition, _, offset = where.partition(":")
     if not (partition.isdigit() and offset.isdigit()):

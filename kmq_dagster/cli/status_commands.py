@@ -43,8 +43,8 @@ def status(
     """Lag, in flight, oldest unacknowledged age, retries, DLQ and breaker of every queue."""
     from kmq_dagster.audit.store import AuditStore
     from kmq_dagster.kafka.provision_plan import partition_counts, queue_footprint
-    from kmq_dagster.kafka.queue_status import measure_queue
     from kmq_dagster.kafka.queues import open_queues
+    from kmq_dagster.operations.queue_status import measure_queue
 
     settings = settings_of(ctx)
     queues = open_queues(settings, topic=topic, group=group)

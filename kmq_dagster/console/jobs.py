@@ -6,7 +6,7 @@ role can cancel it there. The registry lives in the console's process: restartin
 forgets finished jobs, while the audit log keeps every action for good.
 
 The replay itself records its action before its first effect and each chunk of copies as it
-goes (``kmq_dagster.kafka.replay``), so nothing here is needed for the audit trail to hold.
+goes (``kmq_dagster.operations.replay``), so nothing here is needed for the audit trail to hold.
 When the console stops (SIGTERM, Ctrl-C: Streamlit then ends the process normally), every
 running replay is asked to stop after its chunk and given :data:`SHUTDOWN_WAIT_S` to record
 how it ended; after a SIGKILL, the next look at the store reads it ``interrupted``.

@@ -1,7 +1,7 @@
 """What the console does to dead letters: replay and discard, each checking the actor's role.
 
 This is the one console module that calls the replay library
-(:func:`kmq_dagster.kafka.replay.replay_dead_letters`) and the store's discard: the console has
+(:func:`kmq_dagster.operations.replay.replay_dead_letters`) and the store's discard: the console has
 no second implementation of either. Any filter of the Dead letters page, or a set of selected
 rows, is resolved in the audit store into the DLQ offsets it selects; the replay moves exactly
 those, so replay and discard act on the same dead letters the page shows.
@@ -24,7 +24,7 @@ from kmq_dagster.core.replay import DEFAULT_MAX_REPLAYS, TO_RETRY, ReplaySelecti
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.foreign_dlq import open_stored_dead_letters
 from kmq_dagster.kafka.queues import OpenedQueue
-from kmq_dagster.kafka.replay import (
+from kmq_dagster.operations.replay import (
     ReplayReport,
     ReplayRequest,
     replay_dead_letters,

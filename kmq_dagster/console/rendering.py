@@ -202,7 +202,7 @@ def key_text(key: bytes | None) -> str:
     return text if text.isprintable() else "0x" + key.hex()
 
 
-#: A dry run's sample line (``kmq_dagster.kafka.replay``): position, key as Python shows
+#: A dry run's sample line (``kmq_dagster.operations.replay``): position, key as Python shows
 #: bytes (or None), error type.
 _SAMPLE_LINE = re.compile(
     r"^(?P<at>\S+\[\d+\]@\d+) key=(?P<key>None|b'(?:[^'\\]|\\.)*'|b\"(?:[^\"\\]|\\.)*\") "

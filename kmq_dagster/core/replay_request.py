@@ -1,7 +1,7 @@
 """A DLQ replay's request and its report (pure): what to move, where and how fast; what was
 found and done.
 
-The replay itself, which reads the DLQ and writes the copies, is ``kmq_dagster.kafka.replay``;
+The replay itself, which reads the DLQ and writes the copies, is ``kmq_dagster.operations.replay``;
 these types are what a caller (Python, CLI, Dagster job, console) builds and reads.
 """
 

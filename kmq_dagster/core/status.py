@@ -1,6 +1,6 @@
 """What a queue is doing, as a value: lag, in flight, retries, dead letters, breaker state.
 
-:class:`QueueStatus` is measured by :func:`kmq_dagster.kafka.queue_status.measure_queue` and
+:class:`QueueStatus` is measured by :func:`kmq_dagster.operations.queue_status.measure_queue` and
 read by ``kmq status``, the Dagster sensors and the console; the decisions made from it (is
 there work, which run key, which rates) are pure functions here, so every front end decides
 alike.

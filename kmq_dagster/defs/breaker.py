@@ -54,7 +54,7 @@ from kmq_dagster.defs.alerts import KmqAlertsResource
 from kmq_dagster.defs.queue_spec import QueueSpec
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.errors import KmqError
-from kmq_dagster.kafka.queue_status import measure_queue
+from kmq_dagster.operations.queue_status import measure_queue
 
 
 def _alert(queue: Queue, decision: AlertDecision) -> Alert:

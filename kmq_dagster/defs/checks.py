@@ -30,7 +30,7 @@ from kmq_dagster.core.status import QueueStatus
 from kmq_dagster.defs.observations import check_result
 from kmq_dagster.defs.queue_spec import QueueSpec
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
-from kmq_dagster.kafka.queue_status import measure_queue
+from kmq_dagster.operations.queue_status import measure_queue
 
 _DESCRIPTIONS = {
     DEAD_LETTERS_NOT_GROWING: "WARN when more new dead letters than the threshold arrived "

@@ -23,11 +23,11 @@ from kmq_dagster.core.replay import ReplaySelection, parse_offsets, parse_time, 
 from kmq_dagster.core.wording import counted
 from kmq_dagster.defs.queue_spec import QueueSpec, queue_job
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
-from kmq_dagster.kafka.audited_ingest import run_ingest
 from kmq_dagster.kafka.clients import wall_clock_ms
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.foreign_dlq import open_foreign_dlq
-from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
+from kmq_dagster.operations.audited_ingest import run_ingest
+from kmq_dagster.operations.dlq_ingester import DlqIngester
+from kmq_dagster.operations.replay import ReplayRequest, replay_dead_letters
 
 ACTOR_TAG = "kmq/actor"
 

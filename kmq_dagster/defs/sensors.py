@@ -34,8 +34,8 @@ from kmq_dagster.defs.observations import check_evaluation, status_metadata
 from kmq_dagster.defs.queue_spec import QueueSpec
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.errors import KmqError, ProvisionError
-from kmq_dagster.kafka.dlq_ingester import ingest_dead_letters
-from kmq_dagster.kafka.queue_status import measure_queue
+from kmq_dagster.operations.dlq_ingester import ingest_dead_letters
+from kmq_dagster.operations.queue_status import measure_queue
 
 #: Run statuses that count as "in flight".
 IN_FLIGHT = [

@@ -53,8 +53,8 @@ from kmq_dagster.defs.queue_spec import QueueSpec, queue_job
 from kmq_dagster.defs.resources import KmqResource
 from kmq_dagster.defs.sensors import IN_FLIGHT
 from kmq_dagster.errors import KmqError, ProvisionError
-from kmq_dagster.kafka.queue_status import measure_queue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
+from kmq_dagster.operations.queue_status import measure_queue
 
 #: Run tag holding the time (epoch seconds) of the tracker's last sign of life.
 HEARTBEAT_TAG = "kmq/heartbeat"

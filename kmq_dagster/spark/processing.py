@@ -31,7 +31,7 @@ from pyspark.sql.functions import col
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.breaker import State
 from kmq_dagster.core.status import QueueStatus
-from kmq_dagster.kafka.queue_status import measure_queue
+from kmq_dagster.operations.queue_status import measure_queue
 from kmq_dagster.spark.job import COORDINATES, BatchReport, SparkQueueJob
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from kmq_dagster.console.auth import ADMIN, OPERATOR, VIEWER, Principal, UsersFi
 from kmq_dagster.console.operations import ReplayPlan
 from kmq_dagster.core.naming import redelivery_topic
 from kmq_dagster.errors import ConfigError, PermissionDeniedError
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
+from kmq_dagster.operations.dlq_ingester import DlqIngester
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import new_queue, produce_dead_letters, read_topic
 

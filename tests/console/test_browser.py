@@ -38,8 +38,8 @@ from kmq_dagster.core.naming import dlq_topic, redelivery_topic
 from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
 from kmq_dagster.errors import PermissionDeniedError
 from kmq_dagster.kafka.consumer import KmqMessage
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.queues import open_queue
+from kmq_dagster.operations.dlq_ingester import DlqIngester
 from kmq_dagster.settings import KmqSettings
 from tests.console.screen_checks import assert_whole, grids, tables
 from tests.kafka_helpers import new_queue, running_worker, wait_for

@@ -22,7 +22,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.broker.ports import free_port
 from kmq_dagster.console.auth import ADMIN, OPERATOR, Principal, UsersFile
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
+from kmq_dagster.operations.dlq_ingester import DlqIngester
 from kmq_dagster.schemas import RegistrySettings, registry_client
 from kmq_dagster.settings import KmqSettings
 from tests.console.test_browser import (

@@ -16,8 +16,8 @@ from playwright.sync_api import Browser, expect
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.broker.ports import free_port
 from kmq_dagster.console.auth import ADMIN, OPERATOR, Principal, UsersFile
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.foreign_dlq import open_foreign_dlq
+from kmq_dagster.operations.dlq_ingester import DlqIngester
 from kmq_dagster.settings import KmqSettings
 from tests.console.screen_checks import assert_whole, grids
 from tests.console.test_browser import (

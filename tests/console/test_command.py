@@ -20,9 +20,9 @@ from kmq_dagster.broker.ports import free_port
 from kmq_dagster.console import jobs
 from kmq_dagster.console.auth import OPERATOR, Principal, UsersFile
 from kmq_dagster.core.naming import redelivery_topic
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.provision_plan import partition_counts
 from kmq_dagster.kafka.topic_reader import count_records
+from kmq_dagster.operations.dlq_ingester import DlqIngester
 from kmq_dagster.settings import KmqSettings
 from tests.console.apps import button, open_app, texts
 from tests.console.test_dead_letters_page import apply_filters, select_rows

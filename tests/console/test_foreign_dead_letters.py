@@ -17,8 +17,8 @@ from kmq_dagster.console.dead_letter_grid import original_text
 from kmq_dagster.console.operations import ReplayPlan, preview_replay
 from kmq_dagster.core.replay import TO_ORIGINAL, TO_RETRY
 from kmq_dagster.errors import ConfigError
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.foreign_dlq import open_foreign_dlq
+from kmq_dagster.operations.dlq_ingester import DlqIngester
 from kmq_dagster.settings import KmqSettings
 from tests.console.apps import button, open_app, texts
 from tests.console.test_dead_letters_page import apply_filters, listed, select_rows

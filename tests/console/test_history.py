@@ -20,9 +20,9 @@ from kmq_dagster.audit.history_events import DEAD_LETTERED, DISCARD, REPLAY
 from kmq_dagster.audit.models import DeadLetter
 from kmq_dagster.audit.store import HEAD_REVISION, AuditStore, schema_revision
 from kmq_dagster.kafka.consumer import KmqMessage
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.opened_queue import OpenedQueue
-from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
+from kmq_dagster.operations.dlq_ingester import DlqIngester
+from kmq_dagster.operations.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.settings import KmqSettings
 from tests.console.conftest import stored_row
 from tests.kafka_helpers import (

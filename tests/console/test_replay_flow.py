@@ -20,8 +20,8 @@ from kmq_dagster.console.rendering import key_text
 from kmq_dagster.core.naming import redelivery_topic
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.consumer import KmqMessage
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.queues import open_queue
+from kmq_dagster.operations.dlq_ingester import DlqIngester
 from kmq_dagster.settings import KmqSettings
 from tests.console.apps import button, open_app, texts
 from tests.console.test_dead_letters_page import apply_filters, listed, select_rows

@@ -23,8 +23,8 @@ from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.defs.alerts import KmqAlertsResource
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.kafka.consumer import KmqMessage
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
-from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
+from kmq_dagster.operations.dlq_ingester import DlqIngester
+from kmq_dagster.operations.replay import ReplayRequest, replay_dead_letters
 from tests.dagster.helpers import QueueUnderTest, declare
 from tests.dagster.receivers import HttpReceiver, http_receiver
 from tests.kafka_helpers import WaitBudget, produce, running_worker, wait_for

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.demo.orders import is_flaky, is_poison
-from kmq_dagster.kafka.queue_status import measure_queue
+from kmq_dagster.operations.queue_status import measure_queue
 from kmq_dagster.settings import KmqSettings
 from tests.dagster.helpers import QueueUnderTest, declare, group_for, produce_orders
 from tests.kafka_helpers import new_queue, wait_for

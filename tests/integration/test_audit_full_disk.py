@@ -20,7 +20,7 @@ from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.errors import AuditStoreError
 from kmq_dagster.kafka.opened_queue import OpenedQueue
-from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
+from kmq_dagster.operations.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.settings import KmqSettings
 from tests.integration.test_replay_audit import (
     COUNT,

@@ -10,9 +10,9 @@ from confluent_kafka import Producer
 
 from kmq_dagster.audit.store import AuditStore, DeadLetterFilter
 from kmq_dagster.core.headers import ERROR_TYPE
-from kmq_dagster.kafka.audited_ingest import run_ingest
-from kmq_dagster.kafka.dlq_ingester import DlqIngester, IngestStats
 from kmq_dagster.kafka.opened_queue import OpenedQueue
+from kmq_dagster.operations.audited_ingest import run_ingest
+from kmq_dagster.operations.dlq_ingester import DlqIngester, IngestStats
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import new_queue, produce_dead_letters
 

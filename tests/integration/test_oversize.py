@@ -31,9 +31,9 @@ from kmq_dagster.errors import DeliveryError, ReferenceUnresolvedError
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.opened_queue import OpenedQueue, vouch_for
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
-from kmq_dagster.kafka.replay import replay_dead_letters
 from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.kafka.worker import Worker
+from kmq_dagster.operations.replay import replay_dead_letters
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import new_queue, produce, read_topic, wait_for
 

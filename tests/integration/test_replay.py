@@ -21,10 +21,10 @@ from kmq_dagster.core.replay import REPLAY_COUNT, ReplaySelection
 from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.consumer import KmqMessage
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.opened_queue import OpenedQueue
-from kmq_dagster.kafka.replay import CHUNK, ReplayRequest, replay_dead_letters
 from kmq_dagster.kafka.topic_reader import assigned_reader
+from kmq_dagster.operations.dlq_ingester import DlqIngester
+from kmq_dagster.operations.replay import CHUNK, ReplayRequest, replay_dead_letters
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import (
     new_queue,

@@ -25,9 +25,9 @@ from kmq_dagster.core.headers import normalize_headers
 from kmq_dagster.core.replay import REPLAY_COUNT, ReplaySelection
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import new_consumer
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.opened_queue import OpenedQueue
-from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
+from kmq_dagster.operations.dlq_ingester import DlqIngester
+from kmq_dagster.operations.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import new_queue, produce_dead_letters, read_topic
 from tests.processes import kmq_argv, run_kmq

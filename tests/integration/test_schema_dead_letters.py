@@ -25,7 +25,7 @@ from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.broker.ports import free_port
 from kmq_dagster.console.rendering import export, row_preview, schema_text
 from kmq_dagster.core.masking import DEFAULT_MASKER
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
+from kmq_dagster.operations.dlq_ingester import DlqIngester
 from kmq_dagster.schemas import RegistrySettings, registry_client
 from kmq_dagster.schemas.preview import REGISTRY_UNAVAILABLE, SchemaPreviewer
 from kmq_dagster.settings import KmqSettings

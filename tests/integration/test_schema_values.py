@@ -30,7 +30,7 @@ from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.queues import open_queue
-from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
+from kmq_dagster.operations.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.schemas.registry import RegistrySettings, registry_client
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import produce, read_topic, running_worker, wait_for

@@ -21,8 +21,8 @@ from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.producer import KmqProducer
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
-from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.kafka.worker import Worker
+from kmq_dagster.operations.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import (
     new_queue,

@@ -13,11 +13,11 @@ from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.kafka import provision, provision_plan, queues, registry
 from kmq_dagster.kafka.consumer import KmqConsumer
-from kmq_dagster.kafka.dlq_ingester import DlqIngester
 from kmq_dagster.kafka.opened_queue import OpenedQueue, vouch_for
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.kafka.worker import Worker
+from kmq_dagster.operations.dlq_ingester import DlqIngester
 from kmq_dagster.settings import KmqSettings
 from tests.unit.fakes import FakeClock, FakeProducer
 

@@ -4,8 +4,12 @@ obeys is a protocol in ``core``."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
+
+import kmq_dagster.kafka
 
 LOADED = """
 import sys
@@ -21,3 +25,27 @@ def test_importing_the_worker_loads_no_audit_store_and_no_sqlalchemy() -> None:
         [sys.executable, "-c", LOADED], capture_output=True, text=True, timeout=120, check=True
     )
     assert result.stdout.strip() == "", f"a worker import loaded: {result.stdout.strip()}"
+
+
+def test_no_module_of_the_kafka_package_imports_the_audit_store_or_sqlalchemy() -> None:
+    """``kafka/`` holds the clients and the queue protocol; whatever also needs the store lives
+    in ``operations/``, a floor above both (read from the source, so an import inside a
+    function counts as well)."""
+    kafka = Path(kmq_dagster.kafka.__file__).parent
+    found = [
+        f"{path.name}: {name}"
+        for path in sorted(kafka.glob("*.py"))
+        for name in imported_names(path)
+        if name == "sqlalchemy" or name.startswith(("sqlalchemy.", "kmq_dagster.audit"))
+    ]
+    assert found == []
+
+
+def imported_names(path: Path) -> list[str]:
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+    return names

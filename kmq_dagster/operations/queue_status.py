@@ -44,9 +44,9 @@ from kmq_dagster.core.retry_headers import read_due_ms
 from kmq_dagster.core.status import PartitionLag, QueueStatus, RetryHead
 from kmq_dagster.errors import KafkaUnavailableError, KmqTimeoutError, MarkerDecodeError
 from kmq_dagster.kafka.clients import ClientErrors, admin_client, new_consumer, wall_clock_ms
-from kmq_dagster.kafka.dlq_ingester import ingester_group
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.redelivery_tracker import tracker_group
+from kmq_dagster.operations.dlq_ingester import ingester_group
 from kmq_dagster.settings import KmqSettings
 
 __all__ = ["QueueStatus", "measure_queue"]

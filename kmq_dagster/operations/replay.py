@@ -13,7 +13,8 @@ and intent may have been replayed already, so they are replayed again and report
 duplicates (at most one chunk per partition). Running the same replay after it finished moves
 only dead letters that arrived since.
 
-This module selects the dead letters and keeps that progress; ``kmq_dagster.kafka.replay_copies``
+This module selects the dead letters and keeps that progress;
+``kmq_dagster.operations.replay_copies``
 writes the copies. ``ReplayRequest``, ``ReplayReport`` and ``target_topic`` are defined in
 ``kmq_dagster.core.replay_request`` and importable from here too.
 """
@@ -61,8 +62,8 @@ from kmq_dagster.errors import AuditStoreError, ConfigError
 from kmq_dagster.kafka.clients import new_consumer, positions_after, wall_clock_ms
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.reference_resolver import ReferenceResolver
-from kmq_dagster.kafka.replay_copies import ReplayCopier
 from kmq_dagster.kafka.topic_reader import read_to_end
+from kmq_dagster.operations.replay_copies import ReplayCopier
 from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)

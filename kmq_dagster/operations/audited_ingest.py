@@ -15,7 +15,7 @@ from kmq_dagster.audit.actions import STOPPED, SUCCEEDED, start_action
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.core.replay_request import stop_reason
 from kmq_dagster.errors import AuditStoreError
-from kmq_dagster.kafka.dlq_ingester import DlqIngester, IngestStats
+from kmq_dagster.operations.dlq_ingester import DlqIngester, IngestStats
 
 
 def run_ingest(

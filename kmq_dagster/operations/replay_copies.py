@@ -1,6 +1,6 @@
 """The copies a DLQ replay writes: to its target topic, at its rate, waited for as one chunk.
 
-The write half of a replay; ``kmq_dagster.kafka.replay`` selects the dead letters and keeps the
+The write half of a replay; ``kmq_dagster.operations.replay`` selects the dead letters and keeps the
 replay's progress. A copy carries the replay's headers (its replay count raised, the attempt
 and error headers of its last failure dropped) and goes to the partition that keeps its key's
 order. No copy of a chunk counts as replayed until the broker has acknowledged them all.
