@@ -53,9 +53,9 @@ _LAZY = {
     "KmqProducer": "kmq_dagster.kafka.producer",
     "RedeliveryTracker": "kmq_dagster.kafka.redelivery_tracker",
     "RetryRouter": "kmq_dagster.kafka.retry_router",
-    "Worker": "kmq_dagster.kafka.worker",
-    "WorkerStats": "kmq_dagster.kafka.worker",
-    "HandlerExit": "kmq_dagster.kafka.worker",
+    "Worker": "kmq_dagster.worker.worker",
+    "WorkerStats": "kmq_dagster.worker.worker",
+    "HandlerExit": "kmq_dagster.worker.worker",
     "DelayForwarder": "kmq_dagster.kafka.delay_forwarder",
     "DlqIngester": "kmq_dagster.operations.dlq_ingester",
     "ReplayRequest": "kmq_dagster.core.replay_request",
@@ -167,7 +167,6 @@ if TYPE_CHECKING:
     from kmq_dagster.kafka.queues import open_queue
     from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
     from kmq_dagster.kafka.retry_router import RetryRouter
-    from kmq_dagster.kafka.worker import HandlerExit, Worker, WorkerStats
     from kmq_dagster.operations.dlq_ingester import DlqIngester
     from kmq_dagster.operations.replay import ReplayReport, ReplayRequest, replay_dead_letters
     from kmq_dagster.schemas.codec import ValueCodec
@@ -176,3 +175,4 @@ if TYPE_CHECKING:
     from kmq_dagster.settings import KmqSettings
     from kmq_dagster.spark.job import SparkQueueJob
     from kmq_dagster.spark.tasks import SparkMessage
+    from kmq_dagster.worker.worker import HandlerExit, Worker, WorkerStats

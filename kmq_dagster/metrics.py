@@ -50,8 +50,8 @@ from kmq_dagster.errors import ConfigError
 if TYPE_CHECKING:
     from kmq_dagster.kafka.delay_forwarder import DelayForwarder
     from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
-    from kmq_dagster.kafka.worker import Worker
     from kmq_dagster.spark.processing import ProcessingReport
+    from kmq_dagster.worker.worker import Worker
 
 #: Every state a breaker can be in, for ``kmq_breaker_state``.
 BREAKER_STATES = ("closed", "open", "half_open")
@@ -202,7 +202,7 @@ def serve_metrics(port: int, collector: Collector) -> MetricsServer:
 
 
 def worker_snapshot(worker: Worker) -> Snapshot:
-    """A :class:`~kmq_dagster.kafka.worker.Worker`'s figures."""
+    """A :class:`~kmq_dagster.worker.worker.Worker`'s figures."""
     consumer, router, stats = worker.consumer.stats, worker.router.stats, worker.stats
     errors = dict(consumer.client_errors.by_name)
     return Snapshot(

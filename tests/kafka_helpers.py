@@ -21,8 +21,8 @@ from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.provision_plan import partition_counts
 from kmq_dagster.kafka.topic_reader import assigned_reader, records_and_ends
-from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.worker.worker import Worker
 from tests.mock_cluster import MOCK_PARTITIONS, mock_selected
 
 

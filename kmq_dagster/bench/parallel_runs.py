@@ -25,11 +25,11 @@ from kmq_dagster.core.queue import Queue
 from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.delivery import produce
-from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.provision import provision_queue
-from kmq_dagster.kafka.worker import Worker, WorkerStats
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.worker.handler_call import HandlerCall
+from kmq_dagster.worker.worker import Worker, WorkerStats
 
 #: A handler as the bench builds them (kept here: the worker's alias is not part of its API).
 Handler = Callable[[KmqMessage], object]

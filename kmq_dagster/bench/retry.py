@@ -35,8 +35,8 @@ from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.delay_forwarder import DelayForwarder
 from kmq_dagster.kafka.producer import KmqProducer
 from kmq_dagster.kafka.provision import provision_queue
-from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.worker.worker import Worker
 
 GROUP = "bench"
 PARTITIONS = 2

@@ -43,11 +43,11 @@ from kmq_dagster.errors import KmqError, KmqTimeoutError
 from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.queues import open_queue
-from kmq_dagster.kafka.worker import Worker, WorkerStats
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.job import SparkQueueJob
 from kmq_dagster.spark.session import local_session
 from kmq_dagster.spark.tasks import SparkMessage
+from kmq_dagster.worker.worker import Worker, WorkerStats
 
 PARTITIONS = 2
 RETRY_DELAYS_MS = (10_000,)

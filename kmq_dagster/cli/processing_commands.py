@@ -75,11 +75,11 @@ def spark_command(
     is open: the command waits for it."""
     from kmq_dagster.audit.store import AuditStore
     from kmq_dagster.kafka.queues import open_queue
-    from kmq_dagster.kafka.worker import load_handler
     from kmq_dagster.metrics import spark_snapshot
     from kmq_dagster.spark.job import SparkQueueJob
     from kmq_dagster.spark.processing import OnOpenBreaker, ProcessingReport, run_processing
     from kmq_dagster.spark.session import local_session
+    from kmq_dagster.worker.worker import load_handler
 
     settings = settings_of(ctx)
     function: Callable[..., object] = load_handler(function_spec)

@@ -238,7 +238,7 @@ def worker(
 ) -> int:
     """Consume TOPIC in GROUP: returning acknowledges a message, raising retries it later."""
     from kmq_dagster.kafka.queues import open_queue
-    from kmq_dagster.kafka.worker import HandlerExit, Worker, WorkerStats, load_handler
+    from kmq_dagster.worker.worker import HandlerExit, Worker, WorkerStats, load_handler
 
     settings = settings_of(ctx)
     function = load_handler(handler)

@@ -31,10 +31,10 @@ from typing import NamedTuple, Protocol
 
 from kmq_dagster.core.ordering import LaneScheduler, Ordering
 from kmq_dagster.errors import ConfigError, HandlerResultError
-from kmq_dagster.kafka.handler_call import HandlerCall
-from kmq_dagster.kafka.handler_runner import is_async_handler
 from kmq_dagster.spark.message import SparkMessage
 from kmq_dagster.spark.process import FAILED, Function, MetadataCheck, Outcome, call_function
+from kmq_dagster.worker.handler_call import HandlerCall
+from kmq_dagster.worker.handler_runner import is_async_handler
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from kmq_dagster.core.queue import Queue
 from kmq_dagster.defs.alerts import KmqAlertsResource
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.kafka.consumer import KmqMessage
-from kmq_dagster.kafka.worker import Worker
+from kmq_dagster.worker.worker import Worker
 from tests.dagster.helpers import QueueUnderTest, declare, produce_orders
 from tests.dagster.receivers import http_receiver
 from tests.kafka_helpers import wait_for

@@ -19,8 +19,8 @@ from kmq_dagster.core.naming import retry_topic
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
-from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.worker.worker import Worker
 from tests.kafka_helpers import new_queue, produce, read_topic, running_service, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

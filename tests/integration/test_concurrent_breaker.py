@@ -18,8 +18,8 @@ from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
-from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.worker.worker import Worker
 from tests.integration.test_shared_breaker import fail
 from tests.kafka_helpers import (
     WaitBudget,

@@ -24,8 +24,8 @@ from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.provision import provision_queue, provision_topic
 from kmq_dagster.kafka.queues import open_queue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
-from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.worker.worker import Worker
 from tests.kafka_helpers import LONGEST_WAIT_S, poll_until, produce, running_service, wait_for
 from tests.processes import run_kmq
 

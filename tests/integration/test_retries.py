@@ -21,8 +21,8 @@ from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS
 from kmq_dagster.kafka.consumer import KmqMessage, wall_clock_ms
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
-from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.worker.worker import Worker
 from tests.kafka_helpers import (
     new_queue,
     produce,

@@ -21,9 +21,9 @@ from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.producer import KmqProducer
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
-from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.operations.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.worker.worker import Worker
 from tests.kafka_helpers import (
     new_queue,
     poll_until,
@@ -224,7 +224,7 @@ def _provider_of(exporter: InMemorySpanExporter) -> TracerProvider:
 
 OFF_SCRIPT = """
 import sys
-from kmq_dagster.kafka.handler_call import HandlerCall
+from kmq_dagster.worker.handler_call import HandlerCall
 from kmq_dagster.kafka.producer import KmqProducer
 from kmq_dagster.settings import KmqSettings
 
@@ -299,7 +299,7 @@ def test_kmq_send_writes_the_trace_context_of_the_application_span(
 
 def test_tracing_never_stops_on_a_malformed_traceparent(exporter: InMemorySpanExporter) -> None:
     # given a record whose traceparent header is garbage
-    from kmq_dagster.kafka.handler_call import HandlerCall
+    from kmq_dagster.worker.handler_call import HandlerCall
 
     message = type(
         "M", (), {"topic": "t", "partition": 0, "offset": 7, "headers": [("traceparent", b"\xff")]}

@@ -102,7 +102,7 @@ class FakeProducer:
 
 
 class FakeConsumer:
-    """A :class:`~kmq_dagster.kafka.worker.LoopConsumer` over a list of messages: hands out
+    """A :class:`~kmq_dagster.worker.worker.LoopConsumer` over a list of messages: hands out
     batches, records acks, nacks, visibility extensions and whether fetching is held (mypy
     checks it against that protocol where the tests pass it to the loop)."""
 

@@ -18,12 +18,12 @@ from kmq_dagster.core.breaker import State
 from kmq_dagster.core.headers import DLQ_REASON, ERROR_MESSAGE, ERROR_TYPE
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.core.retry_headers import FIRST_FAILURE_MS
-from kmq_dagster.kafka.concurrent_loop import ConcurrentLoop
-from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.opened_queue import vouch_for
 from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.worker.concurrent_loop import ConcurrentLoop
+from kmq_dagster.worker.handler_call import HandlerCall
 from tests.unit.fakes import FakeClock, FakeConsumer, FakeProducer, message
 from tests.unit.test_worker_loop import (
     QUEUE,

@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from kmq_dagster.kafka.handler_call import HandlerCall
-from kmq_dagster.kafka.handler_runner import HandlerRunner
+from kmq_dagster.worker.handler_call import HandlerCall
+from kmq_dagster.worker.handler_runner import HandlerRunner
 from tests.kafka_helpers import wait_for
 from tests.unit.fakes import message
 

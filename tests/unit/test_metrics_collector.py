@@ -12,8 +12,8 @@ from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.core.wait_histogram import WaitHistogram
 from kmq_dagster.kafka.clients import ClientErrors
 from kmq_dagster.kafka.retry_router import RouterStats
-from kmq_dagster.kafka.worker_loop import WorkerStats
 from kmq_dagster.metrics import ServiceMetrics, Snapshot, worker_snapshot
+from kmq_dagster.worker.worker_loop import WorkerStats
 
 
 def exposition(snapshot: Snapshot) -> str:

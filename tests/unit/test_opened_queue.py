@@ -16,9 +16,9 @@ from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.opened_queue import OpenedQueue, vouch_for
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.kafka.retry_router import RetryRouter
-from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.operations.dlq_ingester import DlqIngester
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.worker.worker import Worker
 from tests.unit.fakes import FakeClock, FakeProducer
 
 #: Nothing listens there: a client that tried to talk to it would only time out.

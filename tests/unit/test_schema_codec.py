@@ -101,7 +101,7 @@ def test_numeric_registry_settings_from_the_environment_are_numbers() -> None:
 
 def test_importing_the_worker_and_spark_tasks_never_loads_the_schema_registry_client() -> None:
     code = (
-        "import sys, kmq_dagster, kmq_dagster.kafka.worker, kmq_dagster.spark.tasks\n"
+        "import sys, kmq_dagster, kmq_dagster.worker.worker, kmq_dagster.spark.tasks\n"
         "from kmq_dagster.schemas.codec import ValueCodec\n"
         "from kmq_dagster.schemas.registry import RegistrySettings\n"
         "ValueCodec('json', RegistrySettings(), topic='t').decode(b'{}')\n"

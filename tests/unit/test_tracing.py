@@ -8,8 +8,8 @@ from typing import Any
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from kmq_dagster import tracing
-from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.tracing import copied_headers, sent_headers, tracing_active, use_tracer_provider
+from kmq_dagster.worker.handler_call import HandlerCall
 
 
 def test_tracing_is_off_until_a_tracer_provider_is_configured() -> None:

@@ -8,8 +8,12 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 import kmq_dagster.kafka
+import kmq_dagster.worker
 
 LOADED = """
 import sys
@@ -27,14 +31,18 @@ def test_importing_the_worker_loads_no_audit_store_and_no_sqlalchemy() -> None:
     assert result.stdout.strip() == "", f"a worker import loaded: {result.stdout.strip()}"
 
 
-def test_no_module_of_the_kafka_package_imports_the_audit_store_or_sqlalchemy() -> None:
-    """``kafka/`` holds the clients and the queue protocol; whatever also needs the store lives
-    in ``operations/``, a floor above both (read from the source, so an import inside a
-    function counts as well)."""
-    kafka = Path(kmq_dagster.kafka.__file__).parent
+@pytest.mark.parametrize(
+    "package", [kmq_dagster.kafka, kmq_dagster.worker], ids=["kafka", "worker"]
+)
+def test_no_module_of_the_kafka_and_worker_packages_imports_the_audit_store_or_sqlalchemy(
+    package: ModuleType,
+) -> None:
+    """``kafka/`` holds the clients and the queue protocol, ``worker/`` the loops over them;
+    whatever also needs the store lives in ``operations/``, a floor above both (read from the
+    source, so an import inside a function counts as well)."""
     found = [
         f"{path.name}: {name}"
-        for path in sorted(kafka.glob("*.py"))
+        for path in sorted(Path(package.__file__ or "").parent.glob("*.py"))
         for name in imported_names(path)
         if name == "sqlalchemy" or name.startswith(("sqlalchemy.", "kmq_dagster.audit"))
     ]

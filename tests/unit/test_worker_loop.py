@@ -20,8 +20,8 @@ from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.opened_queue import vouch_for
 from kmq_dagster.kafka.retry_router import RetryRouter
-from kmq_dagster.kafka.worker import WorkerLoop
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.worker.worker import WorkerLoop
 from tests.unit.fakes import FakeClock, FakeConsumer, FakeProducer, message
 
 QUEUE = Queue("orders", "billing", partitions=1, retry_policy=RetryPolicy.fixed([5_000]))

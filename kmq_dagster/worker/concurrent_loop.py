@@ -2,7 +2,7 @@
 
 One thread, the loop, polls the consumer, buffers what it fetched in a
 :class:`~kmq_dagster.core.ordering.LaneScheduler`, starts what the ordering lets start on a
-:class:`~kmq_dagster.kafka.handler_runner.HandlerRunner`, and handles the calls' ends; only it
+:class:`~kmq_dagster.worker.handler_runner.HandlerRunner`, and handles the calls' ends; only it
 touches the scheduler, the router and the breaker.
 
 * Returned: acknowledged. Raised, ``unordered`` or ``partition``: copied to its retry topic (or
@@ -11,7 +11,7 @@ touches the scheduler, the router and the breaker.
   its key's lane, so the key's later messages wait for it; once the policy gives up it goes to
   the DLQ with its reason. Fatal errors and corrupt retry headers go to the DLQ in every order.
 * Bounded memory: fetching pauses while ``max_buffered`` messages wait to start (one fetch
-  already under way may still come in on top: :class:`~kmq_dagster.kafka.worker.Worker` caps
+  already under way may still come in on top: :class:`~kmq_dagster.worker.worker.Worker` caps
   its size at ``max_buffered``).
 * Visibility: every third of the visibility timeout every message held (waiting, waiting for
   its retry in place, or running) is extended, so none expires while the worker lives. After
@@ -38,11 +38,11 @@ from kmq_dagster.core.ordering import LaneScheduler, Ordering
 from kmq_dagster.core.retry import DeadLetter
 from kmq_dagster.core.retry_headers import Failure, read_attempt, read_first_failure_ms
 from kmq_dagster.core.wait_histogram import WaitHistogram
-from kmq_dagster.kafka.handler_call import HandlerCall
-from kmq_dagster.kafka.handler_runner import CallEnd, HandlerRunner
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.retry_router import GiveUp, RetryRouter, failure_of, logged_error_text
-from kmq_dagster.kafka.worker_loop import LoopConsumer, WorkerStats
+from kmq_dagster.worker.handler_call import HandlerCall
+from kmq_dagster.worker.handler_runner import CallEnd, HandlerRunner
+from kmq_dagster.worker.worker_loop import LoopConsumer, WorkerStats
 
 log = logging.getLogger(__name__)
 

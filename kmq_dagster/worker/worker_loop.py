@@ -1,7 +1,7 @@
 """The serial worker loop (one handler call at a time, in fetch order) and what every worker
 loop shares: the consumer it needs (:class:`LoopConsumer`) and the counts it keeps
-(:class:`WorkerStats`). :class:`~kmq_dagster.kafka.worker.Worker` picks this loop at
-concurrency 1 and :class:`~kmq_dagster.kafka.concurrent_loop.ConcurrentLoop` above.
+(:class:`WorkerStats`). :class:`~kmq_dagster.worker.worker.Worker` picks this loop at
+concurrency 1 and :class:`~kmq_dagster.worker.concurrent_loop.ConcurrentLoop` above.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Protocol
 from kmq_dagster.core.breaker import GroupBreaker, State
 from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.core.wait_histogram import WaitHistogram
-from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.retry_router import RetryRouter, failure_of, logged_error_text
+from kmq_dagster.worker.handler_call import HandlerCall
 
 log = logging.getLogger(__name__)
 

@@ -17,12 +17,12 @@ from kmq_dagster.core.breaker import GroupBreaker
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import wall_clock_ms
-from kmq_dagster.kafka.concurrent_loop import ConcurrentLoop, default_max_buffered
 from kmq_dagster.kafka.consumer import KmqConsumer
-from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.retry_router import RetryRouter
-from kmq_dagster.kafka.worker_loop import Handler, LoopConsumer, WorkerLoop, WorkerStats
+from kmq_dagster.worker.concurrent_loop import ConcurrentLoop, default_max_buffered
+from kmq_dagster.worker.handler_call import HandlerCall
+from kmq_dagster.worker.worker_loop import Handler, LoopConsumer, WorkerLoop, WorkerStats
 
 __all__ = ["HandlerExit", "LoopConsumer", "Worker", "WorkerLoop", "WorkerStats", "load_handler"]
 
@@ -103,7 +103,7 @@ class Worker:
         batch_size: messages per fetch; default ``settings.batch_size``.
         concurrency: handler calls at once. 1 (the default) calls one at a time, in fetch
             order. Above 1, a sync handler runs on that many threads and an ``async def``
-            handler as that many tasks on one event loop (:mod:`kmq_dagster.kafka.concurrent_loop`
+            handler as that many tasks on one event loop (:mod:`kmq_dagster.worker.concurrent_loop`
             says what each ordering keeps, through failures and crashes).
         ordering: with ``concurrency`` above 1: ``partition`` (one call per partition at a
             time), ``key`` (never two calls of one key at once, offset order; failures retried

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kmq_dagster.kafka.handler_call import HandlerCall
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.tracing import processing, tracing_active
+from kmq_dagster.worker.handler_call import HandlerCall
 
 #: How long calls cancelled when the runner closes get to end, in seconds.
 CANCEL_WAIT_S = 1.0
