@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 TRACER_NAME = "kmq_dagster"
 #: Failed calls whose span a copy may still name as its parent, per process (oldest dropped).
 MAX_FAILED_CALLS = 10_000
+#: A ``process`` span's attribute: ms from the message's fetch (or, in Spark, its chunk's
+#: start) to its call's start: the wait for its ordering lane and a free call slot.
+ORDERING_WAIT_MS = "kmq.ordering.wait_ms"
 
 HeaderList = list[tuple[str, bytes | None]]
 #: A record's coordinates: (topic, partition, offset).

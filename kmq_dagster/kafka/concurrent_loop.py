@@ -43,6 +43,7 @@ from kmq_dagster.kafka.handler_runner import CallEnd, HandlerRunner
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.retry_router import GiveUp, RetryRouter, failure_of, logged_error_text
 from kmq_dagster.kafka.worker_loop import LoopConsumer, WorkerStats
+from kmq_dagster.tracing import ORDERING_WAIT_MS, tracing_active
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +181,7 @@ class ConcurrentLoop:
             self._submit(taken)
 
     def _submit(self, taken: list[KmqMessage]) -> None:
+        traced = tracing_active()
         for message in taken:
             problem = self.router.metadata_problem(message)
             if problem is not None:
@@ -187,11 +189,16 @@ class ConcurrentLoop:
                 continue
             if self.breaker is not None:
                 self.breaker.started()
+            attributes = None
             fetched_at_ms = self._fetched_at_ms.pop(message, None)
-            if fetched_at_ms is not None and self.stats.waits is not None:  # first start only
-                self.stats.waits.observe(max(0, self.clock_ms() - fetched_at_ms) / 1000)
+            if fetched_at_ms is not None:  # first start only: a retry in place waits its delay
+                wait_ms = max(0, self.clock_ms() - fetched_at_ms)
+                if self.stats.waits is not None:
+                    self.stats.waits.observe(wait_ms / 1000)
+                if traced:
+                    attributes = {ORDERING_WAIT_MS: wait_ms}
             self._running.add(message)
-            self.runner.submit(message)
+            self.runner.submit(message, attributes)
 
     def _wait_for_ends(self, timeout_s: float) -> list[CallEnd]:
         if not self.scheduler.in_flight:

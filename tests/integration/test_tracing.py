@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.kafka.worker import Worker
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.tracing import ORDERING_WAIT_MS
 from tests.kafka_helpers import (
     new_queue,
     poll_until,
@@ -37,6 +39,8 @@ pytestmark = pytest.mark.kafka
 
 GROUP = "g"
 DELAY_MS = 1_000
+#: How long a handler's work takes, where the test needs calls to overlap.
+WORK_S = 0.1
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -211,6 +215,44 @@ def test_the_handler_runs_inside_its_process_span_at_every_concurrency(
     (second,) = finished(exporter, f"process {retry_topic}")
     assert current == [span_id(first), span_id(second)]
     assert parent_id(retry) == span_id(first) and parent_id(second) == span_id(retry)
+
+
+def test_a_message_waiting_for_its_key_shows_the_wait_on_its_process_span(
+    settings: KmqSettings, topic_name: str, exporter: InMemorySpanExporter
+) -> None:
+    # given three messages of key a and one of key b on one partition, and a handler whose
+    # work takes 100 ms
+    queue = new_queue(settings, topic_name, GROUP)
+    producer = KmqProducer(settings)
+    for key in (b"a", b"a", b"a", b"b"):
+        producer.send(queue.topic, key, key=key)
+    assert producer.flush() == 0
+
+    def handler(message: KmqMessage) -> None:
+        time.sleep(WORK_S)  # the handler's work, not a wait for a condition
+
+    # when a worker runs two calls at once in key order
+    worker = Worker(queue, handler, concurrency=2, ordering=Ordering.KEY)
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread.start()
+    try:
+        assert wait_for(lambda: len(finished(exporter, f"process {queue.topic}")) == 4, 30)
+    finally:
+        stop.set()
+        thread.join(60)
+
+    # then each later message of key a waited for the one before it, and b for nobody
+    waits = {
+        dict(span.attributes or {})["messaging.kafka.offset"]: dict(span.attributes or {})[
+            ORDERING_WAIT_MS
+        ]
+        for span in finished(exporter, f"process {queue.topic}")
+    }
+    work_ms = WORK_S * 1000
+    assert waits[1] >= work_ms / 2, waits
+    assert waits[2] >= waits[1] + work_ms / 2, waits
+    assert waits[3] < waits[1], waits  # b ran beside a's first call
 
 
 def _provider_of(exporter: InMemorySpanExporter) -> TracerProvider:
