@@ -17,9 +17,12 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from kmq_dagster.core.delay import DELAY_LEVELS_MS
 from kmq_dagster.core.headers import header_value, normalize_headers
+from kmq_dagster.core.naming import delay_topic
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
+from kmq_dagster.kafka.delay_forwarder import DelayForwarder
 from kmq_dagster.kafka.producer import KmqProducer
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.kafka.replay import ReplayRequest, replay_dead_letters
@@ -253,6 +256,35 @@ def test_a_message_waiting_for_its_key_shows_the_wait_on_its_process_span(
     assert waits[1] >= work_ms / 2, waits
     assert waits[2] >= waits[1] + work_ms / 2, waits
     assert waits[3] < waits[1], waits  # b ran beside a's first call
+
+
+def test_a_delayed_message_stays_in_its_trace_through_every_hop_of_the_delay_ladder(
+    settings: KmqSettings, topic_name: str, exporter: InMemorySpanExporter
+) -> None:
+    # given a queue with delay topics, its forwarder and a worker
+    queue = new_queue(settings, topic_name, GROUP, delay_queue=True)
+    level_topic = delay_topic(queue.topic, DELAY_LEVELS_MS[0])
+    seen: list[KmqMessage] = []
+    with running_service(DelayForwarder(settings, queue.topic)) as forwarder:
+        assert wait_for(forwarder.assignment_ready, timeout_s=60)
+        # when a message is sent 2.5 s ahead: to the 1 s level, again to it, then delivered
+        producer = KmqProducer(settings)
+        producer.send(queue.topic, b"later", delay=2.5)
+        assert producer.flush() == 0
+        with running_worker(queue, seen.append):
+            assert wait_for(lambda: finished(exporter, f"process {queue.topic}"), 30)
+
+    # then the send, each hop, the delivery and the processing are one trace, hop after hop
+    spans = sorted(exporter.get_finished_spans(), key=lambda span: span.start_time or 0)
+    assert [span.name for span in spans] == [
+        f"send {queue.topic}",
+        f"delay {level_topic}",
+        f"deliver {queue.topic}",
+        f"process {queue.topic}",
+    ]
+    assert len({span.context.trace_id for span in spans if span.context}) == 1
+    assert [parent_id(span) for span in spans[1:]] == [span_id(span) for span in spans[:-1]]
+    assert [m.value for m in seen] == [b"later"]
 
 
 def _provider_of(exporter: InMemorySpanExporter) -> TracerProvider:
