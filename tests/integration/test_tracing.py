@@ -246,12 +246,12 @@ def test_a_message_waiting_for_its_key_shows_the_wait_on_its_process_span(
         thread.join(60)
 
     # then each later message of key a waited for the one before it, and b for nobody
-    waits = {
-        dict(span.attributes or {})["messaging.kafka.offset"]: dict(span.attributes or {})[
-            ORDERING_WAIT_MS
-        ]
-        for span in finished(exporter, f"process {queue.topic}")
-    }
+    waits: dict[int, int] = {}
+    for span in finished(exporter, f"process {queue.topic}"):
+        attributes = dict(span.attributes or {})
+        offset, wait_ms = attributes["messaging.kafka.offset"], attributes[ORDERING_WAIT_MS]
+        assert isinstance(offset, int) and isinstance(wait_ms, int)
+        waits[offset] = wait_ms
     work_ms = WORK_S * 1000
     assert waits[1] >= work_ms / 2, waits
     assert waits[2] >= waits[1] + work_ms / 2, waits
