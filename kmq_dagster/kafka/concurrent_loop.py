@@ -19,6 +19,8 @@ touches the scheduler, the router and the breaker.
   worker's life only: redelivered copies and retry-topic copies come from other topics and are
   not ordered against their originals, so ``key`` order through a crash or a rebalance is not
   kept.
+* Tracing: each call's ``process`` span carries ``kmq.ordering.wait_ms``, the ms from its
+  message's fetch to its first call (a retry in place waits its delay: not counted).
 * Stop: fetching and starting stop; calls running get up to ``drain_timeout_s`` to end (ended
   ones are acknowledged or routed); the rest are left unacknowledged, for redelivery.
 """
