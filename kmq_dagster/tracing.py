@@ -11,11 +11,15 @@ When on, the trace context travels in W3C ``traceparent`` / ``tracestate`` heade
 OpenTelemetry's configured propagator) and each hop is a span in the message's trace:
 
 * ``send <topic>`` (producer): :class:`~kmq_dagster.kafka.producer.KmqProducer` and ``kmq send``;
-* ``process <topic>`` (consumer): one handler call, a child of the context the record carries;
+* ``process <topic>`` (consumer): one handler call (worker, or Spark function), a child of the
+  context the record carries; a concurrent one says how long its message waited to start
+  (:data:`ORDERING_WAIT_MS`);
 * ``retry <topic>``, ``dead-letter <topic>`` (producer): a copy the retry router writes, a child
   of the failed call's span;
 * ``redeliver <topic>``, ``replay <topic>`` (producer): a copy the tracker or a replay writes, a
-  child of the context the copied record carries.
+  child of the context the copied record carries;
+* ``delay <level topic>``, ``deliver <topic>`` (producer): a delayed message's move down the
+  delay ladder and its delivery when due, by the delay forwarder.
 
 Every span but ``send`` links to the context its record carried (the span of the hop it came
 from), and every copy carries its own span's context on, so one trace reads
@@ -45,6 +49,9 @@ log = logging.getLogger(__name__)
 TRACER_NAME = "kmq_dagster"
 #: Failed calls whose span a copy may still name as its parent, per process (oldest dropped).
 MAX_FAILED_CALLS = 10_000
+#: A ``process`` span's attribute: ms from the message's fetch (or, in Spark, its chunk's
+#: start) to its call's start: the wait for its ordering lane and a free call slot.
+ORDERING_WAIT_MS = "kmq.ordering.wait_ms"
 
 HeaderList = list[tuple[str, bytes | None]]
 #: A record's coordinates: (topic, partition, offset).
@@ -189,7 +196,8 @@ def copied_headers(
     (:func:`processing`), else the context ``source_headers`` carry; it links to the latter.
 
     Args:
-        operation: ``retry``, ``dead-letter``, ``redeliver`` or ``replay``.
+        operation: ``retry``, ``dead-letter``, ``redeliver``, ``replay``, ``delay`` or
+            ``deliver``.
         attributes: ``kmq.*`` or ``error.type`` attributes to add.
     """
     tracer = _tracer()

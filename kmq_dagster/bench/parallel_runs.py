@@ -86,7 +86,7 @@ class DirectCall(HandlerCall):
     """The handler called as the worker called it before issue 25: its result is not looked
     at (no await of a coroutine, no generator check). Only for the no-regression comparison."""
 
-    def __call__(self, message: object) -> object:
+    def __call__(self, message: object, attributes: object = None) -> object:
         return self.handler(message)
 
 

@@ -4,6 +4,10 @@ Run one or more per queue topic (``kmq delayer --topic T``); they share the leve
 partitions in the consumer group ``<T>.kmq-delayer``. A fetched message's offset is committed
 only after the broker acknowledged where it went (the next level, the queue topic, or the
 delay DLQ), so a forwarder killed at any point loses nothing; it may deliver a message twice.
+
+With tracing on (``kmq_dagster.tracing``), each copy is a span of the message's trace (``delay
+<level topic>`` for a hop, ``deliver <topic>`` when due, ``dead-letter <delay DLQ>``), a child
+of the previous hop's, and carries its context on.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from kmq_dagster.kafka.group_offsets import apply_ready_offsets
 from kmq_dagster.kafka.message import record_offset, record_source
 from kmq_dagster.kafka.provision import require_topics
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.tracing import copied_headers, tracing_active
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +197,9 @@ class DelayForwarder:
             self.stats.corrupt += 1
             log.warning("delayed message %s is corrupt: %s", _describe(record), exc)
             reason = f"{CORRUPT_DELAY_METADATA}: {exc}"
-            self._produce(self.dlq_topic, record, {DLQ_REASON: reason}, batch_id)
+            self._produce(
+                self.dlq_topic, record, {DLQ_REASON: reason}, batch_id, operation="dead-letter"
+            )
             return
         step = next_step(times.due_ms, now_ms)
         if isinstance(step, Hold):
@@ -200,14 +207,15 @@ class DelayForwarder:
         elif isinstance(step, Hop):
             self.stats.hopped += 1
             target = delay_topic(self.topic, step.level_ms)
-            self._produce(target, record, delay_headers(step, times.due_ms), batch_id)
+            updates = delay_headers(step, times.due_ms)
+            self._produce(target, record, updates, batch_id, operation="delay")
         else:
             assert isinstance(step, Deliver)
             self._deliver(record, batch_id)
 
     def _deliver(self, record: Message, batch_id: int) -> None:
         self.stats.delivered += 1
-        self._produce(self.topic, record, {}, batch_id, drop=(HOP_DUE_MS,))
+        self._produce(self.topic, record, {}, batch_id, operation="deliver", drop=(HOP_DUE_MS,))
 
     def _deliver_held(self, now_ms: int) -> None:
         while self._held and self._held[0].due_ms <= now_ms:
@@ -220,13 +228,20 @@ class DelayForwarder:
         record: Message,
         updates: Mapping[str, str],
         batch_id: int,
+        *,
+        operation: str,
         drop: tuple[str, ...] = (),
     ) -> None:
+        """Copy ``record`` to ``target`` with ``updates``; ``operation`` names its span."""
+        original = normalize_headers(record.headers())
         headers = [
-            (key, value)
-            for key, value in replace_headers(normalize_headers(record.headers()), updates)
-            if key not in drop
+            (key, value) for key, value in replace_headers(original, updates) if key not in drop
         ]
+        if tracing_active():
+            source = (record.topic() or "", record.partition() or 0, record.offset() or 0)
+            headers = copied_headers(
+                operation, target, headers, source=source, source_headers=original
+            )
 
         def on_delivery(error: KafkaError | None, _written: Message) -> None:
             if error is not None:

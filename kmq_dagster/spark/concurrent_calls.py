@@ -22,17 +22,20 @@ later messages of the chunk start after it ended, and may run before its retried
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import NamedTuple, Protocol
 
 from kmq_dagster.core.ordering import LaneScheduler, Ordering
 from kmq_dagster.errors import ConfigError, HandlerResultError
 from kmq_dagster.spark.message import SparkMessage
 from kmq_dagster.spark.process import FAILED, Function, MetadataCheck, Outcome, call_function
+from kmq_dagster.tracing import ORDERING_WAIT_MS, processing, tracing_active
 from kmq_dagster.worker.handler_call import HandlerCall
 from kmq_dagster.worker.handler_runner import is_async_handler
 
@@ -91,23 +94,27 @@ def check_concurrency(
     return order
 
 
-def chunk_caller(function: Function, concurrency: int, ordering: Ordering) -> ChunkCaller:
+def chunk_caller(
+    function: Function, concurrency: int, ordering: Ordering, group: str | None = None
+) -> ChunkCaller:
     """Today's sequential calls for a sync function at ``concurrency`` 1 (or in partition
     order, which is the same within a chunk); :class:`ConcurrentCalls` otherwise, and for every
-    ``async def`` function (so its coroutines are awaited, never taken for results)."""
+    ``async def`` function (so its coroutines are awaited, never taken for results). With
+    tracing on, each call is a ``process`` span of ``group``."""
     if is_async_handler(function) or (concurrency > 1 and ordering is not Ordering.PARTITION):
-        return ConcurrentCalls(function, concurrency, ordering)
-    return _SequentialCalls(function)
+        return ConcurrentCalls(function, concurrency, ordering, group=group)
+    return _SequentialCalls(function, group)
 
 
 class _SequentialCalls:
-    def __init__(self, function: Function) -> None:
+    def __init__(self, function: Function, group: str | None) -> None:
         self.function = function
+        self.group = group
 
     def __call__(
         self, messages: list[SparkMessage], stop_at: float, check: MetadataCheck | None
     ) -> Outcome:
-        return call_function(self.function, messages, stop_at, check)
+        return call_function(self.function, messages, stop_at, check, group=self.group)
 
     def close(self) -> None:
         pass
@@ -115,12 +122,26 @@ class _SequentialCalls:
 
 class ConcurrentCalls:
     """``function`` on up to ``concurrency`` messages of a chunk at once, in ``ordering``; one
-    per Spark task (its event loop and thread pool live until :meth:`close`)."""
+    per Spark task (its event loop and thread pool live until :meth:`close`).
 
-    def __init__(self, function: Function, concurrency: int, ordering: Ordering) -> None:
+    With tracing on, each call is a ``process`` span of ``group`` in its message's trace,
+    current while the function runs (on the event loop or in the pool's thread), with
+    ``kmq.ordering.wait_ms``: how long the message waited from its chunk's start to its call.
+    """
+
+    def __init__(
+        self,
+        function: Function,
+        concurrency: int,
+        ordering: Ordering,
+        *,
+        group: str | None = None,
+    ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.function = function
+        #: The consumer group calls are made for (named in their trace spans).
+        self.group = group
         self.concurrency = concurrency
         self.ordering = Ordering(ordering)
         self._async = is_async_handler(function)
@@ -153,6 +174,8 @@ class ConcurrentCalls:
         ends: list[object] = [_PENDING] * len(messages)
         running: dict[asyncio.Future[object], int] = {}
         starting = True
+        # Looked up once per chunk, not per call; the chunk's start is when its waits begin.
+        traced, chunk_started = tracing_active(), time.monotonic()
         try:
             while True:
                 # Started before the clock is read: the chunk's first message always runs.
@@ -162,6 +185,10 @@ class ConcurrentCalls:
                         if problem is not None:  # dead-lettered without a call
                             ends[index] = _Refused(problem)
                             scheduler.finish(index)
+                        elif traced:
+                            wait_ms = round((time.monotonic() - chunk_started) * 1000)
+                            call = self._traced_call(messages[index], wait_ms)
+                            running[asyncio.ensure_future(call)] = index
                         else:
                             running[asyncio.ensure_future(self._call(messages[index]))] = index
                 if not running:
@@ -181,11 +208,21 @@ class ConcurrentCalls:
             if running:
                 await asyncio.wait(running)
 
-    async def _call(self, message: SparkMessage) -> object:
+    async def _traced_call(self, message: SparkMessage, wait_ms: int) -> object:
+        """:meth:`_call` inside its ``process`` span (``kmq_dagster.tracing``)."""
+        record = (message.topic, message.partition, message.offset)
+        with processing(record, message.headers, self.group, {ORDERING_WAIT_MS: wait_ms}):
+            return await self._call(message, in_context=True)
+
+    async def _call(self, message: SparkMessage, *, in_context: bool = False) -> object:
         if self._async:
             call: Callable[[SparkMessage], Awaitable[object]] = self.function  # type: ignore[assignment]
             return await call(message)
-        result = await self._loop.run_in_executor(self._pool, self.function, message)
+        if in_context:  # the pool's thread runs in this task's context: the span is current
+            in_span = partial(contextvars.copy_context().run, self.function, message)
+            result = await self._loop.run_in_executor(self._pool, in_span)
+        else:
+            result = await self._loop.run_in_executor(self._pool, self.function, message)
         if inspect.isawaitable(result):  # a plain function that returned a coroutine
             return await result
         if inspect.isgenerator(result) or inspect.isasyncgen(result):

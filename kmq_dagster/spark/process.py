@@ -60,17 +60,20 @@ def call_function(
     stop_at: float,
     check: MetadataCheck | None = None,
     clock: Callable[[], float] = time.monotonic,
+    *,
+    group: str | None = None,
 ) -> Outcome:
     """Run ``function`` on ``messages`` in order, until ``clock()`` passes ``stop_at`` (at
     least one message is always done). With ``check``, a message whose retry metadata is
-    unreadable fails without being passed to the function."""
+    unreadable fails without being passed to the function. With tracing on, each call is a
+    ``process`` span of ``group``."""
     outcome = Outcome()
     start, step = 0, 1
     while start < len(messages):
         # The clock is read between steps, not per message: a step grows while it takes
         # under STEP_S, so a slow function still stops close to ``stop_at``.
         began = clock()
-        _call_each(function, messages[start : start + step], outcome, check)
+        _call_each(function, messages[start : start + step], outcome, check, group)
         start += step
         now = clock()
         if now > stop_at:
@@ -85,6 +88,7 @@ def _call_each(
     messages: list[SparkMessage],
     outcome: Outcome,
     check: MetadataCheck | None,
+    group: str | None,
 ) -> None:
     from kmq_dagster.kafka.retry_router import failure_of
 
@@ -98,7 +102,7 @@ def _call_each(
             continue
         try:
             if traced:
-                append(_traced_call(function, message))
+                append(_traced_call(function, message, group))
             else:
                 append(function(message))
         except Exception as exc:
@@ -106,10 +110,10 @@ def _call_each(
             failed.append((message, failure_of(exc)))
 
 
-def _traced_call(function: Function, message: SparkMessage) -> Any:
+def _traced_call(function: Function, message: SparkMessage, group: str | None) -> Any:
     """``function(message)`` inside a ``process`` span (``kmq_dagster.tracing``)."""
     record = (message.topic, message.partition, message.offset)
-    with processing(record, message.headers, None):
+    with processing(record, message.headers, group):
         return function(message)
 
 

@@ -153,7 +153,7 @@ class _Task:
         calls = (
             None
             if function is None
-            else chunk_caller(function, config.concurrency, config.ordering)
+            else chunk_caller(function, config.concurrency, config.ordering, config.queue.group)
         )
         try:
             for work, records in self._timed(reader.chunks(), "read"):

@@ -19,6 +19,8 @@ touches the scheduler, the router and the breaker.
   worker's life only: redelivered copies and retry-topic copies come from other topics and are
   not ordered against their originals, so ``key`` order through a crash or a rebalance is not
   kept.
+* Tracing: each call's ``process`` span carries ``kmq.ordering.wait_ms``, the ms from its
+  message's fetch to its first call (a retry in place waits its delay: not counted).
 * Stop: fetching and starting stop; calls running get up to ``drain_timeout_s`` to end (ended
   ones are acknowledged or routed); the rest are left unacknowledged, for redelivery.
 """
@@ -40,6 +42,7 @@ from kmq_dagster.core.retry_headers import Failure, read_attempt, read_first_fai
 from kmq_dagster.core.wait_histogram import WaitHistogram
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.retry_router import GiveUp, RetryRouter, failure_of, logged_error_text
+from kmq_dagster.tracing import ORDERING_WAIT_MS, tracing_active
 from kmq_dagster.worker.handler_call import HandlerCall
 from kmq_dagster.worker.handler_runner import CallEnd, HandlerRunner
 from kmq_dagster.worker.worker_loop import LoopConsumer, WorkerStats
@@ -180,6 +183,7 @@ class ConcurrentLoop:
             self._submit(taken)
 
     def _submit(self, taken: list[KmqMessage]) -> None:
+        traced = tracing_active()
         for message in taken:
             problem = self.router.metadata_problem(message)
             if problem is not None:
@@ -187,11 +191,16 @@ class ConcurrentLoop:
                 continue
             if self.breaker is not None:
                 self.breaker.started()
+            attributes = None
             fetched_at_ms = self._fetched_at_ms.pop(message, None)
-            if fetched_at_ms is not None and self.stats.waits is not None:  # first start only
-                self.stats.waits.observe(max(0, self.clock_ms() - fetched_at_ms) / 1000)
+            if fetched_at_ms is not None:  # first start only: a retry in place waits its delay
+                wait_ms = max(0, self.clock_ms() - fetched_at_ms)
+                if self.stats.waits is not None:
+                    self.stats.waits.observe(wait_ms / 1000)
+                if traced:
+                    attributes = {ORDERING_WAIT_MS: wait_ms}
             self._running.add(message)
-            self.runner.submit(message)
+            self.runner.submit(message, attributes)
 
     def _wait_for_ends(self, timeout_s: float) -> list[CallEnd]:
         if not self.scheduler.in_flight:

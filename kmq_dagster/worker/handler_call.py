@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from kmq_dagster.errors import ConfigError, HandlerResultError
@@ -54,10 +54,12 @@ class HandlerCall:
         self.group = group
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def __call__(self, message: Any) -> object:
+    def __call__(self, message: Any, attributes: Mapping[str, Any] | None = None) -> object:
+        """Call the handler on ``message``; with tracing on, inside a ``process`` span that
+        carries ``attributes`` too (e.g. how long the message waited to start)."""
         if tracing_active():
             record = (message.topic, message.partition, message.offset)
-            with processing(record, message.headers, self.group):
+            with processing(record, message.headers, self.group, attributes):
                 return self._call(message)
         return self._call(message)
 

@@ -18,13 +18,18 @@ import inspect
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.tracing import processing, tracing_active
 from kmq_dagster.worker.handler_call import HandlerCall
+
+#: Span attributes of one call (``None``: none beyond the message's own).
+Attributes = Mapping[str, Any] | None
+#: A call to start: the message, and its span's attributes.
+Job = tuple[KmqMessage, Attributes]
 
 #: How long calls cancelled when the runner closes get to end, in seconds.
 CANCEL_WAIT_S = 1.0
@@ -51,13 +56,13 @@ class HandlerRunner:
         self.handler = handler
         #: Ends of calls, in the order they ended.
         self.ends: queue.SimpleQueue[CallEnd] = queue.SimpleQueue()
-        self._jobs: queue.SimpleQueue[KmqMessage | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._async = is_async_handler(handler.handler)
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Calls running on the event loop (touched on its thread only).
         self._tasks: set[asyncio.Task[None]] = set()
         #: Submitted, not yet started on the event loop; a deque, whose ends are thread-safe.
-        self._to_start: deque[KmqMessage] = deque()
+        self._to_start: deque[Job] = deque()
         self._wake_scheduled = False
         self._threads: list[threading.Thread] = []
         self._closed = False
@@ -74,15 +79,16 @@ class HandlerRunner:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, message: KmqMessage) -> None:
-        """Start a call on ``message`` now; its end comes back on :attr:`ends`."""
+    def submit(self, message: KmqMessage, attributes: Attributes = None) -> None:
+        """Start a call on ``message`` now; its end comes back on :attr:`ends`. With tracing
+        on, its ``process`` span carries ``attributes`` too."""
         if self._loop is None:
-            self._jobs.put(message)
+            self._jobs.put((message, attributes))
             return
         # One wake-up of the event loop per burst of submits, not one per call: each writes to
         # the loop's self-pipe, and at 1,000 calls at once those writes took most of the time of
         # the thread that submits.
-        self._to_start.append(message)
+        self._to_start.append((message, attributes))
         if not self._wake_scheduled:
             self._wake_scheduled = True
             self._loop.call_soon_threadsafe(self._start_submitted)
@@ -107,7 +113,7 @@ class HandlerRunner:
         self._wake_scheduled = False
         loop = asyncio.get_running_loop()
         while self._to_start:
-            task = loop.create_task(self._call_async(self._to_start.popleft()))
+            task = loop.create_task(self._call_async(*self._to_start.popleft()))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -130,17 +136,17 @@ class HandlerRunner:
         # thread's own event loop, never on another thread's.
         call = HandlerCall(self.handler.handler, group=self.handler.group)
         try:
-            while (message := self._jobs.get()) is not None:
-                self.ends.put(CallEnd(message, _outcome(call, message)))
+            while (job := self._jobs.get()) is not None:
+                self.ends.put(CallEnd(job[0], _outcome(call, *job)))
         finally:
             call.close()
 
-    async def _call_async(self, message: KmqMessage) -> None:
+    async def _call_async(self, message: KmqMessage, attributes: Attributes) -> None:
         error: BaseException | None = None
         try:
             if tracing_active():
                 record = (message.topic, message.partition, message.offset)
-                with processing(record, message.headers, self.handler.group):
+                with processing(record, message.headers, self.handler.group, attributes):
                     await self.handler.handler(message)  # type: ignore[misc]
             else:
                 await self.handler.handler(message)  # type: ignore[misc]
@@ -153,9 +159,9 @@ class HandlerRunner:
         self.ends.put(CallEnd(message, error))
 
 
-def _outcome(call: Any, message: KmqMessage) -> BaseException | None:
+def _outcome(call: Any, message: KmqMessage, attributes: Attributes) -> BaseException | None:
     try:
-        call(message)
+        call(message, attributes)
     except BaseException as exc:  # reported, not raised: the loop thread decides
         return exc
     return None

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,13 +17,17 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from kmq_dagster.core.delay import DELAY_LEVELS_MS
 from kmq_dagster.core.headers import header_value, normalize_headers
+from kmq_dagster.core.naming import delay_topic
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
+from kmq_dagster.kafka.delay_forwarder import DelayForwarder
 from kmq_dagster.kafka.producer import KmqProducer
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.operations.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.tracing import ORDERING_WAIT_MS
 from kmq_dagster.worker.worker import Worker
 from tests.kafka_helpers import (
     new_queue,
@@ -37,6 +42,8 @@ pytestmark = pytest.mark.kafka
 
 GROUP = "g"
 DELAY_MS = 1_000
+#: How long a handler's work takes, where the test needs calls to overlap.
+WORK_S = 0.1
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -211,6 +218,73 @@ def test_the_handler_runs_inside_its_process_span_at_every_concurrency(
     (second,) = finished(exporter, f"process {retry_topic}")
     assert current == [span_id(first), span_id(second)]
     assert parent_id(retry) == span_id(first) and parent_id(second) == span_id(retry)
+
+
+def test_a_message_waiting_for_its_key_shows_the_wait_on_its_process_span(
+    settings: KmqSettings, topic_name: str, exporter: InMemorySpanExporter
+) -> None:
+    # given three messages of key a and one of key b on one partition, and a handler whose
+    # work takes 100 ms
+    queue = new_queue(settings, topic_name, GROUP)
+    producer = KmqProducer(settings)
+    for key in (b"a", b"a", b"a", b"b"):
+        producer.send(queue.topic, key, key=key)
+    assert producer.flush() == 0
+
+    def handler(message: KmqMessage) -> None:
+        time.sleep(WORK_S)  # the handler's work, not a wait for a condition
+
+    # when a worker runs two calls at once in key order
+    worker = Worker(queue, handler, concurrency=2, ordering=Ordering.KEY)
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread.start()
+    try:
+        assert wait_for(lambda: len(finished(exporter, f"process {queue.topic}")) == 4, 30)
+    finally:
+        stop.set()
+        thread.join(60)
+
+    # then each later message of key a waited for the one before it, and b for nobody
+    waits: dict[int, int] = {}
+    for span in finished(exporter, f"process {queue.topic}"):
+        attributes = dict(span.attributes or {})
+        offset, wait_ms = attributes["messaging.kafka.offset"], attributes[ORDERING_WAIT_MS]
+        assert isinstance(offset, int) and isinstance(wait_ms, int)
+        waits[offset] = wait_ms
+    work_ms = WORK_S * 1000
+    assert waits[1] >= work_ms / 2, waits
+    assert waits[2] >= waits[1] + work_ms / 2, waits
+    assert waits[3] < waits[1], waits  # b ran beside a's first call
+
+
+def test_a_delayed_message_stays_in_its_trace_through_every_hop_of_the_delay_ladder(
+    settings: KmqSettings, topic_name: str, exporter: InMemorySpanExporter
+) -> None:
+    # given a queue with delay topics, its forwarder and a worker
+    queue = new_queue(settings, topic_name, GROUP, delay_queue=True)
+    level_topic = delay_topic(queue.topic, DELAY_LEVELS_MS[0])
+    seen: list[KmqMessage] = []
+    with running_service(DelayForwarder(settings, queue.topic)) as forwarder:
+        assert wait_for(forwarder.assignment_ready, timeout_s=60)
+        # when a message is sent 2.5 s ahead: to the 1 s level, again to it, then delivered
+        producer = KmqProducer(settings)
+        producer.send(queue.topic, b"later", delay=2.5)
+        assert producer.flush() == 0
+        with running_worker(queue, seen.append):
+            assert wait_for(lambda: finished(exporter, f"process {queue.topic}"), 30)
+
+    # then the send, each hop, the delivery and the processing are one trace, hop after hop
+    spans = sorted(exporter.get_finished_spans(), key=lambda span: span.start_time or 0)
+    assert [span.name for span in spans] == [
+        f"send {queue.topic}",
+        f"delay {level_topic}",
+        f"deliver {queue.topic}",
+        f"process {queue.topic}",
+    ]
+    assert len({span.context.trace_id for span in spans if span.context}) == 1
+    assert [parent_id(span) for span in spans[1:]] == [span_id(span) for span in spans[:-1]]
+    assert [m.value for m in seen] == [b"later"]
 
 
 def _provider_of(exporter: InMemorySpanExporter) -> TracerProvider:

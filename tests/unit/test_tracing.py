@@ -88,7 +88,7 @@ def test_a_spark_function_call_is_a_span_of_the_message_trace(
         return b"done"
 
     # when the task calls the function on them
-    outcome = call_function(function, chunk, stop_at=float("inf"))
+    outcome = call_function(function, chunk, stop_at=float("inf"), group="billing")
 
     # then each call is a process span, the child of its message's send, and the failure says so
     assert outcome.results == [b"done", FAILED]
@@ -98,4 +98,5 @@ def test_a_spark_function_call_is_a_span_of_the_message_trace(
         s.context.span_id if s.context else None for s in sends
     ]
     assert [dict(c.attributes or {})["messaging.kafka.offset"] for c in calls] == [7, 8]
+    assert {dict(c.attributes or {})["messaging.consumer.group.name"] for c in calls} == {"billing"}
     assert dict(calls[1].attributes or {})["error.type"] == "ValueError"
