@@ -16,11 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kmq_dagster.core.delay import DELAY_LEVELS_MS
 from kmq_dagster.core.durations import format_duration_ms
 from kmq_dagster.core.naming import (
     delay_dlq_topic,
-    delay_topics,
     dlq_topic,
     markers_topic,
     redelivery_topic,
@@ -219,11 +217,6 @@ class Queue:
         count = self.partitions_of(target)
         return source_partition % count if count else source_partition
 
-    @property
-    def delay_topics(self) -> list[str]:
-        """The delay queue's topics of the queue topic (shared by every group of it)."""
-        return delay_topics(self.topic, DELAY_LEVELS_MS)
-
     # -- changes and the stored definition -----------------------------------------------------
 
     def replace(self, **changes: Any) -> Queue:
@@ -343,8 +336,14 @@ def policy_from_definition(stored: Mapping[str, Any]) -> RetryPolicy:
 
 
 def topic_family(topic: str) -> set[str]:
-    """The topics every group of ``topic`` shares: the queue topic and its delay queue."""
-    return {topic, *delay_topics(topic, DELAY_LEVELS_MS)}
+    """The topics every group of ``topic`` shares that another queue's names could take: the
+    queue topic and its delay DLQ.
+
+    Its delay-level topics ``<topic>.delay.<duration>`` (whatever levels were chosen) are no
+    other queue's group topic: those end in ``markers``, ``redelivery``, ``dlq`` or
+    ``retry.<duration>``, never in ``delay.<duration>``.
+    """
+    return {topic, delay_dlq_topic(topic)}
 
 
 def conflicts(

@@ -8,14 +8,17 @@ topic, what exists and what would be created with which partitions, replicas and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kmq_dagster.core.delay import ladder_to_provision
 from kmq_dagster.core.durations import format_duration_ms
+from kmq_dagster.core.naming import delay_levels_of
+from kmq_dagster.core.naming import delay_topics as delay_topics_of
 from kmq_dagster.core.queue import Queue, default_aux_partitions
 from kmq_dagster.core.wording import counted
-from kmq_dagster.errors import ProvisionError
+from kmq_dagster.errors import ConfigError, ProvisionError
 from kmq_dagster.kafka.clients import cluster_metadata
 from kmq_dagster.kafka.registry import REGISTRY_TOPIC_CONFIG
 from kmq_dagster.settings import KmqSettings
@@ -228,9 +231,34 @@ def plan_topics(
     return ProvisionPlan(topic, None, partitions, planned, registry, aux_partitions=aux_count)
 
 
-def queue_topic_names(queue: Queue, *, delay_queue: bool = False) -> list[str]:
-    """The topics provisioning ``queue`` creates, in creation order (the registry aside)."""
-    return [queue.topic, *(queue.delay_topics if delay_queue else []), *queue.group_topics]
+def queue_topic_names(queue: Queue, *, delay_topics: Sequence[str] = ()) -> list[str]:
+    """The topics provisioning ``queue`` creates, in creation order (the registry aside), with
+    ``delay_topics`` (its delay queue's level topics and DLQ, when it is provisioned)."""
+    return [queue.topic, *delay_topics, *queue.group_topics]
+
+
+def delay_queue_topics(
+    topic: str,
+    existing: Collection[str],
+    *,
+    delay_queue: bool,
+    delay_levels_ms: Sequence[int] | None,
+) -> list[str]:
+    """The delay queue's topics provisioning ``topic`` creates or keeps (none without
+    ``delay_queue``): the existing ladder, else ``delay_levels_ms``, else the default one.
+
+    Raises:
+        ConfigError: levels given without ``delay_queue``, or levels that make no ladder.
+        ProvisionError: the topic has a ladder of other levels (it is never changed in place).
+    """
+    if not delay_queue:
+        if delay_levels_ms is not None:
+            raise ConfigError(
+                "delay levels go with the delay queue: add --delays (delay_queue=True)",
+                setting="delay_levels",
+            )
+        return []
+    return delay_topics_of(topic, ladder_to_provision(topic, existing, delay_levels_ms))
 
 
 def aux_topic_names(queue: Queue) -> list[str]:
@@ -256,8 +284,9 @@ class QueueFootprint:
 
 def queue_footprint(queue: Queue, existing: Mapping[str, int]) -> QueueFootprint:
     """The topics of ``queue`` found in ``existing`` (from :func:`partition_counts`)."""
-    # a delay queue counts where it was created (it is opt-in)
-    names = queue_topic_names(queue, delay_queue=True)
+    # a delay queue counts where it was created (it is opt-in), with the levels it has
+    levels_ms = delay_levels_of(queue.topic, existing)
+    names = queue_topic_names(queue, delay_topics=delay_topics_of(queue.topic, levels_ms))
     found = tuple(name for name in names if name in existing)
     return QueueFootprint(found, sum(existing[name] for name in found))
 
