@@ -27,7 +27,9 @@ from kmq_dagster.core.delay import (
     parse_delay_levels,
 )
 from kmq_dagster.core.naming import delay_levels_of, delay_topics
+from kmq_dagster.core.queue import Queue
 from kmq_dagster.errors import ConfigError, ProvisionError
+from kmq_dagster.kafka.provision_plan import queue_footprint
 
 T0 = 1_700_000_000_000
 S, M, H = 1_000, 60_000, 3_600_000
@@ -261,3 +263,16 @@ def test_provisioning_keeps_an_existing_ladder_and_refuses_to_change_it() -> Non
     assert "kmq does not change a delay ladder" in str(raised.value)
     with pytest.raises(ConfigError, match="given twice"):
         ladder_to_provision("orders", {"orders"}, [1 * S, 1 * S])
+
+
+def test_the_footprint_of_a_queue_counts_the_level_topics_it_has() -> None:
+    # given a queue whose delay queue has the levels 2s and 5m, and a stray topic
+    queue = Queue("orders", "g", partitions=2)
+    names = ["orders", "orders.delay.2s", "orders.delay.5m", "orders.delay.dlq", "orders.g.dlq"]
+    existing = {**dict.fromkeys(names, 2), "orders.delay.soon": 2, "orders.delay.1s.x": 2}
+
+    footprint = queue_footprint(queue, existing)
+
+    # then it counts its own topics, those two levels among them, and nothing else
+    assert set(footprint.topics) == set(names)
+    assert footprint.partitions == 2 * len(names)
