@@ -19,6 +19,7 @@ from typing import Any
 from kmq_dagster.core.durations import format_duration_ms
 from kmq_dagster.core.naming import (
     delay_dlq_topic,
+    delay_topic,
     dlq_topic,
     markers_topic,
     redelivery_topic,
@@ -394,14 +395,19 @@ MIN_RETRY_RETENTION_MS = 7 * 86_400_000
 KEEP_FOREVER = "-1"
 
 
-def topic_configs(queue: Queue | None, topic: str) -> dict[str, dict[str, str]]:
+def topic_configs(
+    queue: Queue | None, topic: str, delay_levels_ms: Iterable[int] = ()
+) -> dict[str, dict[str, str]]:
     """The settings kmq creates its topics with, by topic name (others: the cluster's defaults).
 
     Dead-letter topics keep every record for ever: retention deleting a dead letter would lose
-    a message. A retry topic keeps a copy at least twice its delay (and a week), so a retry is
-    never deleted before it is due.
+    a message. A retry topic, and a delay-level topic of ``delay_levels_ms``, keeps a copy at
+    least twice its delay (and a week), so nothing is deleted before it is due to leave.
     """
     configs: dict[str, dict[str, str]] = {delay_dlq_topic(topic): {"retention.ms": KEEP_FOREVER}}
+    for level_ms in delay_levels_ms:
+        retention_ms = max(MIN_RETRY_RETENTION_MS, 2 * level_ms)
+        configs[delay_topic(topic, level_ms)] = {"retention.ms": str(retention_ms)}
     if queue is not None:
         configs[queue.dlq_topic] = {"retention.ms": KEEP_FOREVER}
         for delay_ms, name in queue.retry_topics.items():

@@ -35,7 +35,8 @@ from kmq_dagster.kafka.provision_plan import (
     ProvisionPlan,
     aux_topic_names,
     check_partition_counts,
-    delay_queue_topics,
+    delay_queue_levels,
+    delay_queue_names,
     partition_counts,
     plan_topics,
     queue_topic_names,
@@ -136,15 +137,15 @@ def _plan_queue(
                 " (provision again with --redefine, or redefine=True in Python, to change them)"
             )
     _refuse_conflicts(conflicts(queue, registered.queues.values(), registered.topics), queue)
-    ladder = delay_queue_topics(
+    levels_ms = delay_queue_levels(
         queue.topic,
         partition_counts(settings),
         delay_queue=delay_queue,
         delay_levels_ms=delay_levels_ms,
     )
-    wanted = queue_topic_names(queue, delay_topics=ladder)
+    wanted = queue_topic_names(queue, delay_levels_ms=levels_ms)
     layout = Layout(queue.partitions, replication_factor, min_insync_replicas,
-                    topic_configs(queue, queue.topic))  # fmt: skip
+                    topic_configs(queue, queue.topic, levels_ms))  # fmt: skip
     # The auxiliary count: as given; else as stored (a queue stored without one has the
     # queue's everywhere); else adopted from existing topics or the default (plan_topics).
     aux_given = queue.aux_partitions
@@ -236,12 +237,12 @@ def plan_topic(
         raise ConfigError(f"partitions must be at least 1, got {partitions}", setting="partitions")
     registered = load_registry(settings)
     _refuse_conflicts(conflicts(topic, registered.queues.values()), topic)
-    ladder = delay_queue_topics(
+    levels_ms = delay_queue_levels(
         topic, partition_counts(settings), delay_queue=delay_queue, delay_levels_ms=delay_levels_ms
     )
-    wanted = [topic, *ladder]
+    wanted = [topic, *delay_queue_names(topic, levels_ms)]
     layout = Layout(partitions, replication_factor, min_insync_replicas,
-                    topic_configs(None, topic))  # fmt: skip
+                    topic_configs(None, topic, levels_ms))  # fmt: skip
     plan = plan_topics(settings, topic, wanted, layout)
     return replace(plan, stores_definition=registered.topics.get(topic) != plan.partitions)
 

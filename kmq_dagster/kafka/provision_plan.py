@@ -231,21 +231,27 @@ def plan_topics(
     return ProvisionPlan(topic, None, partitions, planned, registry, aux_partitions=aux_count)
 
 
-def queue_topic_names(queue: Queue, *, delay_topics: Sequence[str] = ()) -> list[str]:
+def queue_topic_names(queue: Queue, *, delay_levels_ms: Sequence[int] = ()) -> list[str]:
     """The topics provisioning ``queue`` creates, in creation order (the registry aside), with
-    ``delay_topics`` (its delay queue's level topics and DLQ, when it is provisioned)."""
-    return [queue.topic, *delay_topics, *queue.group_topics]
+    its delay queue's level topics and DLQ when it has levels ``delay_levels_ms``."""
+    return [queue.topic, *delay_queue_names(queue.topic, delay_levels_ms), *queue.group_topics]
 
 
-def delay_queue_topics(
+def delay_queue_names(topic: str, delay_levels_ms: Sequence[int]) -> list[str]:
+    """The delay queue's topics of ``topic`` with the levels ``delay_levels_ms`` (none: no
+    delay queue, no topics)."""
+    return delay_topics_of(topic, delay_levels_ms) if delay_levels_ms else []
+
+
+def delay_queue_levels(
     topic: str,
     existing: Collection[str],
     *,
     delay_queue: bool,
     delay_levels_ms: Sequence[int] | None,
-) -> list[str]:
-    """The delay queue's topics provisioning ``topic`` creates or keeps (none without
-    ``delay_queue``): the existing ladder, else ``delay_levels_ms``, else the default one.
+) -> tuple[int, ...]:
+    """The levels of the delay queue provisioning ``topic`` creates or keeps (none without
+    ``delay_queue``): the existing ladder's, else ``delay_levels_ms``, else the default ones.
 
     Raises:
         ConfigError: levels given without ``delay_queue``, or levels that make no ladder.
@@ -257,8 +263,8 @@ def delay_queue_topics(
                 "delay levels go with the delay queue: add --delays (delay_queue=True)",
                 setting="delay_levels",
             )
-        return []
-    return delay_topics_of(topic, ladder_to_provision(topic, existing, delay_levels_ms))
+        return ()
+    return ladder_to_provision(topic, existing, delay_levels_ms)
 
 
 def aux_topic_names(queue: Queue) -> list[str]:
@@ -285,8 +291,7 @@ class QueueFootprint:
 def queue_footprint(queue: Queue, existing: Mapping[str, int]) -> QueueFootprint:
     """The topics of ``queue`` found in ``existing`` (from :func:`partition_counts`)."""
     # a delay queue counts where it was created (it is opt-in), with the levels it has
-    levels_ms = delay_levels_of(queue.topic, existing)
-    names = queue_topic_names(queue, delay_topics=delay_topics_of(queue.topic, levels_ms))
+    names = queue_topic_names(queue, delay_levels_ms=delay_levels_of(queue.topic, existing))
     found = tuple(name for name in names if name in existing)
     return QueueFootprint(found, sum(existing[name] for name in found))
 

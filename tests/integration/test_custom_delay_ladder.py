@@ -33,9 +33,12 @@ def test_a_chosen_ladder_is_created_exactly_and_delivers_between_its_levels_not_
 
     # given the plan of a queue whose delay ladder has the levels 2s and 5s (given unsorted)
     assert main([*provision, "--delay-levels", "5s,2s", "--plan", "--json"]) == 0
-    planned = {t["topic"] for t in json.loads(capsys.readouterr().out)["topics"]}
-    # then the plan lists exactly those level topics and the delay DLQ
+    planned = {t["topic"]: t for t in json.loads(capsys.readouterr().out)["topics"]}
+    # then the plan lists exactly those level topics and the delay DLQ, each level kept at
+    # least a week
     assert {name for name in planned if name.startswith(f"{topic_name}.delay.")} == ladder
+    week = {"retention.ms": str(7 * 86_400_000)}
+    assert planned[f"{topic_name}.delay.5s"]["config"] == week
 
     # when it is provisioned: exactly the planned delay topics exist
     assert main([*provision, "--delay-levels", "5s,2s"]) == 0

@@ -27,7 +27,7 @@ from kmq_dagster.core.delay import (
     parse_delay_levels,
 )
 from kmq_dagster.core.naming import delay_levels_of, delay_topics
-from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.queue import Queue, topic_configs
 from kmq_dagster.errors import ConfigError, ProvisionError
 from kmq_dagster.kafka.provision_plan import queue_footprint
 
@@ -276,3 +276,14 @@ def test_the_footprint_of_a_queue_counts_the_level_topics_it_has() -> None:
     # then it counts its own topics, those two levels among them, and nothing else
     assert set(footprint.topics) == set(names)
     assert footprint.partitions == 2 * len(names)
+
+
+def test_a_level_topic_keeps_its_messages_at_least_twice_its_level_and_a_week() -> None:
+    # a message waits up to its level on a level topic (longer while no forwarder runs):
+    # retention must not delete it first, however long the chosen level
+    configs = topic_configs(None, "orders", (1 * S, 5 * 86_400_000, MAX_DELAY_MS))
+
+    assert configs["orders.delay.1s"] == {"retention.ms": str(MAX_DELAY_MS)}
+    assert configs["orders.delay.5d"] == {"retention.ms": str(10 * 86_400_000)}
+    assert configs["orders.delay.7d"] == {"retention.ms": str(2 * MAX_DELAY_MS)}
+    assert configs["orders.delay.dlq"] == {"retention.ms": "-1"}
