@@ -105,6 +105,15 @@ class KmqProducer:
             )
         self._checked_topics.add(topic)
 
+    def delay_levels_ms(self, topic: str) -> tuple[int, ...]:
+        """The levels of ``topic``'s delay ladder (ms, ascending), as its level topics on the
+        cluster say; read once per topic. A delay shorter than the first waits that long.
+
+        Raises:
+            ProvisionError: ``topic`` has no delay queue.
+        """
+        return self._ladder(topic)
+
     def _ladder(self, topic: str) -> tuple[int, ...]:
         """``topic``'s delay levels, as its level topics on the cluster say (ProvisionError:
         it has no delay queue)."""

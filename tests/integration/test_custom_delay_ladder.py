@@ -57,7 +57,8 @@ def test_a_chosen_ladder_is_created_exactly_and_delivers_between_its_levels_not_
         sent_at = time.time()
         send = ["send", "--topic", topic_name, "--delay", "3s", "--value", "between"]
         assert main(send) == 0
-        assert "due in 3s" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "due in 3s" in out and "smallest delay level" not in out
         assert wait_for(lambda: len(handled) == 1, timeout_s=60), "not delivered"
 
     # then the worker had it once, not before it was due
@@ -79,6 +80,14 @@ def test_a_ladder_is_kept_when_provisioned_again_and_other_levels_are_refused(
     assert main([*provision, "--delay-levels", "10s,1m"]) == 0
     ladder = _delay_topics(settings, topic_name)
     capsys.readouterr()
+
+    # when a message is sent with a delay shorter than the smallest level, the user is told
+    # when it will arrive (nothing is delivered here: no forwarder runs)
+    assert main(["send", "--topic", topic_name, "--delay", "2s", "--value", "soon"]) == 0
+    assert capsys.readouterr().out.endswith(
+        f"due in 2s; `kmq delayer --topic {topic_name}` delivers them after about 10s, the "
+        f"smallest delay level of {topic_name}\n"
+    )
 
     # when provisioned again with --delays alone, or with the same levels: nothing changes
     assert main(provision) == 0
