@@ -56,7 +56,7 @@ DEFAULT_BATCH_SIZE = 500
 #: Largest batch: librdkafka's consume() takes at most this many messages at once.
 MAX_BATCH_SIZE = 1_000_000
 #: Most partitions ``kmq provision`` gives new topics. Every topic of a queue (the queue, its
-#: markers, redelivery, retry and DLQ topics, nine delay levels) gets that many, so 1,000 is
+#: markers, redelivery, retry and DLQ topics, its delay levels) gets that many, so 1,000 is
 #: already 16,000 partitions: four brokers' worth at Kafka's guidance of about 4,000 per
 #: broker, and on the embedded broker about 25 MB and seconds per metadata request. (100,000
 #: took the embedded broker to 2.1 GB and made it unreachable.) Larger topics can still be

@@ -41,6 +41,7 @@ OPTION_FOR_SETTING = {
     "retry_delays": "--retry-delays",
     "retry_delays_ms": "--retry-delays",
     "retry_backoff": "--retry-backoff",
+    "delay_levels": "--delay-levels",
     "max_attempts": "--max-attempts",
     "jitter": "--retry-jitter",
     "visibility_timeout_ms": "--visibility-timeout",

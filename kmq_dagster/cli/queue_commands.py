@@ -28,6 +28,8 @@ from kmq_dagster.cli.options import (
 from kmq_dagster.cli.queue_definition_options import DefinitionOptions, definition_options
 from kmq_dagster.cli.stop_deadline import exit_if_still_calling
 from kmq_dagster.cli.value_types import Number
+from kmq_dagster.core.delay import DEFAULT_DELAY_LEVELS_MS, MAX_DELAY_LEVELS, parse_delay_levels
+from kmq_dagster.core.durations import format_duration_ms
 from kmq_dagster.core.wording import counted
 from kmq_dagster.kafka.provision import ProvisionPlan, ProvisionReport
 from kmq_dagster.settings import MAX_BATCH_SIZE, MAX_PARTITIONS
@@ -38,6 +40,8 @@ MAX_BUFFERED = 1_000_000
 MAX_DRAIN_TIMEOUT_S = 3600
 
 log = logging.getLogger("kmq.cli")
+#: The default delay ladder as `--delay-levels` would take it.
+DEFAULT_LADDER = ",".join(format_duration_ms(level_ms) for level_ms in DEFAULT_DELAY_LEVELS_MS)
 
 
 @cli.command()
@@ -72,8 +76,16 @@ log = logging.getLogger("kmq.cli")
     "delay_queue",
     default=False,
     show_default=True,
-    help="Also create the delay queue (9 topics `T.delay.*`) that `kmq send --delay` needs; "
-    "without it nothing is deleted, an existing delay queue keeps working.",
+    help="Also create the delay queue that `kmq send --delay` needs: a topic `T.delay.<level>` "
+    "per delay level and `T.delay.dlq`; without it nothing is deleted, an existing delay queue "
+    "keeps working.",
+)
+@click.option(
+    "--delay-levels",
+    metavar="LEVELS",
+    help="With --delays: the delay ladder's levels, e.g. 1s,30s,5m,1h (1s to 7d, at most "
+    f"{MAX_DELAY_LEVELS}) [default: the existing delay queue's, else {DEFAULT_LADDER}]. A delay "
+    "shorter than the smallest level waits that level; an existing ladder is never changed.",
 )
 @click.option(
     "--redefine",
@@ -99,6 +111,7 @@ def provision(
     replication_factor: int,
     min_insync_replicas: int | None,
     delay_queue: bool,
+    delay_levels: str | None,
     redefine: bool,
     plan_only: bool,
     as_json: bool,
@@ -114,6 +127,8 @@ def provision(
 
     if as_json and not plan_only:
         raise click.UsageError("--json goes with --plan")
+    if delay_levels is not None and not delay_queue:
+        raise click.UsageError("--delay-levels goes with --delays")
     if replication_factor == 0:
         raise click.BadParameter(
             "0 replicas is not a thing: give -1 or at least 1", param_hint="--replication-factor"
@@ -123,6 +138,7 @@ def provision(
         "replication_factor": replication_factor,
         "min_insync_replicas": min_insync_replicas,
         "delay_queue": delay_queue,
+        "delay_levels_ms": None if delay_levels is None else parse_delay_levels(delay_levels),
     }
     if group is None:
         if definition != DefinitionOptions(None, None, None, None, None, None):

@@ -157,6 +157,12 @@ def send(
     when = ""
     if delay:
         when = f", due in {format_duration_ms(delay)}; `kmq delayer --topic {topic}` delivers them"
+        smallest_ms = producer.delay_levels_ms(topic)[0]
+        if delay < smallest_ms:  # the ladder's precision: late, never early
+            when += (
+                f" after about {format_duration_ms(smallest_ms)}, the smallest delay level of "
+                f"{topic}"
+            )
     click.echo(f"sent {len(messages)} message{'' if len(messages) == 1 else 's'} to {topic}{when}")
 
 

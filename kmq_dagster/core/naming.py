@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from kmq_dagster.core.durations import format_duration_ms
+from kmq_dagster.core.durations import format_duration_ms, is_duration, parse_duration_ms
 from kmq_dagster.errors import ConfigError
 
 #: Kafka's limit on topic name length.
@@ -67,6 +67,27 @@ def delay_dlq_topic(topic: str) -> str:
 def delay_topics(topic: str, levels_ms: Sequence[int]) -> list[str]:
     """The delay queue's topics of ``topic``: one per level, then its DLQ."""
     return [*(delay_topic(topic, level_ms) for level_ms in levels_ms), delay_dlq_topic(topic)]
+
+
+def delay_levels_of(topic: str, names: Iterable[str]) -> tuple[int, ...]:
+    """The delay levels (ms, ascending) whose level topics of ``topic`` are among ``names``.
+
+    A level topic is ``<topic>.delay.<duration>`` with the duration written as
+    :func:`delay_topic` writes it; the delay DLQ and other names are not levels.
+    """
+    prefix = f"{topic}.delay."
+    levels_ms = set()
+    for name in names:
+        suffix = name[len(prefix) :] if name.startswith(prefix) else ""
+        if not (suffix[:1].isdigit() and is_duration(suffix)):
+            continue
+        try:
+            level_ms = parse_duration_ms(suffix)
+        except ConfigError:  # longer than any duration: not a level kmq made
+            continue
+        if level_ms > 0 and format_duration_ms(level_ms) == suffix:
+            levels_ms.add(level_ms)
+    return tuple(sorted(levels_ms))
 
 
 def group_topics(topic: str, group: str, retry_delays_ms: list[int]) -> list[str]:

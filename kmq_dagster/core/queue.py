@@ -16,11 +16,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kmq_dagster.core.delay import DELAY_LEVELS_MS
 from kmq_dagster.core.durations import format_duration_ms
 from kmq_dagster.core.naming import (
     delay_dlq_topic,
-    delay_topics,
+    delay_topic,
     dlq_topic,
     markers_topic,
     redelivery_topic,
@@ -219,11 +218,6 @@ class Queue:
         count = self.partitions_of(target)
         return source_partition % count if count else source_partition
 
-    @property
-    def delay_topics(self) -> list[str]:
-        """The delay queue's topics of the queue topic (shared by every group of it)."""
-        return delay_topics(self.topic, DELAY_LEVELS_MS)
-
     # -- changes and the stored definition -----------------------------------------------------
 
     def replace(self, **changes: Any) -> Queue:
@@ -343,8 +337,14 @@ def policy_from_definition(stored: Mapping[str, Any]) -> RetryPolicy:
 
 
 def topic_family(topic: str) -> set[str]:
-    """The topics every group of ``topic`` shares: the queue topic and its delay queue."""
-    return {topic, *delay_topics(topic, DELAY_LEVELS_MS)}
+    """The topics every group of ``topic`` shares that another queue's names could take: the
+    queue topic and its delay DLQ.
+
+    Its delay-level topics ``<topic>.delay.<duration>`` (whatever levels were chosen) are no
+    other queue's group topic: those end in ``markers``, ``redelivery``, ``dlq`` or
+    ``retry.<duration>``, never in ``delay.<duration>``.
+    """
+    return {topic, delay_dlq_topic(topic)}
 
 
 def conflicts(
@@ -395,14 +395,19 @@ MIN_RETRY_RETENTION_MS = 7 * 86_400_000
 KEEP_FOREVER = "-1"
 
 
-def topic_configs(queue: Queue | None, topic: str) -> dict[str, dict[str, str]]:
+def topic_configs(
+    queue: Queue | None, topic: str, delay_levels_ms: Iterable[int] = ()
+) -> dict[str, dict[str, str]]:
     """The settings kmq creates its topics with, by topic name (others: the cluster's defaults).
 
     Dead-letter topics keep every record for ever: retention deleting a dead letter would lose
-    a message. A retry topic keeps a copy at least twice its delay (and a week), so a retry is
-    never deleted before it is due.
+    a message. A retry topic, and a delay-level topic of ``delay_levels_ms``, keeps a copy at
+    least twice its delay (and a week), so nothing is deleted before it is due to leave.
     """
     configs: dict[str, dict[str, str]] = {delay_dlq_topic(topic): {"retention.ms": KEEP_FOREVER}}
+    for level_ms in delay_levels_ms:
+        retention_ms = max(MIN_RETRY_RETENTION_MS, 2 * level_ms)
+        configs[delay_topic(topic, level_ms)] = {"retention.ms": str(retention_ms)}
     if queue is not None:
         configs[queue.dlq_topic] = {"retention.ms": KEEP_FOREVER}
         for delay_ms, name in queue.retry_topics.items():

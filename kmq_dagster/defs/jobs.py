@@ -6,6 +6,7 @@ No ``from __future__ import annotations`` here: Dagster reads op signatures at r
 from dagster import Config, JobDefinition, MetadataValue, OpExecutionContext, job, op
 from pydantic import Field
 
+from kmq_dagster.core.delay import parse_delay_levels
 from kmq_dagster.core.durations import parse_duration_ms
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
@@ -24,6 +25,11 @@ class ProvisionConfig(Config):
     delays: bool = Field(
         default=False,
         description="also create the delay queue (T.delay.*) that sending with a delay needs",
+    )
+    delay_levels: str | None = Field(
+        default=None,
+        description="with delays: the delay ladder's levels, e.g. 1s,30s,5m,1h (default: the "
+        "existing delay queue's, else 1s,5s,30s,2m,10m,1h,6h,1d)",
     )
 
 
@@ -46,6 +52,10 @@ def _log_report(context: OpExecutionContext, report: ProvisionReport) -> None:
         )
 
 
+def _levels(text: str | None) -> tuple[int, ...] | None:
+    return None if text is None else parse_delay_levels(text)
+
+
 @op
 def provision_queue_topics(
     context: OpExecutionContext, config: ProvisionConfig, kmq: KmqResource
@@ -54,11 +64,20 @@ def provision_queue_topics(
     settings = kmq.get_settings()
     if config.group is None:
         report = provision_topic(
-            settings, config.topic, partitions=config.partitions, delay_queue=config.delays
+            settings,
+            config.topic,
+            partitions=config.partitions,
+            delay_queue=config.delays,
+            delay_levels_ms=_levels(config.delay_levels),
         )
     else:
         queue = Queue(config.topic, config.group, partitions=config.partitions)
-        report = provision_queue(settings, queue, delay_queue=config.delays)
+        report = provision_queue(
+            settings,
+            queue,
+            delay_queue=config.delays,
+            delay_levels_ms=_levels(config.delay_levels),
+        )
     _log_report(context, report)
     return report.created
 
@@ -86,6 +105,11 @@ class DeclaredProvisionConfig(Config):
         default=False,
         description="also create the delay queue (T.delay.*) that sending with a delay needs",
     )
+    delay_levels: str | None = Field(
+        default=None,
+        description="with delays: the delay ladder's levels, e.g. 1s,30s,5m,1h (default: the "
+        "existing delay queue's, else 1s,5s,30s,2m,10m,1h,6h,1d)",
+    )
 
 
 def provision_declared_job(spec: QueueSpec) -> JobDefinition:
@@ -111,7 +135,11 @@ def provision_declared_job(spec: QueueSpec) -> JobDefinition:
         if config.max_redeliveries is not None:
             queue = queue.replace(max_redeliveries=config.max_redeliveries)
         report = provision_queue(
-            kmq.get_settings(), queue, redefine=config.redefine, delay_queue=config.delays
+            kmq.get_settings(),
+            queue,
+            redefine=config.redefine,
+            delay_queue=config.delays,
+            delay_levels_ms=_levels(config.delay_levels),
         )
         _log_report(context, report)
         audit.get_store().record_action(

@@ -1,7 +1,8 @@
 """The delay forwarder: moves delayed messages down the level ladder and delivers them when due.
 
 Run one or more per queue topic (``kmq delayer --topic T``); they share the level topics'
-partitions in the consumer group ``<T>.kmq-delayer``. A fetched message's offset is committed
+partitions in the consumer group ``<T>.kmq-delayer``. A forwarder reads the ladder when it
+starts, from the level topics provisioning created. A fetched message's offset is committed
 only after the broker acknowledged where it went (the next level, the queue topic, or the
 delay DLQ), so a forwarder killed at any point loses nothing; it may deliver a message twice.
 
@@ -24,13 +25,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from kmq_dagster.core.commits import CommitQueue
 from kmq_dagster.core.delay import (
     CORRUPT_DELAY_METADATA,
-    DELAY_LEVELS_MS,
     HOP_DUE_MS,
     HOP_LEAD_MS,
     Deliver,
     Hold,
     Hop,
     delay_headers,
+    found_ladder,
     next_step,
     read_delay_times,
 )
@@ -42,6 +43,7 @@ from kmq_dagster.kafka.due_gate import DueGate, group_by_source
 from kmq_dagster.kafka.group_offsets import apply_ready_offsets
 from kmq_dagster.kafka.message import record_offset, record_source
 from kmq_dagster.kafka.provision import require_topics
+from kmq_dagster.kafka.provision_plan import partition_counts
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.tracing import copied_headers, tracing_active
 
@@ -92,13 +94,15 @@ class DelayForwarder:
         self.topic = topic
         self.stats = DelayerStats()
         self.dlq_topic = delay_dlq_topic(topic)
-        self._levels = {delay_topic(topic, level_ms) for level_ms in DELAY_LEVELS_MS}
+        #: The ladder, read once from the level topics provisioning created.
+        self.levels_ms = found_ladder(topic, partition_counts(settings))
+        self._levels = {delay_topic(topic, level_ms) for level_ms in self.levels_ms}
         self._batch_size = batch_size or settings.batch_size
         self._clock_ms = clock_ms
         require_topics(
             settings,
             topic,
-            delay_topics(topic, DELAY_LEVELS_MS),
+            delay_topics(topic, self.levels_ms),
             fix=f"kmq provision --topic {topic} --delays",
         )
         self._producer = new_producer(settings, **{"linger.ms": 5})
@@ -201,7 +205,7 @@ class DelayForwarder:
                 self.dlq_topic, record, {DLQ_REASON: reason}, batch_id, operation="dead-letter"
             )
             return
-        step = next_step(times.due_ms, now_ms)
+        step = next_step(times.due_ms, now_ms, self.levels_ms)
         if isinstance(step, Hold):
             heapq.heappush(self._held, _Held(step.until_ms, next(self._sequence), record, batch_id))
         elif isinstance(step, Hop):

@@ -7,15 +7,9 @@ from datetime import timedelta
 
 from confluent_kafka import KafkaError, Message
 
-from kmq_dagster.core.delay import (
-    DELAY_LEVELS_MS,
-    check_delay_ms,
-    delay_headers,
-    delay_queue_missing,
-    enqueue,
-)
+from kmq_dagster.core.delay import check_delay_ms, delay_headers, enqueue, found_ladder
 from kmq_dagster.core.headers import RawHeaders, normalize_headers, replace_headers
-from kmq_dagster.core.naming import delay_topic, delay_topics, validate_topic_name
+from kmq_dagster.core.naming import delay_topic, validate_topic_name
 from kmq_dagster.errors import ProvisionError
 from kmq_dagster.kafka.clients import cluster_metadata, new_producer, wall_clock_ms
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, produce
@@ -40,7 +34,9 @@ class KmqProducer:
 
     Delayed messages travel through the queue's delay-level topics, which are created only on
     request (``kmq provision --topic T --delays``, ``provision_topic(..., delay_queue=True)``),
-    and need a delay forwarder (``kmq delayer --topic T``) running for the topic.
+    and need a delay forwarder (``kmq delayer --topic T``) running for the topic. The levels
+    are read from the level topics that exist, once per topic: whatever levels the delay queue
+    was provisioned with, the producer needs no setting of its own.
 
     Examples:
         >>> producer = KmqProducer(settings)                              # doctest: +SKIP
@@ -53,7 +49,8 @@ class KmqProducer:
         self._clock_ms = clock_ms
         self._producer = new_producer(settings)
         self._checked_topics: set[str] = set()
-        self._checked_delay_queues: set[str] = set()
+        #: The delay ladder of each topic sent to with a delay, read once from the cluster.
+        self._ladders: dict[str, tuple[int, ...]] = {}
 
     def send(
         self,
@@ -80,10 +77,10 @@ class KmqProducer:
         self._require_topic(topic)
         if delay is not None:
             delay_ms = delay_to_ms(delay)
-            self._require_delay_topics(topic)
+            levels_ms = self._ladder(topic)
             now_ms = self._clock_ms()
             due_ms = now_ms + delay_ms
-            first_hop = enqueue(due_ms, now_ms)
+            first_hop = enqueue(due_ms, now_ms, levels_ms)
             target = delay_topic(topic, first_hop.level_ms)
             pairs = replace_headers(pairs, delay_headers(first_hop, due_ms))
         if tracing_active():
@@ -108,13 +105,18 @@ class KmqProducer:
             )
         self._checked_topics.add(topic)
 
-    def _require_delay_topics(self, topic: str) -> None:
-        if topic in self._checked_delay_queues:
-            return
-        metadata = cluster_metadata(self._settings)
-        missing = [
-            name for name in delay_topics(topic, DELAY_LEVELS_MS) if name not in metadata.topics
-        ]
-        if missing:
-            raise ProvisionError(delay_queue_missing(topic, missing))
-        self._checked_delay_queues.add(topic)
+    def delay_levels_ms(self, topic: str) -> tuple[int, ...]:
+        """The levels of ``topic``'s delay ladder (ms, ascending), as its level topics on the
+        cluster say; read once per topic. A delay shorter than the first waits that long.
+
+        Raises:
+            ProvisionError: ``topic`` has no delay queue.
+        """
+        return self._ladder(topic)
+
+    def _ladder(self, topic: str) -> tuple[int, ...]:
+        """``topic``'s delay levels, as its level topics on the cluster say (ProvisionError:
+        it has no delay queue)."""
+        if topic not in self._ladders:
+            self._ladders[topic] = found_ladder(topic, cluster_metadata(self._settings).topics)
+        return self._ladders[topic]

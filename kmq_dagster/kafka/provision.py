@@ -24,7 +24,6 @@ from kmq_dagster.core.queue import (
     conflicts,
     describe_conflicts,
     topic_configs,
-    topic_family,
 )
 from kmq_dagster.errors import ConfigError, ProvisionError, QueueConflictError
 from kmq_dagster.kafka.clients import admin_client
@@ -36,6 +35,8 @@ from kmq_dagster.kafka.provision_plan import (
     ProvisionPlan,
     aux_topic_names,
     check_partition_counts,
+    delay_queue_levels,
+    delay_queue_names,
     partition_counts,
     plan_topics,
     queue_topic_names,
@@ -87,6 +88,7 @@ def plan_queue(
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
     min_insync_replicas: int | None = None,
     delay_queue: bool = False,
+    delay_levels_ms: Sequence[int] | None = None,
     redefine: bool = False,
 ) -> ProvisionPlan:
     """What :func:`provision_queue` with the same arguments would do, changing nothing.
@@ -102,6 +104,7 @@ def plan_queue(
         replication_factor=replication_factor,
         min_insync_replicas=min_insync_replicas,
         delay_queue=delay_queue,
+        delay_levels_ms=delay_levels_ms,
         redefine=redefine,
     )
     return plan
@@ -114,6 +117,7 @@ def _plan_queue(
     replication_factor: int,
     min_insync_replicas: int | None,
     delay_queue: bool,
+    delay_levels_ms: Sequence[int] | None,
     redefine: bool,
 ) -> tuple[ProvisionPlan, Queue]:
     """The plan of :func:`plan_queue`, and the definition carrying it out stores."""
@@ -133,9 +137,15 @@ def _plan_queue(
                 " (provision again with --redefine, or redefine=True in Python, to change them)"
             )
     _refuse_conflicts(conflicts(queue, registered.queues.values(), registered.topics), queue)
-    wanted = queue_topic_names(queue, delay_queue=delay_queue)
+    levels_ms = delay_queue_levels(
+        queue.topic,
+        partition_counts(settings),
+        delay_queue=delay_queue,
+        delay_levels_ms=delay_levels_ms,
+    )
+    wanted = queue_topic_names(queue, delay_levels_ms=levels_ms)
     layout = Layout(queue.partitions, replication_factor, min_insync_replicas,
-                    topic_configs(queue, queue.topic))  # fmt: skip
+                    topic_configs(queue, queue.topic, levels_ms))  # fmt: skip
     # The auxiliary count: as given; else as stored (a queue stored without one has the
     # queue's everywhere); else adopted from existing topics or the default (plan_topics).
     aux_given = queue.aux_partitions
@@ -164,14 +174,17 @@ def provision_queue(
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
     min_insync_replicas: int | None = None,
     delay_queue: bool = False,
+    delay_levels_ms: Sequence[int] | None = None,
     redefine: bool = False,
 ) -> QueueProvisionReport:
     """Create ``queue``'s topics (existing ones are kept) and store its definition.
 
     ``queue.partitions`` is the count for new topics; ``None`` adopts the existing queue
     topic's. The delay queue (the level topics ``KmqProducer.send(..., delay=...)`` needs) is
-    created only with ``delay_queue=True``; provisioning without it never deletes an existing
-    one. New topics get :func:`~kmq_dagster.core.queue.topic_configs` (dead letters kept for
+    created only with ``delay_queue=True``, with the levels ``delay_levels_ms`` (default
+    :data:`~kmq_dagster.core.delay.DEFAULT_DELAY_LEVELS_MS`); an existing delay queue keeps
+    its levels (other levels given are refused) and provisioning without it never deletes it.
+    New topics get :func:`~kmq_dagster.core.queue.topic_configs` (dead letters kept for
     ever, retries kept past their delay) and ``min.insync.replicas`` when given; existing
     topics keep theirs. :func:`plan_queue` tells what this would do without doing it.
 
@@ -181,7 +194,9 @@ def provision_queue(
     Raises:
         QueueConflictError: the queue's topics would be shared with another queue, or it is
             defined already with other settings (pass ``redefine=True`` to change them).
-        ProvisionError: an existing topic's partition count does not match, or creation failed.
+        ConfigError: ``delay_levels_ms`` make no ladder, or are given without ``delay_queue``.
+        ProvisionError: an existing topic's partition count does not match, the delay queue
+            has other levels than ``delay_levels_ms``, or creation failed.
         KafkaUnavailableError: the cluster did not answer.
     """
     plan, defined = _plan_queue(
@@ -190,6 +205,7 @@ def provision_queue(
         replication_factor=replication_factor,
         min_insync_replicas=min_insync_replicas,
         delay_queue=delay_queue,
+        delay_levels_ms=delay_levels_ms,
         redefine=redefine,
     )
     report = _create_topics(settings, plan)
@@ -209,6 +225,7 @@ def plan_topic(
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
     min_insync_replicas: int | None = None,
     delay_queue: bool = False,
+    delay_levels_ms: Sequence[int] | None = None,
 ) -> ProvisionPlan:
     """What :func:`provision_topic` with the same arguments would do, changing nothing.
 
@@ -220,9 +237,12 @@ def plan_topic(
         raise ConfigError(f"partitions must be at least 1, got {partitions}", setting="partitions")
     registered = load_registry(settings)
     _refuse_conflicts(conflicts(topic, registered.queues.values()), topic)
-    wanted = sorted(topic_family(topic)) if delay_queue else [topic]
+    levels_ms = delay_queue_levels(
+        topic, partition_counts(settings), delay_queue=delay_queue, delay_levels_ms=delay_levels_ms
+    )
+    wanted = [topic, *delay_queue_names(topic, levels_ms)]
     layout = Layout(partitions, replication_factor, min_insync_replicas,
-                    topic_configs(None, topic))  # fmt: skip
+                    topic_configs(None, topic, levels_ms))  # fmt: skip
     plan = plan_topics(settings, topic, wanted, layout)
     return replace(plan, stores_definition=registered.topics.get(topic) != plan.partitions)
 
@@ -235,9 +255,10 @@ def provision_topic(
     replication_factor: int = BROKER_DEFAULT_REPLICATION,
     min_insync_replicas: int | None = None,
     delay_queue: bool = False,
+    delay_levels_ms: Sequence[int] | None = None,
 ) -> ProvisionReport:
-    """Create a queue topic (and, with ``delay_queue=True``, its delay queue) without any
-    group's topics.
+    """Create a queue topic (and, with ``delay_queue=True``, its delay queue with the levels
+    ``delay_levels_ms``, as :func:`provision_queue`) without any group's topics.
 
     Raises:
         QueueConflictError: the topic is another queue's derived topic.
@@ -250,6 +271,7 @@ def provision_topic(
         replication_factor=replication_factor,
         min_insync_replicas=min_insync_replicas,
         delay_queue=delay_queue,
+        delay_levels_ms=delay_levels_ms,
     )
     report = _create_topics(settings, plan)
     if plan.stores_definition:

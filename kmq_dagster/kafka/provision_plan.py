@@ -8,14 +8,17 @@ topic, what exists and what would be created with which partitions, replicas and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kmq_dagster.core.delay import ladder_to_provision
 from kmq_dagster.core.durations import format_duration_ms
+from kmq_dagster.core.naming import delay_levels_of
+from kmq_dagster.core.naming import delay_topics as delay_topics_of
 from kmq_dagster.core.queue import Queue, default_aux_partitions
 from kmq_dagster.core.wording import counted
-from kmq_dagster.errors import ProvisionError
+from kmq_dagster.errors import ConfigError, ProvisionError
 from kmq_dagster.kafka.clients import cluster_metadata
 from kmq_dagster.kafka.registry import REGISTRY_TOPIC_CONFIG
 from kmq_dagster.settings import KmqSettings
@@ -228,9 +231,40 @@ def plan_topics(
     return ProvisionPlan(topic, None, partitions, planned, registry, aux_partitions=aux_count)
 
 
-def queue_topic_names(queue: Queue, *, delay_queue: bool = False) -> list[str]:
-    """The topics provisioning ``queue`` creates, in creation order (the registry aside)."""
-    return [queue.topic, *(queue.delay_topics if delay_queue else []), *queue.group_topics]
+def queue_topic_names(queue: Queue, *, delay_levels_ms: Sequence[int] = ()) -> list[str]:
+    """The topics provisioning ``queue`` creates, in creation order (the registry aside), with
+    its delay queue's level topics and DLQ when it has levels ``delay_levels_ms``."""
+    return [queue.topic, *delay_queue_names(queue.topic, delay_levels_ms), *queue.group_topics]
+
+
+def delay_queue_names(topic: str, delay_levels_ms: Sequence[int]) -> list[str]:
+    """The delay queue's topics of ``topic`` with the levels ``delay_levels_ms`` (none: no
+    delay queue, no topics)."""
+    return delay_topics_of(topic, delay_levels_ms) if delay_levels_ms else []
+
+
+def delay_queue_levels(
+    topic: str,
+    existing: Collection[str],
+    *,
+    delay_queue: bool,
+    delay_levels_ms: Sequence[int] | None,
+) -> tuple[int, ...]:
+    """The levels of the delay queue provisioning ``topic`` creates or keeps (none without
+    ``delay_queue``): the existing ladder's, else ``delay_levels_ms``, else the default ones.
+
+    Raises:
+        ConfigError: levels given without ``delay_queue``, or levels that make no ladder.
+        ProvisionError: the topic has a ladder of other levels (it is never changed in place).
+    """
+    if not delay_queue:
+        if delay_levels_ms is not None:
+            raise ConfigError(
+                "delay levels go with the delay queue: add --delays (delay_queue=True)",
+                setting="delay_levels",
+            )
+        return ()
+    return ladder_to_provision(topic, existing, delay_levels_ms)
 
 
 def aux_topic_names(queue: Queue) -> list[str]:
@@ -256,8 +290,8 @@ class QueueFootprint:
 
 def queue_footprint(queue: Queue, existing: Mapping[str, int]) -> QueueFootprint:
     """The topics of ``queue`` found in ``existing`` (from :func:`partition_counts`)."""
-    # a delay queue counts where it was created (it is opt-in)
-    names = queue_topic_names(queue, delay_queue=True)
+    # a delay queue counts where it was created (it is opt-in), with the levels it has
+    names = queue_topic_names(queue, delay_levels_ms=delay_levels_of(queue.topic, existing))
     found = tuple(name for name in names if name in existing)
     return QueueFootprint(found, sum(existing[name] for name in found))
 

@@ -12,6 +12,7 @@ from dagster import DagsterInstance, ExecuteInProcessResult
 
 from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
+from kmq_dagster.kafka.provision_plan import partition_counts
 from kmq_dagster.kafka.queues import open_queue
 from tests.dagster.helpers import QueueUnderTest, declare
 from tests.kafka_helpers import produce_dead_letters, read_topic
@@ -85,6 +86,20 @@ def test_the_provision_job_redefines_the_retry_policy_when_told(
     assert (last.kind, last.actor, last.selection) == (
         "provision", "carol", stored.queue.retry_policy.describe(),
     )  # fmt: skip
+
+
+def test_the_provision_job_creates_a_delay_queue_of_the_levels_it_is_given(
+    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
+    audit: AuditStoreResource,
+) -> None:  # fmt: skip
+    q = declare(topic_name, tmp_path, instance, kmq, audit)
+
+    run(q, "provision", {"delays": True, "delay_levels": "1m,1s"})
+
+    existing = partition_counts(kmq.get_settings())
+    assert {name for name in existing if name.startswith(f"{topic_name}.delay.")} == {
+        f"{topic_name}.delay.{name}" for name in ("1s", "1m", "dlq")
+    }
 
 
 def test_the_ingest_job_ingests_a_spring_dead_letter_topic_when_told(

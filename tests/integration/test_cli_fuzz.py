@@ -281,6 +281,8 @@ def test_a_password_in_a_malformed_option_is_never_printed(
     ("args", "message"),
     [
         (["provision", "-t", "{t}", "-g", "g", "--retry-delays", "1s,,2s"], "--retry-delays:"),
+        (["provision", "-t", "{t}", "-p", "1", "--delays", "--delay-levels", "9d"],
+         "--delay-levels: delay levels are"),
         (["provision", "-t", "{t}", "-b", ""], "--bootstrap-servers: bootstrap servers must not "
          "be empty"),
         (["provision", "-t", "{t}", "-b", "127.0.0.1:1,,x:2"], "--bootstrap-servers: "
