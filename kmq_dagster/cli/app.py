@@ -63,8 +63,9 @@ OPTION_FOR_SETTING = {
 
 #: Why an option's range is what it is, added to the error for a value outside it.
 BAD_VALUE_HINT = {
-    "--partitions": " (each of a queue's topics gets this many partitions: 1,000 is already "
-    "16,000 in all; create larger topics with Kafka's tools, kmq adopts their count)",
+    "--partitions": " (the queue and markers topics get this many partitions and the others "
+    "half: 1,000 is already 4,500 in all with 3 retry delays, 13,500 with the delay queue; "
+    "create larger topics with Kafka's tools, kmq adopts their count)",
 }
 
 
