@@ -66,7 +66,7 @@ def replay_job(spec: QueueSpec) -> JobDefinition:
         audit: AuditStoreResource,
     ) -> None:
         selection = ReplaySelection(
-            offsets=parse_offsets(config.offsets) if config.offsets else {},
+            offsets={} if config.offsets is None else parse_offsets(config.offsets),
             key=None if config.key is None else config.key.encode(),
             error_type=config.error_type,
             since=None if config.since is None else parse_time(config.since),

@@ -62,6 +62,28 @@ def test_ingest_replay_and_discard_are_audited_under_the_runs_actor(
     assert actions[5] == ("discard", "bob", False, 2)
 
 
+@pytest.mark.parametrize("offsets", ["", " "])
+def test_an_empty_offsets_selection_fails_the_replay_job_and_replays_nothing(
+    offsets: str, topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
+    audit: AuditStoreResource,
+) -> None:  # fmt: skip
+    """``offsets: ""`` is a selection of nothing written wrong, not "no filter": it must not
+    replay every dead letter (as ``kmq replay --offsets ""`` refuses it)."""
+    q = declare(topic_name, tmp_path, instance, kmq, audit)
+    produce_dead_letters(kmq.get_settings(), q.spec.queue, [("a", "TimeoutError")])
+    run(q, "ingest")
+
+    job = q.defs.resolve_job_def(q.spec.job_name("replay"))
+    (op_name,) = [node.name for node in job.graph.nodes]
+    config = {"ops": {op_name: {"config": {"offsets": offsets, "dry_run": False}}}}
+    result = job.execute_in_process(instance=q.instance, run_config=config, raise_on_error=False)
+
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    assert "offsets are PARTITION:FIRST[-LAST]" in str(failure.step_failure_data.error)
+    assert [d.status for d in audit.get_store().dead_letters()] == ["new"]
+
+
 def test_the_provision_job_redefines_the_retry_policy_when_told(
     topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
     audit: AuditStoreResource, settings: Any,
