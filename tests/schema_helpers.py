@@ -53,9 +53,13 @@ def order_proto() -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("kmqtest.Order"))
 
 
-def serialized(fmt: str, client: SchemaRegistryClient, topic: str, order: dict[str, Any]) -> bytes:
-    """``order`` as confluent-kafka's serializer of ``fmt`` writes it for ``topic``'s values."""
-    context = SerializationContext(topic, MessageField.VALUE)
+def serialized(
+    fmt: str, client: SchemaRegistryClient, topic: str, order: dict[str, Any],
+    field: MessageField = MessageField.VALUE,
+) -> bytes:  # fmt: skip
+    """``order`` as confluent-kafka's serializer of ``fmt`` writes it for ``topic``'s values
+    (or keys: ``field=MessageField.KEY``, subject ``<topic>-key``)."""
+    context = SerializationContext(topic, field)
     if fmt == "avro":
         return bytes(AvroSerializer(client, ORDER_AVRO)(order, context))
     if fmt == "json-schema":

@@ -28,6 +28,8 @@ DEFAULT_BACKOFF_ATTEMPTS = 5
 #: The error ``message.decoded()`` raises for a value not in its declared format (see
 #: :mod:`kmq_dagster.schemas.wire`); its dead letters' reason says so, with the why.
 UNDECODABLE_VALUE = "UndecodableValue"
+#: How an ``UndecodableValue`` message starts when it was the key that could not be decoded.
+UNDECODABLE_KEY_MARK = "the key: "
 #: Error types that never go to a retry topic: retrying cannot fix what cannot be decoded, nor
 #: a handler that returns a generator instead of doing its work (``HandlerResultError``).
 #: (``RegistryUnavailable``, a schema registry that did not answer, is retried.)
@@ -243,11 +245,15 @@ class RetryPolicy:
         """Decide what follows failed attempt number ``attempt`` (1 = the first delivery).
 
         An undecodable value is dead-lettered at once with the reason
-        ``undecodable value: <why>`` (``why`` from ``error_message``).
+        ``undecodable value: <why>`` (``why`` from ``error_message``), an undecodable key with
+        ``undecodable key: <why>``.
         """
         if error_type == UNDECODABLE_VALUE:
+            field = "value"
+            if error_message.startswith(UNDECODABLE_KEY_MARK):
+                field, error_message = "key", error_message[len(UNDECODABLE_KEY_MARK) :]
             detail = error_message[:MAX_REASON_DETAIL] or "not in the queue's declared format"
-            return DeadLetter(attempt, f"undecodable value: {detail}")
+            return DeadLetter(attempt, f"undecodable {field}: {detail}")
         if not self.is_retryable(error_type):
             return DeadLetter(attempt, f"non-retryable error {error_type}")
         if attempt >= self.attempts:

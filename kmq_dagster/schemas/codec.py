@@ -23,6 +23,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from kmq_dagster.core.retry import UNDECODABLE_KEY_MARK
 from kmq_dagster.core.value_formats import ValueFormat, parse_value_format
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.schemas.registry import (
@@ -303,4 +304,9 @@ def decode_field(
     codec = None if codecs is None else getattr(codecs, field)
     if codec is None:
         return raw
-    return codec.decode(raw, value_type)
+    if field == "value":
+        return codec.decode(raw, value_type)
+    try:
+        return codec.decode(raw, value_type)
+    except UndecodableValue as exc:  # the reason must say it was the key, not the value
+        raise UndecodableValue(f"{UNDECODABLE_KEY_MARK}{exc}") from None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -111,6 +112,31 @@ def test_undecodable_values_go_to_the_dlq_with_the_reason_and_their_original_byt
     assert replay_dead_letters(opened, ReplayRequest()).replayed == 2
     again = read_topic(settings, opened.queue.redelivery_topic, 1, at_least=2)
     assert sorted(record.value() or b"" for record in again) == sorted([wrong_magic, unknown_id])
+
+
+def test_a_handler_reads_a_schema_registry_key_and_an_undecodable_key_is_dead_lettered(
+    settings: KmqSettings, topic_name: str
+) -> None:
+    registry = mock_registry()
+    queue = Queue(topic_name, "g", partitions=1, key_format=ValueFormat.AVRO)
+    opened = provision_queue(settings.with_overrides(schema_registry=registry), queue).opened
+    good_key = serialized("avro", registry_client(registry), topic_name, ORDERS[0],
+                          MessageField.KEY)  # fmt: skip
+    producer = Producer(settings.producer_config())
+    for key in (good_key, b"plain-key"):
+        producer.produce(topic_name, key=key, value=b"payload", partition=0)
+    assert producer.flush(30) == 0
+    seen: list[dict[str, Any]] = []
+
+    with running_worker(opened, lambda m: seen.append(m.decoded_key())):
+        dead = read_topic(settings, opened.queue.dlq_topic, 1, at_least=1)
+        assert wait_for(lambda: len(seen) == 1)
+
+    assert seen == [ORDERS[0]]  # the value, declared bytes, is left as it is
+    (record,) = dead
+    assert (record.key(), record.value()) == (b"plain-key", b"payload")  # byte for byte
+    reason = (header_value(normalize_headers(record.headers()), DLQ_REASON) or b"").decode()
+    assert reason.startswith("undecodable key: not in the Schema Registry wire format"), reason
 
 
 def test_a_registry_that_does_not_answer_delays_the_message_until_it_is_back(
