@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kmq_dagster.audit.local_postgres import PostgresServer
+from kmq_dagster.audit.local_postgres import PostgresServer, fresh_database
 from kmq_dagster.broker import EmbeddedBroker
 from kmq_dagster.settings import KmqSettings
 from tests.mock_cluster import MockCluster, mock_selected
@@ -84,6 +84,16 @@ def postgres_url() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database: a SQLite file, or a fresh database on the session's PostgreSQL
+    (the audit store and console tests run once on each)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'audit.db'}"
+        return
+    yield fresh_database(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture(autouse=True)

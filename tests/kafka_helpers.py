@@ -20,6 +20,7 @@ from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.provision_plan import partition_counts
+from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.kafka.topic_reader import assigned_reader, records_and_ends
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.worker.worker import Worker
@@ -154,6 +155,24 @@ class WaitBudget:
     def left_s(self) -> float:
         """Seconds left (at least 0.1, so a wait still looks once)."""
         return max(0.1, self._deadline - time.monotonic())
+
+
+def flush_until_tracked(
+    consumer: KmqConsumer, tracker: RedeliveryTracker, *, in_flight: int = 0
+) -> int:
+    """Flush ``consumer``'s markers and wait until ``tracker`` has read every one of them, each
+    markers partition to its end, with ``in_flight`` messages left open; returns the markers
+    ``consumer`` wrote."""
+    consumer.flush()
+    written = consumer.stats.start_markers + consumer.stats.end_markers
+    assert wait_for(
+        lambda: (
+            tracker.caught_up_partitions() == list(range(consumer.opened.partitions))
+            and tracker.stats.markers == written
+            and tracker.inflight_count() == in_flight
+        )
+    ), f"tracker read {tracker.stats.markers} of {written} markers, {tracker.inflight_count()} open"
+    return written
 
 
 def poll_until(consumer: KmqConsumer, count: int, timeout_s: float = 30) -> list[KmqMessage]:

@@ -12,7 +12,7 @@ import click
 
 from kmq_dagster.cli.app import cli, connection_options, settings_of, verbose
 from kmq_dagster.cli.options import report
-from kmq_dagster.cli.value_types import Duration, Number
+from kmq_dagster.cli.value_types import Number, duration_option
 from kmq_dagster.settings import KmqSettings
 
 FC = TypeVar("FC", bound=Callable[..., Any])
@@ -129,14 +129,8 @@ def bench_ack(
     show_default=True,
     help="Spread the sends over this long; 0 sends one burst (then lateness is backlog).",
 )
-@click.option(
-    "--max-delay",
-    type=Duration(min_ms=1_000, max_ms=7 * 86_400_000),
-    default="45s",
-    show_default=True,
-    metavar="DURATION",
-    help="Delays are drawn from 1s to this.",
-)
+@duration_option("--max-delay", "45s", "Delays are drawn from 1s to this.",
+                 min_ms=1_000, max_ms=7 * 86_400_000)  # fmt: skip
 @external_option
 @click.pass_context
 def bench_retry(
@@ -236,22 +230,10 @@ def bench_console(dead_letters: int, runs: int, postgres_url: str | None) -> Non
     show_default=True,
     help="Share of each scenario's messages (1 = the full sizes: 20,000, 200,000, a million).",
 )
-@click.option(
-    "--outage",
-    type=Duration(min_ms=1_000, max_ms=3_600_000),
-    default="30s",
-    show_default=True,
-    metavar="DURATION",
-    help="How long the broker stalls and the audit store is down.",
-)
-@click.option(
-    "--storm",
-    type=Duration(min_ms=10_000, max_ms=3_600_000),
-    default="2m",
-    show_default=True,
-    metavar="DURATION",
-    help="How long the kill storm lasts (a kill every 5 s).",
-)
+@duration_option("--outage", "30s", "How long the broker stalls and the audit store is down.",
+                 min_ms=1_000, max_ms=3_600_000)  # fmt: skip
+@duration_option("--storm", "2m", "How long the kill storm lasts (a kill every 5 s).",
+                 min_ms=10_000, max_ms=3_600_000)  # fmt: skip
 def bench_faults(only: str | None, scale: float, outage: int, storm: int) -> None:
     """Broker crash and stall, kill storm, a million in flight, audit store down: lost and
     duplicate messages per scenario, and the tracker's memory."""

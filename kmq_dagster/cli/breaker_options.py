@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
 import click
 
-from kmq_dagster.cli.options import add_options
-from kmq_dagster.cli.value_types import Duration, Number
+from kmq_dagster.cli.options import gathered_options
+from kmq_dagster.cli.value_types import Number, duration_option
 from kmq_dagster.core.queue import Queue
 
 
@@ -41,29 +40,12 @@ class BreakerOptions:
 
 def breaker_options(command: Any) -> Any:
     """The circuit breaker's options; the command receives ``breaker: BreakerOptions``."""
-
-    def with_breaker(
-        *args: Any,
-        breaker: bool,
-        breaker_window: int,
-        breaker_error_rate: float,
-        breaker_min_calls: int,
-        breaker_cooldown: int,
-        breaker_probes: int,
-        **kwargs: Any,
-    ) -> Any:
-        options = BreakerOptions(
-            breaker,
-            breaker_window,
-            breaker_error_rate,
-            breaker_min_calls,
-            breaker_cooldown,
-            breaker_probes,
-        )
-        return command(*args, breaker=options, **kwargs)
-
-    functools.update_wrapper(with_breaker, command)  # keeps options added below it
-    return add_options(
+    names = ("breaker", "breaker_window", "breaker_error_rate", "breaker_min_calls",
+             "breaker_cooldown", "breaker_probes")  # fmt: skip
+    return gathered_options(
+        "breaker",
+        BreakerOptions,
+        names,
         [
             click.option(
                 "--breaker",
@@ -71,13 +53,8 @@ def breaker_options(command: Any) -> Any:
                 help="Circuit breaker: stop fetching while the handler fails en masse; its "
                 "state is shared by the group's workers through the audit store.",
             ),
-            click.option(
-                "--breaker-window",
-                type=Duration(),
-                default="30s",
-                show_default=True,
-                metavar="DURATION",
-                help="Sliding window the error rate is measured over.",
+            duration_option(
+                "--breaker-window", "30s", "Sliding window the error rate is measured over."
             ),
             click.option(
                 "--breaker-error-rate",
@@ -93,13 +70,10 @@ def breaker_options(command: Any) -> Any:
                 show_default=True,
                 help="Calls in the window before the rate counts.",
             ),
-            click.option(
+            duration_option(
                 "--breaker-cooldown",
-                type=Duration(),
-                default="10s",
-                show_default=True,
-                metavar="DURATION",
-                help="How long it stays open at first (doubles per failed probe, up to 5m).",
+                "10s",
+                "How long it stays open at first (doubles per failed probe, up to 5m).",
             ),
             click.option(
                 "--breaker-probes",
@@ -108,5 +82,5 @@ def breaker_options(command: Any) -> Any:
                 show_default=True,
                 help="Messages let through to test recovery.",
             ),
-        ]
-    )(with_breaker)
+        ],
+    )(command)

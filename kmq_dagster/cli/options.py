@@ -37,6 +37,26 @@ def add_options(options: list[Callable[[F], F]]) -> Callable[[F], F]:
     return decorate
 
 
+def gathered_options(
+    into: str,
+    build: Callable[..., Any],
+    names: tuple[str, ...],
+    options: list[Callable[[F], F]],
+) -> Callable[[F], F]:
+    """Click ``options`` whose values the command receives as one object: keyword ``into`` is
+    ``build(*values)``, the values of the parameters ``names`` in that order."""
+
+    def decorate(command: F) -> F:
+        def with_gathered(*args: Any, **kwargs: Any) -> Any:
+            values = [kwargs.pop(name) for name in names]
+            return command(*args, **{into: build(*values)}, **kwargs)
+
+        functools.update_wrapper(with_gathered, command)  # keeps options added below it
+        return add_options(options)(with_gathered)  # type: ignore[arg-type]
+
+    return decorate
+
+
 topic_option = click.option("--topic", "-t", required=True, help="The queue topic.")
 group_option = click.option("--group", "-g", required=True, help="Consumer group.")
 queue_options = add_options([topic_option, group_option])

@@ -7,14 +7,13 @@ live apart from the options every command shares (``kmq_dagster.cli.options``).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import click
 
-from kmq_dagster.cli.options import add_options
+from kmq_dagster.cli.options import gathered_options
 from kmq_dagster.cli.value_types import Duration, Number
 from kmq_dagster.core.durations import format_duration_ms
 from kmq_dagster.core.queue import (
@@ -100,34 +99,13 @@ def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add the queue-definition options (``kmq provision``'s alone); the command receives
     ``definition``."""
 
-    def with_definition(
-        *args: Any,
-        retry_delays: str | None,
-        retry_backoff: str | None,
-        max_attempts: int | None,
-        retry_jitter: float | None,
-        visibility_timeout: int | None,
-        max_redeliveries: int | None,
-        value_format: str | None,
-        key_format: str | None,
-        aux_partitions: int | None,
-        **kwargs: Any,
-    ) -> Any:
-        definition = DefinitionOptions(
-            retry_delays,
-            retry_backoff,
-            max_attempts,
-            retry_jitter,
-            visibility_timeout,
-            max_redeliveries,
-            value_format,
-            key_format,
-            aux_partitions,
-        )
-        return command(*args, definition=definition, **kwargs)
-
-    functools.update_wrapper(with_definition, command)  # keeps options added below it
-    return add_options(
+    names = ("retry_delays", "retry_backoff", "max_attempts", "retry_jitter",
+             "visibility_timeout", "max_redeliveries", "value_format", "key_format",
+             "aux_partitions")  # fmt: skip
+    return gathered_options(
+        "definition",
+        DefinitionOptions,
+        names,
         [
             click.option(
                 "--retry-delays",
@@ -183,8 +161,8 @@ def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 "queue's; the markers topic always has the queue's [default: half the "
                 "queue's, rounded up].",
             ),
-        ]
-    )(with_definition)
+        ],
+    )(command)
 
 
 def _delays(delays_ms: tuple[int, ...]) -> str:

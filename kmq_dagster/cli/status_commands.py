@@ -42,7 +42,7 @@ def status(
 ) -> None:
     """Lag, in flight, oldest unacknowledged age, retries, DLQ and breaker of every queue."""
     from kmq_dagster.audit.store import AuditStore
-    from kmq_dagster.kafka.provision_plan import partition_counts, queue_footprint
+    from kmq_dagster.kafka.provision_plan import partition_counts, queue_footprints
     from kmq_dagster.kafka.queues import open_queues
     from kmq_dagster.operations.queue_status import measure_queue
 
@@ -55,7 +55,7 @@ def status(
     store = AuditStore(audit_url)
     statuses = [measure_queue(opened, store=store) for opened in queues]
     existing = partition_counts(settings)
-    footprints = [queue_footprint(opened.queue, existing) for opened in queues]
+    footprints = queue_footprints([opened.queue for opened in queues], existing)
     if as_json:
         for measured, footprint in zip(statuses, footprints, strict=True):
             click.echo(json.dumps({**as_dict(measured), **_footprint_dict(footprint)}))
@@ -87,8 +87,13 @@ def as_dict(measured: QueueStatus) -> dict[str, Any]:
 
 
 def _footprint_dict(footprint: QueueFootprint) -> dict[str, Any]:
-    """The queue's topics on the cluster (queue, delay queue, the group's) and their partitions."""
-    return {"topics": list(footprint.topics), "topic_partitions": footprint.partitions}
+    """The queue's topics on the cluster (queue, delay queue, the group's) and their partitions;
+    ``shared_topics`` false: a further group's row, which counts only the group's own."""
+    return {
+        "topics": list(footprint.topics),
+        "topic_partitions": footprint.partitions,
+        "shared_topics": footprint.shared,
+    }
 
 
 def _row(measured: QueueStatus, footprint: QueueFootprint) -> tuple[str, ...]:
@@ -103,5 +108,6 @@ def _row(measured: QueueStatus, footprint: QueueFootprint) -> tuple[str, ...]:
         f"{retries:,} ({measured.due_retries:,} due)" if retries else "0",
         f"{measured.dlq_depth:,}",
         measured.breaker_state,
-        f"{footprint.partitions:,} in {counted(len(footprint.topics), 'topic')}",
+        ("" if footprint.shared else "+")
+        + f"{footprint.partitions:,} in {counted(len(footprint.topics), 'topic')}",
     )

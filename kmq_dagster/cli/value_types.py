@@ -7,9 +7,11 @@ A bad value fails with click's usage error, naming the option, before the comman
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import click
+from click.decorators import FC
 
 from kmq_dagster.core.durations import format_duration_ms, parse_duration_ms
 from kmq_dagster.core.queue import MAX_VISIBILITY_TIMEOUT_MS
@@ -37,6 +39,25 @@ class Duration(click.ParamType[int, Any]):
             low, high = format_duration_ms(self.min_ms), format_duration_ms(self.max_ms)
             self.fail(f"{value!r} is outside {low} to {high}", param, ctx)
         return duration_ms
+
+
+def duration_option(
+    name: str,
+    default: str,
+    help: str,
+    *,
+    min_ms: int = 1,
+    max_ms: int = MAX_VISIBILITY_TIMEOUT_MS,
+) -> Callable[[FC], FC]:
+    """An option taking a :class:`Duration` from ``min_ms`` to ``max_ms``, ``default`` shown."""
+    return click.option(
+        name,
+        type=Duration(min_ms=min_ms, max_ms=max_ms),
+        default=default,
+        show_default=True,
+        metavar="DURATION",
+        help=help,
+    )
 
 
 class Number(click.ParamType[float, Any]):

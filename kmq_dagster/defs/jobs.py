@@ -16,12 +16,9 @@ from kmq_dagster.kafka.provision import ProvisionReport, provision_queue, provis
 from kmq_dagster.settings import parse_delay_list
 
 
-class ProvisionConfig(Config):
-    topic: str = Field(description="the queue topic")
-    partitions: int | None = Field(
-        default=None, description="partitions for new topics; default: the existing queue's"
-    )
-    group: str | None = Field(default=None, description="also create this group's topics")
+class DelayQueueConfig(Config):
+    """Whether provisioning creates the delay queue, and its levels (both provision jobs)."""
+
     delays: bool = Field(
         default=False,
         description="also create the delay queue (T.delay.*) that sending with a delay needs",
@@ -31,6 +28,14 @@ class ProvisionConfig(Config):
         description="with delays: the delay ladder's levels, e.g. 1s,30s,5m,1h (default: the "
         "existing delay queue's, else 1s,5s,30s,2m,10m,1h,6h,1d)",
     )
+
+
+class ProvisionConfig(DelayQueueConfig):
+    topic: str = Field(description="the queue topic")
+    partitions: int | None = Field(
+        default=None, description="partitions for new topics; default: the existing queue's"
+    )
+    group: str | None = Field(default=None, description="also create this group's topics")
 
 
 def _log_report(context: OpExecutionContext, report: ProvisionReport) -> None:
@@ -90,7 +95,7 @@ def provision_job() -> None:
     provision_queue_topics()
 
 
-class DeclaredProvisionConfig(Config):
+class DeclaredProvisionConfig(DelayQueueConfig):
     """Changes to the declared queue; none given: provision it exactly as declared."""
 
     retry_delays: str | None = Field(
@@ -100,15 +105,6 @@ class DeclaredProvisionConfig(Config):
     max_redeliveries: int | None = Field(default=None)
     redefine: bool = Field(
         default=False, description="store these values although the queue is defined otherwise"
-    )
-    delays: bool = Field(
-        default=False,
-        description="also create the delay queue (T.delay.*) that sending with a delay needs",
-    )
-    delay_levels: str | None = Field(
-        default=None,
-        description="with delays: the delay ladder's levels, e.g. 1s,30s,5m,1h (default: the "
-        "existing delay queue's, else 1s,5s,30s,2m,10m,1h,6h,1d)",
     )
 
 

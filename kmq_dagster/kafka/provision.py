@@ -11,7 +11,7 @@ partition ``p mod n`` of an auxiliary topic of ``n`` partitions (``Queue.partiti
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from confluent_kafka import KafkaError, KafkaException
@@ -81,6 +81,16 @@ class QueueProvisionReport(ProvisionReport):
     opened: OpenedQueue = field(kw_only=True)
 
 
+@dataclass(frozen=True)
+class _TopicOptions:
+    """How new topics are made, as the public functions take it (see :func:`provision_queue`)."""
+
+    replication_factor: int
+    min_insync_replicas: int | None
+    delay_queue: bool
+    delay_levels_ms: Sequence[int] | None
+
+
 def plan_queue(
     settings: KmqSettings,
     queue: Queue,
@@ -98,27 +108,13 @@ def plan_queue(
     Raises:
         QueueConflictError, ProvisionError, KafkaUnavailableError: as :func:`provision_queue`.
     """
-    plan, _ = _plan_queue(
-        settings,
-        queue,
-        replication_factor=replication_factor,
-        min_insync_replicas=min_insync_replicas,
-        delay_queue=delay_queue,
-        delay_levels_ms=delay_levels_ms,
-        redefine=redefine,
-    )
+    options = _TopicOptions(replication_factor, min_insync_replicas, delay_queue, delay_levels_ms)
+    plan, _ = _plan_queue(settings, queue, options, redefine=redefine)
     return plan
 
 
 def _plan_queue(
-    settings: KmqSettings,
-    queue: Queue,
-    *,
-    replication_factor: int,
-    min_insync_replicas: int | None,
-    delay_queue: bool,
-    delay_levels_ms: Sequence[int] | None,
-    redefine: bool,
+    settings: KmqSettings, queue: Queue, options: _TopicOptions, *, redefine: bool
 ) -> tuple[ProvisionPlan, Queue]:
     """The plan of :func:`plan_queue`, and the definition carrying it out stores."""
     registered = load_registry(settings)
@@ -137,15 +133,9 @@ def _plan_queue(
                 " (provision again with --redefine, or redefine=True in Python, to change them)"
             )
     _refuse_conflicts(conflicts(queue, registered.queues.values(), registered.topics), queue)
-    levels_ms = delay_queue_levels(
-        queue.topic,
-        partition_counts(settings),
-        delay_queue=delay_queue,
-        delay_levels_ms=delay_levels_ms,
-    )
+    levels_ms = _delay_levels(settings, queue.topic, options)
     wanted = queue_topic_names(queue, delay_levels_ms=levels_ms)
-    layout = Layout(queue.partitions, replication_factor, min_insync_replicas,
-                    topic_configs(queue, queue.topic, levels_ms))  # fmt: skip
+    layout = _layout(queue.partitions, options, topic_configs(queue, queue.topic, levels_ms))
     # The auxiliary count: as given; else as stored (a queue stored without one has the
     # queue's everywhere); else adopted from existing topics or the default (plan_topics).
     aux_given = queue.aux_partitions
@@ -199,15 +189,8 @@ def provision_queue(
             has other levels than ``delay_levels_ms``, or creation failed.
         KafkaUnavailableError: the cluster did not answer.
     """
-    plan, defined = _plan_queue(
-        settings,
-        queue,
-        replication_factor=replication_factor,
-        min_insync_replicas=min_insync_replicas,
-        delay_queue=delay_queue,
-        delay_levels_ms=delay_levels_ms,
-        redefine=redefine,
-    )
+    options = _TopicOptions(replication_factor, min_insync_replicas, delay_queue, delay_levels_ms)
+    plan, defined = _plan_queue(settings, queue, options, redefine=redefine)
     report = _create_topics(settings, plan)
     if plan.stores_definition:
         save_definition(settings, defined)
@@ -232,17 +215,21 @@ def plan_topic(
     Raises:
         QueueConflictError, ProvisionError, KafkaUnavailableError: as :func:`provision_topic`.
     """
+    options = _TopicOptions(replication_factor, min_insync_replicas, delay_queue, delay_levels_ms)
+    return _plan_topic(settings, topic, partitions, options)
+
+
+def _plan_topic(
+    settings: KmqSettings, topic: str, partitions: int | None, options: _TopicOptions
+) -> ProvisionPlan:
     validate_topic_name(topic)
     if partitions is not None and partitions < 1:
         raise ConfigError(f"partitions must be at least 1, got {partitions}", setting="partitions")
     registered = load_registry(settings)
     _refuse_conflicts(conflicts(topic, registered.queues.values()), topic)
-    levels_ms = delay_queue_levels(
-        topic, partition_counts(settings), delay_queue=delay_queue, delay_levels_ms=delay_levels_ms
-    )
+    levels_ms = _delay_levels(settings, topic, options)
     wanted = [topic, *delay_queue_names(topic, levels_ms)]
-    layout = Layout(partitions, replication_factor, min_insync_replicas,
-                    topic_configs(None, topic, levels_ms))  # fmt: skip
+    layout = _layout(partitions, options, topic_configs(None, topic, levels_ms))
     plan = plan_topics(settings, topic, wanted, layout)
     return replace(plan, stores_definition=registered.topics.get(topic) != plan.partitions)
 
@@ -264,15 +251,8 @@ def provision_topic(
         QueueConflictError: the topic is another queue's derived topic.
         ProvisionError, KafkaUnavailableError: as :func:`provision_queue`.
     """
-    plan = plan_topic(
-        settings,
-        topic,
-        partitions=partitions,
-        replication_factor=replication_factor,
-        min_insync_replicas=min_insync_replicas,
-        delay_queue=delay_queue,
-        delay_levels_ms=delay_levels_ms,
-    )
+    options = _TopicOptions(replication_factor, min_insync_replicas, delay_queue, delay_levels_ms)
+    plan = _plan_topic(settings, topic, partitions, options)
     report = _create_topics(settings, plan)
     if plan.stores_definition:
         save_topic(settings, topic, report.partitions)
@@ -310,6 +290,21 @@ def require_topics(
     expected.update(dict.fromkeys(aux, aux_partitions or partitions))
     check_partition_counts(topic, expected, existing)
     return partitions
+
+
+def _delay_levels(settings: KmqSettings, topic: str, options: _TopicOptions) -> tuple[int, ...]:
+    return delay_queue_levels(
+        topic,
+        partition_counts(settings),
+        delay_queue=options.delay_queue,
+        delay_levels_ms=options.delay_levels_ms,
+    )
+
+
+def _layout(
+    partitions: int | None, options: _TopicOptions, configs: Mapping[str, Mapping[str, str]]
+) -> Layout:
+    return Layout(partitions, options.replication_factor, options.min_insync_replicas, configs)
 
 
 def _refuse_conflicts(clashes: dict[str, list[str]], what: Queue | str) -> None:

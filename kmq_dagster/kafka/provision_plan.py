@@ -282,18 +282,42 @@ def aux_topic_names(queue: Queue) -> list[str]:
 class QueueFootprint:
     """What a provisioned queue and group hold on the cluster."""
 
-    #: The queue's topics that exist (the queue topic, its delay queue, the group's topics).
+    #: The queue's topics that exist and are counted here (the queue topic and its delay queue
+    #: unless ``shared`` is false, the group's topics).
     topics: tuple[str, ...]
     #: Their partitions, all together.
     partitions: int
+    #: Whether the topics every group of the queue shares (the queue topic, its delay queue)
+    #: are counted here; false on a further group's footprint, which counts only its own.
+    shared: bool = True
 
 
-def queue_footprint(queue: Queue, existing: Mapping[str, int]) -> QueueFootprint:
-    """The topics of ``queue`` found in ``existing`` (from :func:`partition_counts`)."""
+def queue_footprint(
+    queue: Queue, existing: Mapping[str, int], *, shared: bool = True
+) -> QueueFootprint:
+    """The topics of ``queue`` found in ``existing`` (from :func:`partition_counts`); without
+    ``shared``, only the group's own (the queue topic and delay queue counted elsewhere)."""
     # a delay queue counts where it was created (it is opt-in), with the levels it has
-    names = queue_topic_names(queue, delay_levels_ms=delay_levels_of(queue.topic, existing))
+    names = (
+        queue_topic_names(queue, delay_levels_ms=delay_levels_of(queue.topic, existing))
+        if shared
+        else queue.group_topics
+    )
     found = tuple(name for name in names if name in existing)
-    return QueueFootprint(found, sum(existing[name] for name in found))
+    return QueueFootprint(found, sum(existing[name] for name in found), shared)
+
+
+def queue_footprints(queues: Sequence[Queue], existing: Mapping[str, int]) -> list[QueueFootprint]:
+    """The footprint of each of ``queues``, counting the topics the groups of one queue share
+    once: on the first of its groups, so that the footprints add up to what the queues hold."""
+    counted_topics: set[str] = set()
+    footprints = []
+    for queue in queues:
+        footprints.append(
+            queue_footprint(queue, existing, shared=queue.topic not in counted_topics)
+        )
+        counted_topics.add(queue.topic)
+    return footprints
 
 
 def partition_counts(settings: KmqSettings) -> dict[str, int]:

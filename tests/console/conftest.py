@@ -12,7 +12,6 @@ import pytest
 from streamlit import config as streamlit_config
 
 from kmq_dagster.audit.dead_letters import dead_letter_row
-from kmq_dagster.audit.local_postgres import fresh_database
 from kmq_dagster.console.config import AUTH_ENV, USERS_FILE_ENV
 from kmq_dagster.console.login_guard import reset_throttle
 from kmq_dagster.core.headers import (
@@ -26,15 +25,6 @@ from kmq_dagster.core.headers import (
 
 #: 2026-11-18 11:06:40 UTC: dead letter ``n`` failed ``n`` seconds later.
 BASE_MS = 1_795_000_000_000
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database: a SQLite file, or a fresh database on the session's PostgreSQL."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'audit.db'}"
-        return
-    yield fresh_database(request.getfixturevalue("postgres_url"))
 
 
 def stored_row(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import urllib.error
 import urllib.request
 import uuid
@@ -28,7 +27,6 @@ from streamlit.runtime.memory_media_file_storage import _calculate_file_id
 
 from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.audit.store import AuditStore
-from kmq_dagster.broker.ports import free_port
 from kmq_dagster.console.auth import ADMIN, OPERATOR, VIEWER, Principal, UsersFile
 from kmq_dagster.console.login_guard import LOGIN_FAILED
 from kmq_dagster.console.operations import ReplayPlan, start_replay
@@ -41,9 +39,9 @@ from kmq_dagster.kafka.consumer import KmqMessage
 from kmq_dagster.kafka.queues import open_queue
 from kmq_dagster.operations.dlq_ingester import DlqIngester
 from kmq_dagster.settings import KmqSettings
+from tests.console.console_process import running_console
 from tests.console.screen_checks import assert_whole, grids, tables
 from tests.kafka_helpers import new_queue, running_worker, wait_for
-from tests.processes import kmq_argv, pid_alive, stop
 
 pytestmark = [pytest.mark.browser, pytest.mark.kafka]
 
@@ -137,7 +135,6 @@ def console(
     users = UsersFile(tmp_path / "users.json")
     users.add(Principal("root", ADMIN), "olivia", OPERATOR, PASSWORD)
     users.add(Principal("root", ADMIN), "victor", VIEWER, PASSWORD)
-    port = free_port()
     env = {
         **os.environ,
         "HOME": str(tmp_path),
@@ -145,20 +142,8 @@ def console(
         "KMQ_CONSOLE_USERS_FILE": str(tmp_path / "users.json"),
         "KMQ_CONSOLE_REFRESH_S": "5",
     }
-    log = (tmp_path / "console.log").open("w")
-    argv = kmq_argv("console", "--port", str(port), "--audit-url", audit_url)
-    process = subprocess.Popen(argv, env=env, cwd=tmp_path,
-                               stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        assert wait_for(lambda: _healthy(url), timeout_s=60), (tmp_path / "console.log").read_text()
+    with running_console(tmp_path, env, audit_url) as url:
         yield url
-    finally:
-        try:
-            stop(process)
-        finally:
-            log.close()
-        assert not pid_alive(process.pid)
 
 
 def fill_store(settings: KmqSettings, topic: str, url: str) -> None:
@@ -446,14 +431,6 @@ def _status(url: str) -> int:
             return int(response.status)
     except urllib.error.HTTPError as exc:
         return exc.code
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-            return bool(response.read() == b"ok")
-    except OSError:
-        return False
 
 
 def test_failed_logins_are_throttled_and_audited_in_the_real_console(

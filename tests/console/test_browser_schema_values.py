@@ -11,33 +11,29 @@ import csv
 import io
 import os
 import re
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from kmq_dagster.audit.store import AuditStore
-from kmq_dagster.broker.ports import free_port
 from kmq_dagster.console.auth import ADMIN, OPERATOR, Principal, UsersFile
 from kmq_dagster.operations.dlq_ingester import DlqIngester
 from kmq_dagster.schemas import RegistrySettings, registry_client
 from kmq_dagster.settings import KmqSettings
+from tests.console.console_process import running_console
 from tests.console.test_browser import (
-    CHROMIUM,
-    PAGE_TIMEOUT_MS,
     PASSWORD,
-    _healthy,
+    browser,  # noqa: F401 (the module's Chromium, a fixture)
     choose,
     log_in,
     new_page,
     settle,
     shoot,
 )
-from tests.kafka_helpers import new_queue, wait_for
-from tests.processes import kmq_argv, pid_alive, stop
+from tests.kafka_helpers import new_queue
 from tests.support.schema_values import encode, produce_dead_letters
 
 pytestmark = [pytest.mark.browser, pytest.mark.kafka]
@@ -45,18 +41,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.kafka]
 SECRET = "hunter2-in-avro"
 ORDER = {"order_id": "AV-4711", "password": SECRET, "amount": 99.5}
 UNKNOWN_ID = b"\x00\x00\x00\x03\xe7\x0eunknown"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    expect.set_options(timeout=PAGE_TIMEOUT_MS)
-    try:
-        with sync_playwright() as playwright:
-            launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            yield launched
-            launched.close()
-    finally:
-        expect.set_options(timeout=None)
 
 
 def search(page: Page, text: str) -> None:
@@ -90,28 +74,16 @@ def console(settings: KmqSettings, tmp_path_factory: pytest.TempPathFactory) -> 
             store.close()
     users = UsersFile(tmp_path / "users.json")
     users.add(Principal("root", ADMIN), "olivia", OPERATOR, PASSWORD)
-    port = free_port()
     env_vars = {k: v for k, v in os.environ.items() if not k.startswith("KMQ_SCHEMA_REGISTRY")}
     env_vars |= {"HOME": str(tmp_path), "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
                  "KMQ_CONSOLE_USERS_FILE": str(tmp_path / "users.json")}  # fmt: skip
-    log = (tmp_path / "console.log").open("w")
-    argv = kmq_argv("console", "--port", str(port), "--audit-url", audit_url)
-    process = subprocess.Popen(argv, env=env_vars, cwd=tmp_path,
-                               stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        assert wait_for(lambda: _healthy(url), timeout_s=60), (tmp_path / "console.log").read_text()
+    with running_console(tmp_path, env_vars, audit_url) as url:
         yield url
-    finally:
-        try:
-            stop(process)
-        finally:
-            log.close()
-        assert not pid_alive(process.pid)
 
 
 def test_an_avro_dead_letter_shows_its_decoded_fields_masked_in_the_browser_and_is_found(
-    console: str, browser: Browser
+    console: str,
+    browser: Browser,  # noqa: F811
 ) -> None:
     page = new_page(browser)
     log_in(page, console, "olivia")

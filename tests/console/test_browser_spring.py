@@ -6,7 +6,6 @@ whole at 1280x900, and grouped by cause."""
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 from collections.abc import Iterator
 
@@ -14,15 +13,14 @@ import pytest
 from playwright.sync_api import Browser, expect
 
 from kmq_dagster.audit.store import AuditStore
-from kmq_dagster.broker.ports import free_port
 from kmq_dagster.console.auth import ADMIN, OPERATOR, Principal, UsersFile
 from kmq_dagster.kafka.foreign_dlq import open_foreign_dlq
 from kmq_dagster.operations.dlq_ingester import DlqIngester
 from kmq_dagster.settings import KmqSettings
+from tests.console.console_process import running_console
 from tests.console.screen_checks import assert_whole, grids
 from tests.console.test_browser import (
     PASSWORD,
-    _healthy,
     browser,  # noqa: F401 (the module's Chromium, a fixture)
     choose,
     log_in,
@@ -30,8 +28,6 @@ from tests.console.test_browser import (
     settle,
 )
 from tests.integration.test_spring_dead_letters import ORIGINS, make_spring_dlt
-from tests.kafka_helpers import wait_for
-from tests.processes import kmq_argv, pid_alive, stop
 
 pytestmark = [pytest.mark.browser, pytest.mark.kafka]
 
@@ -52,26 +48,14 @@ def spring_console(
     ingester.close()
     store.close()
     UsersFile(tmp_path / "users.json").add(Principal("root", ADMIN), "olivia", OPERATOR, PASSWORD)
-    port = free_port()
     env = {
         **os.environ,
         "HOME": str(tmp_path),
         "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
         "KMQ_CONSOLE_USERS_FILE": str(tmp_path / "users.json"),
     }
-    log = (tmp_path / "console.log").open("w")
-    argv = kmq_argv("console", "--port", str(port), "--audit-url", audit_url)
-    process = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        assert wait_for(lambda: _healthy(url), timeout_s=60), (tmp_path / "console.log").read_text()
+    with running_console(tmp_path, env, audit_url) as url:
         yield url, dlt
-    finally:
-        try:
-            stop(process)
-        finally:
-            log.close()
-        assert not pid_alive(process.pid)
 
 
 def test_a_spring_dlt_is_listed_with_its_origins_and_grouped_by_cause_in_the_browser(

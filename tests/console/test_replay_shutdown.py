@@ -26,6 +26,7 @@ from kmq_dagster.console.operations import ReplayPlan
 from kmq_dagster.errors import AuditStoreError
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.settings import KmqSettings
+from tests.console.console_process import healthy
 from tests.console.test_browser import CHROMIUM, new_page, settle
 from tests.integration.test_replay_audit import (
     COUNT,
@@ -53,16 +54,6 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
-def _healthy(url: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
-            return bool(answer.read().strip() == b"ok")
-    except OSError:
-        return False
-
-
 @pytest.mark.timeout(600)  # the console's start (150 s), the page's runs, the replay's 450 copies
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["term", "kill"])
 def test_a_console_stopped_mid_replay_leaves_the_replay_recorded_with_every_copy(
@@ -85,9 +76,7 @@ def test_a_console_stopped_mid_replay_leaves_the_replay_recorded_with_every_copy
     try:
         # on a loaded two-core machine Streamlit starts and answers slowly (at load average
         # 25 page loads took over 30 s): its start, the page and the dry run get minutes
-        assert wait_for(lambda: _healthy(url), timeout_s=150), (
-            tmp_path / "console.log"
-        ).read_text()
+        assert wait_for(lambda: healthy(url), timeout_s=150), (tmp_path / "console.log").read_text()
         page = new_page(browser)
         page.goto(url)
         page.get_by_role("link", name="Dead letters").click()

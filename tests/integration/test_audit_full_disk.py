@@ -152,48 +152,29 @@ def test_a_full_store_records_the_discard_and_the_replay_as_failed_while_small_w
 def test_an_ingest_on_a_full_disk_is_one_error_line_and_the_next_one_stores_everything(
     settings: KmqSettings, queue: OpenedQueue, private_audit_store: str, tmp_path: Path
 ) -> None:
+    # given 3,000 dead letters on the DLQ, none in a store on a disk that fills during ingest
     produce_dead_letters(settings, queue, [(str(i), "TimeoutError") for i in range(COUNT)])
     AuditStore(private_audit_store).close()
     database_of(private_audit_store)
     env = environment(settings, private_audit_store, tmp_path)
     ingest = ("ingest", "--topic", queue.topic, "--group", GROUP, "--once")
 
+    # when `kmq ingest --once` runs
     full = run_on_a_full_disk(env, *ingest)
 
+    # then it stops with one error line, no warning and no traceback before it
     assert full.returncode == 1, full.stderr
     assert full.stderr.count("\n") == 1 and "Traceback" not in full.stderr, full.stderr
+    assert full.stderr.startswith("kmq: error: "), full.stderr
     assert "refused to store the dead letters" in full.stderr and "nothing is lost" in full.stderr
+
+    # and once the disk has room, ingest stores every dead letter, each once
     again = run_kmq(*ingest, env=env)
     assert again.returncode == 0, again.stderr
     store = AuditStore(private_audit_store)
-    assert store.count_dead_letters() == COUNT
+    assert store.count_dead_letters(DeadLetterFilter(queue_topic=queue.topic)) == COUNT
     first, second = store.actions(queue_topic=queue.topic)
     assert first.state in ("failed", "interrupted") and second.state == "succeeded"
     if first.state == "failed":  # the store took the small write of its end
         assert first.count + second.count == COUNT
-    store.close()
-
-
-def test_an_ingest_on_a_full_disk_is_one_error_line_and_reads_the_rest_again_later(
-    settings: KmqSettings, queue: OpenedQueue, private_audit_store: str, tmp_path: Path
-) -> None:
-    # given 3,000 dead letters on the DLQ, none in a store on a disk that fills during ingest
-    produce_dead_letters(settings, queue, [(str(i), "TimeoutError") for i in range(COUNT)])
-    AuditStore(private_audit_store).close()
-    database_of(private_audit_store)
-    env = environment(settings, private_audit_store, tmp_path)
-
-    # when `kmq ingest --once` runs
-    full = run_on_a_full_disk(env, "ingest", "--once", "--topic", queue.topic, "--group", GROUP)
-
-    # then it stops with one line, no warning and no traceback before it
-    assert full.returncode == 1, full.stderr
-    assert full.stderr.count("\n") == 1 and "Traceback" not in full.stderr, full.stderr
-    assert full.stderr.startswith("kmq: error: "), full.stderr
-
-    # and once the disk has room, ingest reads every dead letter, each once
-    again = run_kmq("ingest", "--once", "--topic", queue.topic, "--group", GROUP, env=env)
-    assert again.returncode == 0, again.stderr
-    store = AuditStore(private_audit_store)
-    assert store.count_dead_letters(DeadLetterFilter(queue_topic=queue.topic)) == COUNT
     store.close()

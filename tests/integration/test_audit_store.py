@@ -4,7 +4,6 @@ filters, several writers, and SQL-injection strings that match nothing and chang
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
 from kmq_dagster.audit.dead_letters import dead_letter_row
-from kmq_dagster.audit.local_postgres import fresh_database
 from kmq_dagster.audit.models import Base
 from kmq_dagster.audit.store import HEAD_REVISION, AuditStore, DeadLetterFilter, schema_revision
 from kmq_dagster.core.headers import DLQ_REASON, ERROR_MESSAGE, ERROR_TYPE
@@ -29,15 +27,6 @@ EVERY_TIME: dict[str, Any] = {
     "since": datetime(2000, 1, 1, tzinfo=UTC),
     "until": datetime(2100, 1, 1, tzinfo=UTC),
 }
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database: a SQLite file, or a fresh database on the session's PostgreSQL."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'audit.db'}"
-        return
-    yield fresh_database(request.getfixturevalue("postgres_url"))
 
 
 def row(offset: int, **overrides: Any) -> dict[str, Any]:

@@ -317,12 +317,15 @@ def test_the_metrics_endpoint_shows_calls_in_flight_held_messages_and_waits_by_o
 #: machine); the 8 other calls are cut off only when it has passed.
 DRAIN_TIMEOUT_S = 30
 
-
-@pytest.mark.parametrize(
+#: The two ways an operator stops a worker, and the exit code each must give.
+each_stop_signal = pytest.mark.parametrize(
     ("stop_signal", "exit_code"),
     [(signal.SIGTERM, 0), (signal.SIGINT, 130)],
     ids=["SIGTERM exits 0", "Ctrl-C exits 130"],
 )
+
+
+@each_stop_signal
 def test_a_stopped_worker_acks_the_calls_that_end_within_the_drain_timeout_and_leaves_the_rest(
     settings: KmqSettings,
     topic_name: str,
@@ -377,11 +380,7 @@ def test_a_stopped_worker_acks_the_calls_that_end_within_the_drain_timeout_and_l
     assert set(gated("start", gated_lines(tmp_path, second.pid))) == cut
 
 
-@pytest.mark.parametrize(
-    ("stop_signal", "exit_code"),
-    [(signal.SIGTERM, 0), (signal.SIGINT, 130)],
-    ids=["SIGTERM exits 0", "Ctrl-C exits 130"],
-)
+@each_stop_signal
 def test_a_serial_worker_whose_call_hangs_exits_after_the_drain_timeout(
     settings: KmqSettings,
     topic_name: str,

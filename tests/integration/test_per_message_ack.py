@@ -27,6 +27,7 @@ from kmq_dagster.kafka.provision import provision_queue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import (
+    flush_until_tracked,
     new_queue,
     poll_until,
     produce,
@@ -81,16 +82,8 @@ def test_acks_from_many_threads_in_any_order_are_never_redelivered(
         random.Random(7).shuffle(messages)
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(consumer.ack, messages))
-        consumer.flush()
         # then, once the tracker has read every marker to the end, nothing is in flight
-        written = consumer.stats.start_markers + consumer.stats.end_markers
-        assert wait_for(
-            lambda: (
-                tracker.caught_up_partitions() == [0, 1]
-                and tracker.stats.markers == written
-                and tracker.inflight_count() == 0
-            )
-        )
+        flush_until_tracked(consumer, tracker, in_flight=0)
         # and nothing was redelivered (nor can be)
         assert tracker.stats.redelivered == 0
     assert len(messages) == 300
@@ -163,15 +156,7 @@ def test_acking_something_that_is_not_a_message_is_reported_and_harms_nothing(
         consumer.ack("not a message")  # type: ignore[arg-type]
         consumer.ack(None)  # type: ignore[arg-type]
         consumer.ack(messages[1])
-        consumer.flush()
-        written = consumer.stats.start_markers + consumer.stats.end_markers
-        assert wait_for(
-            lambda: (
-                tracker.caught_up_partitions() == [0, 1]
-                and tracker.stats.markers == written
-                and tracker.inflight_count() == 0
-            )
-        )
+        flush_until_tracked(consumer, tracker, in_flight=0)
     # then the garbage is counted and logged, and both messages count as acknowledged
     assert consumer.stats.invalid_acks == 2
     assert "not a message from this consumer" in caplog.text

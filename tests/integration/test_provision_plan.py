@@ -149,3 +149,40 @@ def test_a_queue_of_8_partitions_with_3_retries_and_no_delays_is_light_on_the_cl
     capsys.readouterr()
     after = _partition_counts(settings)
     assert {name: after[name] for name in counts} == counts
+
+
+def test_the_plan_of_a_topic_without_a_group_lists_only_the_queue_topic_and_its_delay_queue(
+    settings: KmqSettings, topic_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # given a new topic of 3 partitions with a delay queue of two levels, and no group
+    args = ["provision", "-t", topic_name, "-p", "3", "--delays", "--delay-levels", "1s,1m"]
+    before = _partition_counts(settings)
+
+    # when it is planned
+    assert main([*args, "--plan"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+
+    # then nothing appeared, and the plan names the queue without a group and no group topics:
+    # the queue topic, 2 delay levels and the delay DLQ, 3 partitions each
+    assert _partition_counts(settings) == before
+    assert lines[0] == f"plan for queue {topic_name} (3 partitions); nothing created"
+    rows = {line.split()[1]: line.split() for line in lines[1:-2]}
+    created = [name for name, row in rows.items() if row[0] == "create"]
+    if settings.registry_topic not in before:  # the first provisioning of this broker
+        created.remove(settings.registry_topic)
+    assert created == [topic_name, f"{topic_name}.delay.1s", f"{topic_name}.delay.1m",
+                       f"{topic_name}.delay.dlq"]  # fmt: skip
+    assert all(rows[name][2:4] == ["3", "partitions"] for name in created)
+    assert set(rows) == {*created, settings.registry_topic}
+    new_registry = settings.registry_topic not in before
+    assert lines[-2:] == [
+        f"would create {4 + new_registry} topics with {12 + new_registry} partitions; "
+        "the queue's 4 topics hold 12 partitions",
+        "would store the queue's definition in " + settings.registry_topic,
+    ]
+
+    # and provisioning creates exactly the planned topics
+    assert main(args) == 0
+    capsys.readouterr()
+    after = _partition_counts(settings)
+    assert {name: after[name] for name in created} == dict.fromkeys(created, 3)

@@ -130,19 +130,37 @@ def check_copies_against_records(
         assert action.count == per_action[action.id], (action.id, action.outcome)
 
 
+def replay_signalled_midway(
+    settings: KmqSettings, queue: OpenedQueue, url: str, home: Path, signum: signal.Signals
+) -> tuple[dict[str, str], subprocess.Popen[bytes]]:
+    """A `kmq replay` of :data:`COUNT` dead letters at 300 a second, sent ``signum`` once 450
+    copies are on the redelivery topic; its environment, and the process."""
+    fill(settings, queue, url, COUNT)
+    env = environment(settings, url, home)
+    replay = start_replay(env, queue, home / "first.log", "--rate", "300")
+    wait_for_copies(settings, queue.queue.redelivery_topic, 450, replay)
+    replay.send_signal(signum)
+    return env, replay
+
+
+def rerun_replay(
+    settings: KmqSettings, queue: OpenedQueue, env: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], collections.Counter[bytes]]:
+    """The same replay run again to its end: its outcome, and every copy on the redelivery
+    topic by key (how many times each dead letter was copied in all)."""
+    second = run_kmq("replay", "--topic", queue.topic, "--group", GROUP, env=env)
+    assert second.returncode == 0, second.stderr
+    return second, collections.Counter(copies(settings, queue.queue.redelivery_topic).values())
+
+
 def test_a_replay_stopped_by_sigterm_records_every_copy_and_its_end_and_resumes_without_duplicates(
     settings: KmqSettings, queue: OpenedQueue, audit_url: str, tmp_path: Path
 ) -> None:
     # given 3,000 dead letters replayed at 300 a second
-    fill(settings, queue, audit_url, COUNT)
-    env = environment(settings, audit_url, tmp_path)
-    target = queue.queue.redelivery_topic
-    replay = start_replay(env, queue, tmp_path / "first.log", "--rate", "300")
-
     # when it gets SIGTERM half-way through a chunk
-    wait_for_copies(settings, target, 450, replay)
-    replay.send_signal(signal.SIGTERM)
+    env, replay = replay_signalled_midway(settings, queue, audit_url, tmp_path, signal.SIGTERM)
     code = replay.wait(timeout=60)
+    target = queue.queue.redelivery_topic
 
     # then it finished its chunk, recorded every copy and how it ended, and exited 143
     output = (tmp_path / "first.log").read_text()
@@ -159,9 +177,7 @@ def test_a_replay_stopped_by_sigterm_records_every_copy_and_its_end_and_resumes_
     assert {e.state for e in events} == {"sent"}
 
     # and running it again sends the rest, none twice
-    second = run_kmq("replay", "--topic", queue.topic, "--group", GROUP, env=env)
-    assert second.returncode == 0, second.stderr
-    keys = collections.Counter(copies(settings, target).values())
+    second, keys = rerun_replay(settings, queue, env)
     assert len(keys) == COUNT and max(keys.values()) == 1
     assert "possible duplicates 0" in second.stdout
     store.close()
@@ -171,15 +187,10 @@ def test_a_replay_killed_with_sigkill_reads_interrupted_and_its_rerun_sends_reco
     settings: KmqSettings, queue: OpenedQueue, audit_url: str, tmp_path: Path
 ) -> None:
     # given a replay of 3,000 dead letters at 300 a second
-    fill(settings, queue, audit_url, COUNT)
-    env = environment(settings, audit_url, tmp_path)
-    target = queue.queue.redelivery_topic
-    replay = start_replay(env, queue, tmp_path / "first.log", "--rate", "300")
-
     # when it is SIGKILLed mid-way
-    wait_for_copies(settings, target, 450, replay)
-    replay.send_signal(signal.SIGKILL)
+    env, replay = replay_signalled_midway(settings, queue, audit_url, tmp_path, signal.SIGKILL)
     replay.wait(timeout=30)
+    target = queue.queue.redelivery_topic
 
     # then the next look shows it interrupted, with what it did; every copy has a record
     store = AuditStore(audit_url)
@@ -195,9 +206,7 @@ def test_a_replay_killed_with_sigkill_reads_interrupted_and_its_rerun_sends_reco
 
     # and a rerun of the same replay sends no confirmed copy again, and reports the
     # unconfirmed ones it sends again as possible duplicates
-    second = run_kmq("replay", "--topic", queue.topic, "--group", GROUP, env=env)
-    assert second.returncode == 0, second.stderr
-    keys = collections.Counter(copies(settings, target).values())
+    second, keys = rerun_replay(settings, queue, env)
     assert len(keys) == COUNT
     twice = {key for key, n in keys.items() if n > 1}
     assert not twice & confirmed, "a confirmed copy was sent again"

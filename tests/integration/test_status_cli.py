@@ -8,6 +8,7 @@ import pytest
 
 from kmq_dagster.cli import main
 from kmq_dagster.kafka.consumer import KmqConsumer
+from kmq_dagster.kafka.provision_plan import partition_counts
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import new_queue, produce, produce_dead_letters
 
@@ -86,3 +87,19 @@ def test_status_shows_how_many_topics_and_partitions_a_queue_holds(
     assert (len(shown["topics"]), shown["topic_partitions"]) == (16, 11 * 3 + 5 * 2)
     assert not any(".b." in name for name in shown["topics"])
     assert table[1].split()[-4:] == ["43", "in", "16", "topics"]
+
+    # when both groups are shown, the topics they share count once (on a's row), so the rows
+    # add up to what the queue holds: b's row has only b's own topics, marked with a "+"
+    assert main(["status", "-t", topic_name, "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert main(["status", "-t", topic_name]) == 0
+    table = capsys.readouterr().out.splitlines()
+    held = partition_counts(settings)
+    counted_topics = [name for row in rows for name in row["topics"]]
+    assert sorted(counted_topics) == sorted(name for name in held if topic_name in name)
+    assert sum(row["topic_partitions"] for row in rows) == sum(held[n] for n in counted_topics)
+    b_topics = rows[1]["topics"]
+    assert (rows[1]["group"], rows[1]["shared_topics"]) == ("b", False)
+    assert topic_name not in b_topics
+    b_cell = [f"+{rows[1]['topic_partitions']}", "in", str(len(b_topics)), "topics"]
+    assert table[2].split()[-4:] == b_cell

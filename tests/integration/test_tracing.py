@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from kmq_dagster.core.delay import DELAY_LEVELS_MS
-from kmq_dagster.core.headers import header_value, normalize_headers
+from kmq_dagster.core.headers import Headers, header_value, normalize_headers
 from kmq_dagster.core.naming import delay_topic
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.kafka.consumer import KmqConsumer, KmqMessage
@@ -311,24 +311,30 @@ print(sorted(name for name in sys.modules if name.startswith("opentelemetry")))
 """
 
 
+def _sent_by_script(settings: KmqSettings, topic: str, script: str) -> tuple[str, Headers]:
+    """Run ``script`` in a new Python process given the broker and ``topic``: what it printed,
+    and the headers of the one message it sent to ``topic``."""
+    env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
+    result = subprocess.run(
+        [sys.executable, "-c", script, topic],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (record,) = read_topic(settings, topic, 1, at_least=1)
+    return result.stdout, normalize_headers(record.headers())
+
+
 def test_without_a_tracer_provider_nothing_of_opentelemetry_is_imported_or_written(
     settings: KmqSettings, topic_name: str
 ) -> None:
     # given a queue, and a process that installed OpenTelemetry but configured no tracing
     queue = new_queue(settings, topic_name, GROUP)
-    env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
 
     # when it sends a message and calls a handler
-    result = subprocess.run(
-        [sys.executable, "-c", OFF_SCRIPT, queue.topic],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    output, headers = _sent_by_script(settings, queue.topic, OFF_SCRIPT)
 
     # then OpenTelemetry was never imported, and the message carries no trace header
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
-    (record,) = read_topic(settings, queue.topic, 1, at_least=1)
-    headers = normalize_headers(record.headers())
+    assert output.strip() == "[]"
     assert headers == [("user", b"kept")]
     assert header_value(headers, "traceparent") is None
 
@@ -352,19 +358,13 @@ def test_kmq_send_writes_the_trace_context_of_the_application_span(
 ) -> None:
     # given a process whose application configured a global tracer provider
     queue = new_queue(settings, topic_name, GROUP)
-    env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
 
     # when `kmq send` runs in it, inside a span
-    result = subprocess.run(
-        [sys.executable, "-c", SEND_SCRIPT, queue.topic],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    output, headers = _sent_by_script(settings, queue.topic, SEND_SCRIPT)
 
     # then the message carries a W3C traceparent in that span's trace
-    assert result.returncode == 0, result.stderr
-    trace_id = result.stdout.split()[0]
-    (record,) = read_topic(settings, queue.topic, 1, at_least=1)
-    traceparent = header_value(normalize_headers(record.headers()), "traceparent")
+    trace_id = output.split()[0]
+    traceparent = header_value(headers, "traceparent")
     assert traceparent is not None
     version, carried_trace_id, _, flags = traceparent.decode().split("-")
     assert (version, carried_trace_id) == ("00", trace_id)

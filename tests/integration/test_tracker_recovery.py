@@ -18,6 +18,7 @@ from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker, tracker_group
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import (
+    flush_until_tracked,
     new_queue,
     poll_until,
     produce,
@@ -81,15 +82,7 @@ def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknow
         with running_service(first):
             for message in poll_until(consumer, 100):
                 consumer.ack(message)
-            consumer.flush()
-            written = consumer.stats.start_markers + consumer.stats.end_markers
-            assert wait_for(
-                lambda: (
-                    first.caught_up_partitions() == [0, 1]
-                    and first.stats.markers == written
-                    and first.inflight_count() == 0
-                )
-            )
+            written = flush_until_tracked(consumer, first, in_flight=0)
     finally:
         consumer.close()
 
@@ -124,15 +117,7 @@ def test_restarted_tracker_resumes_at_the_oldest_open_marker_and_redelivers_exac
             for message in messages:
                 if message.value not in left_open:
                     consumer.ack(message)
-            consumer.flush()
-            written = consumer.stats.start_markers + consumer.stats.end_markers
-            assert wait_for(
-                lambda: (
-                    first.caught_up_partitions() == [0, 1]
-                    and first.stats.markers == written
-                    and first.inflight_count() == 3
-                )
-            )
+            written = flush_until_tracked(consumer, first, in_flight=3)
     finally:
         consumer.close()
     open_refs = {(m.partition, m.offset) for m in messages if m.value in left_open}

@@ -15,18 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kmq_dagster.spark.message import SparkMessage
+from tests.support.line_files import append_line
 
 #: Guards the counters of the calls a thread pool runs (one lock per executor process).
 _LOCK = threading.Lock()
-
-
-def _append(path: str, line: str) -> None:
-    # One write per line on an O_APPEND descriptor: lines of several processes never mix.
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(descriptor, (line + "\n").encode())
-    finally:
-        os.close(descriptor)
 
 
 @dataclass
@@ -43,7 +35,7 @@ class AwaitingEcho:
         self.in_flight += 1  # one event loop per task: no lock needed
         if self.in_flight > self.peak:
             self.peak = self.in_flight
-            _append(self.path, f"peak {self.peak}")
+            append_line(self.path, f"peak {self.peak}")
         try:
             await asyncio.sleep(self.wait_s)
         finally:
@@ -67,13 +59,13 @@ class KeyOverlapChecker:
         key = message.key
         with _LOCK:
             if self.running.get(key, 0):
-                _append(self.path, f"overlap {key!r} {message.offset}")
+                append_line(self.path, f"overlap {key!r} {message.offset}")
             self.running[key] = self.running.get(key, 0) + 1
             self.in_flight += 1
             if self.in_flight > self.peak:
                 self.peak = self.in_flight
-                _append(self.path, f"peak {self.peak}")
-            _append(self.path, f"start {(key or b'').decode()} {message.offset}")
+                append_line(self.path, f"peak {self.peak}")
+            append_line(self.path, f"start {(key or b'').decode()} {message.offset}")
         try:
             time.sleep(self.wait_s)  # the I/O: other keys' calls run meanwhile
         finally:

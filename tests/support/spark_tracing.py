@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 import weakref
 from collections.abc import Sequence
@@ -26,18 +25,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 
 from kmq_dagster import tracing
 from kmq_dagster.spark.message import SparkMessage
+from tests.support.line_files import append_line
 
 #: The value of a message the functions fail on (a ``ValueError``).
 BAD = b"bad"
-
-
-def _append(path: str, line: str) -> None:
-    # One write per line on an O_APPEND descriptor: lines of several processes never mix.
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(descriptor, (line + "\n").encode())
-    finally:
-        os.close(descriptor)
 
 
 class JsonLinesExporter(SpanExporter):
@@ -51,7 +42,7 @@ class JsonLinesExporter(SpanExporter):
             return SpanExportResult.SUCCESS
         for span in spans:
             assert span.context is not None
-            _append(
+            append_line(
                 self.path,
                 json.dumps(
                     {
@@ -95,7 +86,7 @@ class _Traced:
 
     def _note(self, message: SparkMessage) -> None:
         span_id = trace.get_current_span().get_span_context().span_id
-        _append(self.path, f"call {message.offset} {span_id}")
+        append_line(self.path, f"call {message.offset} {span_id}")
         if message.value == BAD:
             raise ValueError("a bad order")
 

@@ -5,17 +5,7 @@ from __future__ import annotations
 
 from kmq_dagster.core.breaker import BreakerConfig, CircuitBreaker, State
 from kmq_dagster.core.durations import MAX_DURATION_MS
-
-CONFIG = BreakerConfig(
-    window_ms=10_000,
-    min_calls=10,
-    error_rate=0.5,
-    consecutive_failures=8,
-    cooldown_ms=1_000,
-    cooldown_multiplier=2,
-    max_cooldown_ms=5_000,
-    probes=3,
-)
+from tests.unit.test_breaker import CONFIG
 
 
 def record_all(breaker: CircuitBreaker, outcomes: list[bool], now_ms: int) -> list[State]:

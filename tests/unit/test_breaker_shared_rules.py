@@ -3,6 +3,7 @@ the same settings, they decide alike; where they differ, it is by how they judge
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from hypothesis import given
@@ -16,19 +17,11 @@ from kmq_dagster.core.breaker import (
     Transition,
     judge_samples,
 )
+from tests.unit.test_breaker import CONFIG as UNIT_CONFIG
 
 #: One probe, and no consecutive-failures rule (a sensor cannot see the order of a batch's
 #: failures): the settings under which a worker and the sensor must agree on every move.
-CONFIG = BreakerConfig(
-    window_ms=10_000,
-    min_calls=10,
-    error_rate=0.5,
-    consecutive_failures=1_000_000,
-    cooldown_ms=1_000,
-    cooldown_multiplier=2,
-    max_cooldown_ms=5_000,
-    probes=1,
-)
+CONFIG = dataclasses.replace(UNIT_CONFIG, consecutive_failures=1_000_000, probes=1)
 
 
 @dataclass

@@ -25,29 +25,16 @@ from kmq_dagster.core.delay import (
 from kmq_dagster.core.naming import delay_topics
 from kmq_dagster.core.retry_headers import DUE_MS
 from kmq_dagster.errors import ConfigError
+from tests.unit.test_custom_delay_ladder import deliver_time as walk_ladder
 
 T0 = 1_700_000_000_000
 LADDER = DEFAULT_DELAY_LEVELS_MS
 
 
 def deliver_time(delay_ms: int, lags_ms: list[int]) -> tuple[int, int]:
-    """Walk one message down the ladder as a forwarder would; returns (delivered at, hops).
-
-    The forwarder takes a message ``HOP_LEAD_MS`` before its hop time, late by the next lag.
-    """
-    due_ms = T0 + delay_ms
-    step: Deliver | Hold | Hop = enqueue(due_ms, T0, LADDER)
-    now_ms = T0
-    hops = 0
-    while isinstance(step, Hop):
-        hops += 1
-        assert hops < 60, "the ladder must converge"
-        lag_ms = lags_ms[hops % len(lags_ms)] if lags_ms else 0
-        now_ms = max(now_ms, step.hop_due_ms - HOP_LEAD_MS) + lag_ms
-        step = next_step(due_ms, now_ms, LADDER)
-    if isinstance(step, Hold):
-        return step.until_ms, hops
-    return now_ms, hops
+    """Walk one message down the default ladder as a forwarder would (see
+    :func:`~tests.unit.test_custom_delay_ladder.deliver_time`): (delivered at, hops)."""
+    return walk_ladder(delay_ms, LADDER, lags_ms)
 
 
 @given(
