@@ -118,10 +118,6 @@ def test_a_sigkilled_forwarder_loses_no_delayed_message(
 ) -> None:
     count = 3_000
     provision_topic(settings, topic_name, partitions=PARTITIONS, delay_queue=True)
-    producer = KmqProducer(settings)
-    for i in range(count):  # due over 13 s: the kill below lands while most still wait
-        producer.send(topic_name, str(i), key=str(i), delay=1 + (i % 7) * 2)
-    assert producer.flush() == 0
     env = {
         **os.environ,
         "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
@@ -142,7 +138,15 @@ def test_a_sigkilled_forwarder_loses_no_delayed_message(
         return process
 
     try:
+        # the forwarder first, then the messages: however long it takes to start on a loaded
+        # machine, they are due over the 25 s after they are sent, so the kill below lands
+        # while most still wait
         first = start()
+        assert wait_for(lambda: b"started" in (tmp_path / "delayer-0.log").read_bytes(), 120)
+        producer = KmqProducer(settings)
+        for i in range(count):
+            producer.send(topic_name, str(i), key=str(i), delay=1 + (i % 7) * 4)
+        assert producer.flush() == 0
         # kill it once it delivers: messages are being moved between levels, held and delivered
         assert wait_for(lambda: len(read_topic(settings, topic_name, PARTITIONS, timeout_s=1)) > 0)
         first.send_signal(signal.SIGKILL)
