@@ -18,6 +18,7 @@ import pytest
 from kmq_dagster.audit.local_postgres import PostgresServer, fresh_database
 from kmq_dagster.broker import EmbeddedBroker
 from kmq_dagster.settings import KmqSettings
+from tests.kafka_helpers import group_of
 from tests.mock_cluster import MockCluster, mock_selected
 
 #: Fails a test that leaves a process running (and kills it); see its docstring.
@@ -73,6 +74,12 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     """A topic name no other test uses (tests share one broker)."""
     stem = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:60].strip("-")
     return f"{stem}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def group(topic_name: str) -> str:
+    """The test's own consumer group (see :func:`tests.kafka_helpers.group_of`)."""
+    return group_of(topic_name)
 
 
 @pytest.fixture(scope="session")

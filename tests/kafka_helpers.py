@@ -118,6 +118,13 @@ def running_service(service: S) -> Iterator[S]:
         assert not thread.is_alive(), f"{type(service).__name__} did not stop"
 
 
+def group_of(topic: str) -> str:
+    """The test's own consumer group. Tests on one broker never share a group: a group spans
+    topics, so a worker SIGKILLed during a rebalance stalled the next test's worker in a shared
+    group for minutes (nothing handled for 180 s, in a loaded CI run)."""
+    return f"proof-{topic.rsplit('-', 1)[-1]}"
+
+
 def wait_for(
     condition: Callable[[], object], timeout_s: float = 30, interval_s: float = 0.1
 ) -> bool:

@@ -20,20 +20,13 @@ import pytest
 
 from kmq_dagster.core.headers import DLQ_REASON, ERROR_TYPE, header_value, normalize_headers
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import WaitBudget, new_queue, produce, read_topic, wait_for
+from tests.kafka_helpers import WaitBudget, group_of, new_queue, produce, read_topic, wait_for
 from tests.processes import kmq_argv, stacks_in_log
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 MESSAGES = 10_000
 PARTITIONS = 2
-
-
-def group_of(topic: str) -> str:
-    """The test's own consumer group. Tests on one broker never share a group: a group spans
-    topics, so a worker SIGKILLed during a rebalance stalled the next test's worker in a shared
-    group for minutes (nothing handled for 180 s, in a loaded CI run)."""
-    return f"proof-{topic.rsplit('-', 1)[-1]}"
 
 
 RETRY_DELAYS_MS = (1_000, 2_000)

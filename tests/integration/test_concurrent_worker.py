@@ -15,10 +15,11 @@ from kmq_dagster.broker.ports import free_port
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
 from tests.faults.test_metrics import scrape, value
-from tests.integration.test_at_least_once import Fleet, group_of
+from tests.integration.test_at_least_once import Fleet
 from tests.integration.test_spark_breaker import committed_total
 from tests.kafka_helpers import (
     WaitBudget,
+    group_of,
     new_queue,
     produce,
     read_topic,

@@ -34,7 +34,7 @@ from kmq_dagster.kafka.queues import open_queue
 from kmq_dagster.operations.replay import ReplayRequest, replay_dead_letters
 from kmq_dagster.schemas.registry import RegistrySettings, registry_client
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import produce, read_topic, running_worker, wait_for
+from tests.kafka_helpers import group_of, produce, read_topic, running_worker, wait_for
 from tests.processes import kmq_argv, stop
 from tests.schema_helpers import ORDER_AVRO, fields_of, order_proto, serialized
 from tests.schema_registry_double import SchemaRegistryDouble
@@ -49,7 +49,8 @@ def schema_queue(
     settings: KmqSettings, topic: str, value_format: str, registry: RegistrySettings
 ) -> OpenedQueue:
     """A one-partition queue of ``value_format`` values, retried after 1 s (4 attempts)."""
-    queue = Queue(topic, "g", partitions=1, retry_policy=RetryPolicy.fixed((1_000,) * 3),
+    queue = Queue(topic, group_of(topic), partitions=1,
+                  retry_policy=RetryPolicy.fixed((1_000,) * 3),
                   value_format=ValueFormat(value_format))  # fmt: skip
     return provision_queue(settings.with_overrides(schema_registry=registry), queue).opened
 
@@ -115,10 +116,10 @@ def test_undecodable_values_go_to_the_dlq_with_the_reason_and_their_original_byt
 
 
 def test_a_handler_reads_a_schema_registry_key_and_an_undecodable_key_is_dead_lettered(
-    settings: KmqSettings, topic_name: str
+    settings: KmqSettings, topic_name: str, group: str
 ) -> None:
     registry = mock_registry()
-    queue = Queue(topic_name, "g", partitions=1, key_format=ValueFormat.AVRO)
+    queue = Queue(topic_name, group, partitions=1, key_format=ValueFormat.AVRO)
     opened = provision_queue(settings.with_overrides(schema_registry=registry), queue).opened
     good_key = serialized("avro", registry_client(registry), topic_name, ORDERS[0],
                           MessageField.KEY)  # fmt: skip
@@ -209,9 +210,9 @@ def test_kmq_send_encodes_json_input_with_the_registry_and_its_credentials(
 
 
 def test_kmq_provision_stores_the_formats_and_refuses_other_ones_without_redefine(
-    settings: KmqSettings, topic_name: str, capsys: pytest.CaptureFixture[str]
+    settings: KmqSettings, topic_name: str, group: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["provision", "--topic", topic_name, "-g", "g", "--partitions", "1",
+    argv = ["provision", "--topic", topic_name, "-g", group, "--partitions", "1",
             "-b", settings.bootstrap_servers, "--key-format", "json"]  # fmt: skip
     assert main([*argv, "--value-format", "avro"]) == 0
     capsys.readouterr()
@@ -219,12 +220,12 @@ def test_kmq_provision_stores_the_formats_and_refuses_other_ones_without_redefin
     assert main([*argv, "--value-format", "protobuf"]) == 1
 
     assert "value format avro (given: protobuf)" in capsys.readouterr().err
-    stored = open_queue(settings, topic_name, "g").queue
+    stored = open_queue(settings, topic_name, group).queue
     assert (stored.value_format, stored.key_format) == (ValueFormat.AVRO, ValueFormat.JSON)
 
 
 def test_a_kmq_worker_process_decodes_with_the_registry_of_its_environment(
-    settings: KmqSettings, topic_name: str, tmp_path: Path
+    settings: KmqSettings, topic_name: str, group: str, tmp_path: Path
 ) -> None:
     with SchemaRegistryDouble(USER_INFO) as double:
         registry = RegistrySettings(double.url, {"basic.auth.user.info": USER_INFO})
@@ -239,7 +240,7 @@ def test_a_kmq_worker_process_decodes_with_the_registry_of_its_environment(
                "KMQ_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO": USER_INFO}  # fmt: skip
         decoded, log = tmp_path / "decoded.txt", tmp_path / "worker.log"
         worker = subprocess.Popen(
-            kmq_argv("worker", "-t", topic_name, "-g", "g",
+            kmq_argv("worker", "-t", topic_name, "-g", group,
                      "--handler", "tests.support.schema_handlers:record"),
             cwd=Path(__file__).resolve().parents[2], env=env, stderr=log.open("wb"),
         )  # fmt: skip

@@ -15,7 +15,7 @@ from kmq_dagster.core.markers import StartMarker, decode_marker
 from kmq_dagster.core.naming import dlq_topic, markers_topic, retry_topic
 from kmq_dagster.core.retry_headers import ATTEMPT
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import new_queue, produce, read_topic, wait_for
+from tests.kafka_helpers import group_of, new_queue, produce, read_topic, wait_for
 from tests.processes import kmq_argv, run_kmq
 
 pytestmark = pytest.mark.kafka
@@ -44,33 +44,33 @@ def test_bad_handler_is_a_one_line_error(settings: KmqSettings, handler: str, me
 
 @pytest.mark.parametrize("command", ["worker", "tracker"])
 def test_unprovisioned_queue_is_a_one_line_error(
-    settings: KmqSettings, topic_name: str, command: str
+    settings: KmqSettings, topic_name: str, group: str, command: str
 ) -> None:
     extra = ["--handler", "json:dumps"] if command == "worker" else []
     result = run_kmq(
-        command, "-t", topic_name, "-g", "g", *extra,
+        command, "-t", topic_name, "-g", group, *extra,
         env={"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers},
     )  # fmt: skip
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
-    assert f"run `kmq provision --topic {topic_name} --group g` first" in result.stderr
+    assert f"run `kmq provision --topic {topic_name} --group {group}` first" in result.stderr
 
 
 def test_worker_with_exponential_backoff_retries_on_its_backoff_topics(
-    settings: KmqSettings, topic_name: str, tmp_path: Path
+    settings: KmqSettings, topic_name: str, group: str, tmp_path: Path
 ) -> None:
     env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers, "KMQ_SESSION_TIMEOUT_MS": "6000"}
     backoff = ("--retry-backoff", "1s,2,3s", "--max-attempts", "4")
     provisioned = run_kmq(
-        "provision", "-t", topic_name, "-p", "1", "-g", "g", "--no-delay-queue", *backoff, env=env
+        "provision", "-t", topic_name, "-p", "1", "-g", group, "--no-delay-queue", *backoff, env=env
     )
     assert provisioned.returncode == 0, provisioned.stderr
-    retry_topics = [retry_topic(topic_name, "g", ms) for ms in (1_000, 2_000, 3_000)]
+    retry_topics = [retry_topic(topic_name, group, ms) for ms in (1_000, 2_000, 3_000)]
     assert all(f"created  {name} " in provisioned.stdout for name in retry_topics)
     produce(settings, topic_name, [b"doomed"])
     log = (tmp_path / "worker.log").open("wb")
     worker = subprocess.Popen(
-        kmq_argv("worker", "-t", topic_name, "-g", "g", "--handler", HANDLER),
+        kmq_argv("worker", "-t", topic_name, "-g", group, "--handler", HANDLER),
         cwd=REPO_ROOT,
         env={
             **os.environ,
@@ -82,7 +82,7 @@ def test_worker_with_exponential_backoff_retries_on_its_backoff_topics(
         stderr=subprocess.STDOUT,
     )
     try:
-        (dead,) = read_topic(settings, dlq_topic(topic_name, "g"), 1, at_least=1, timeout_s=60)
+        (dead,) = read_topic(settings, dlq_topic(topic_name, group), 1, at_least=1, timeout_s=60)
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=60) == 0
@@ -116,26 +116,26 @@ def test_conflicting_retry_flags_are_a_one_line_error(settings: KmqSettings) -> 
 
 
 def held_messages_extended(settings: KmqSettings, topic: str) -> bool:
-    """Whether a worker of group g extended a message's visibility: a start marker for one
-    message (a fetch writes one per run of the batch, here one for all 200)."""
-    records = read_topic(settings, markers_topic(topic, "g"), 1, timeout_s=3)
+    """Whether a worker of the test's group extended a message's visibility: a start marker for
+    one message (a fetch writes one per run of the batch, here one for all 200)."""
+    records = read_topic(settings, markers_topic(topic, group_of(topic)), 1, timeout_s=3)
     markers = [decode_marker(r.value() or b"") for r in records]
     return any(isinstance(m, StartMarker) and m.count == 1 for m in markers)
 
 
 def test_worker_breaker_stops_a_failure_flood_and_raises_an_alert(
-    settings: KmqSettings, topic_name: str, tmp_path: Path, private_audit_store: str
+    settings: KmqSettings, topic_name: str, group: str, tmp_path: Path, private_audit_store: str
 ) -> None:
     env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers, "KMQ_SESSION_TIMEOUT_MS": "6000"}
     delays = ("--retry-delays", "1m")
-    provisioned = run_kmq("provision", "-t", topic_name, "-p", "1", "-g", "g", *delays,
+    provisioned = run_kmq("provision", "-t", topic_name, "-p", "1", "-g", group, *delays,
                           "--visibility-timeout", "3s", env=env)  # fmt: skip
     assert provisioned.returncode == 0, provisioned.stderr
     produce(settings, topic_name, [str(i).encode() for i in range(200)])
     log = (tmp_path / "worker.log").open("wb")
     failing = {"KMQ_TEST_FAILURE_RATE": "1", "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}
     worker = subprocess.Popen(
-        kmq_argv("worker", "-t", topic_name, "-g", "g", "--handler", HANDLER,
+        kmq_argv("worker", "-t", topic_name, "-g", group, "--handler", HANDLER,
                  "--breaker", "--breaker-min-calls", "5", "--breaker-cooldown", "5m"),
         cwd=REPO_ROOT,
         env={**os.environ, **env, **failing},
@@ -155,7 +155,7 @@ def test_worker_breaker_stops_a_failure_flood_and_raises_an_alert(
     (alert,) = store.alerts(queue_topic=topic_name)
     assert alert.severity == "critical"
     assert alert.message.startswith("circuit breaker closed -> open: error rate 100%")
-    copies = read_topic(settings, retry_topic(topic_name, "g", 60_000), 1, timeout_s=3)
+    copies = read_topic(settings, retry_topic(topic_name, group, 60_000), 1, timeout_s=3)
     # the first 4 failures were retried; the 5th opened the breaker and waits with the rest
     assert len(copies) == 4, "the flood reached the retry topic"
     assert calls.count(b"\n") == 5, "the handler was called while the breaker was open"
@@ -163,14 +163,14 @@ def test_worker_breaker_stops_a_failure_flood_and_raises_an_alert(
 
 
 def test_log_json_writes_one_json_object_per_log_line(
-    settings: KmqSettings, topic_name: str, tmp_path: Path
+    settings: KmqSettings, topic_name: str, group: str, tmp_path: Path
 ) -> None:
     import json
 
-    new_queue(settings, topic_name, "g")
+    new_queue(settings, topic_name, group)
     log_path = tmp_path / "tracker.log"
     tracker = subprocess.Popen(
-        kmq_argv("tracker", "-t", topic_name, "-g", "g", "--log-json"),
+        kmq_argv("tracker", "-t", topic_name, "-g", group, "--log-json"),
         env={**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
              "KMQ_SESSION_TIMEOUT_MS": "6000"},
         stdout=subprocess.DEVNULL, stderr=log_path.open("wb"),
@@ -186,16 +186,16 @@ def test_log_json_writes_one_json_object_per_log_line(
 
 
 def test_an_async_handler_runs_for_every_message(
-    settings: KmqSettings, topic_name: str, tmp_path: Path
+    settings: KmqSettings, topic_name: str, group: str, tmp_path: Path
 ) -> None:
     # given 20 messages and `kmq worker` with an `async def` handler
-    new_queue(settings, topic_name, "g")
+    new_queue(settings, topic_name, group)
     produce(settings, topic_name, [str(i).encode() for i in range(20)])
     env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
            "KMQ_SESSION_TIMEOUT_MS": "6000", "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}  # fmt: skip
     handled = tmp_path / "handled.txt"
     worker = subprocess.Popen(
-        kmq_argv("worker", "-t", topic_name, "-g", "g", "--handler",
+        kmq_argv("worker", "-t", topic_name, "-g", group, "--handler",
                  "tests.support.async_handlers:record"),
         cwd=REPO_ROOT, env=env, stderr=(tmp_path / "worker.log").open("wb"),
     )  # fmt: skip
@@ -211,10 +211,12 @@ def test_an_async_handler_runs_for_every_message(
     assert sorted(map(int, handled.read_text().split())) == list(range(20))
 
 
-def test_a_generator_handler_is_a_one_line_error(settings: KmqSettings, topic_name: str) -> None:
-    new_queue(settings, topic_name, "g")
+def test_a_generator_handler_is_a_one_line_error(
+    settings: KmqSettings, topic_name: str, group: str
+) -> None:
+    new_queue(settings, topic_name, group)
     result = run_kmq(
-        "worker", "-t", topic_name, "-g", "g", "--handler", "tests.support.async_handlers:steps",
+        "worker", "-t", topic_name, "-g", group, "--handler", "tests.support.async_handlers:steps",
         env={"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers},
     )  # fmt: skip
     assert result.returncode == 1
@@ -224,17 +226,17 @@ def test_a_generator_handler_is_a_one_line_error(settings: KmqSettings, topic_na
 
 @pytest.mark.parametrize("concurrency", ["1", "4"])
 def test_a_handler_exception_that_cannot_be_rendered_is_dead_lettered_not_a_crash(
-    settings: KmqSettings, topic_name: str, tmp_path: Path, concurrency: str
+    settings: KmqSettings, topic_name: str, group: str, tmp_path: Path, concurrency: str
 ) -> None:
     # given poison messages whose handler raises an unprintable exception or GeneratorExit
-    new_queue(settings, topic_name, "g", retry_delays_ms=(100,))
+    new_queue(settings, topic_name, group, retry_delays_ms=(100,))
     values = [b"unprintable", b"generator-exit", *(b"ok-%d" % i for i in range(10))]
     produce(settings, topic_name, values)
     env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
            "KMQ_SESSION_TIMEOUT_MS": "6000", "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}  # fmt: skip
     log = tmp_path / "worker.log"
     worker = subprocess.Popen(
-        kmq_argv("worker", "-t", topic_name, "-g", "g", "--concurrency", concurrency,
+        kmq_argv("worker", "-t", topic_name, "-g", group, "--concurrency", concurrency,
                  "--handler", "tests.support.hostile_handlers:handle",
                  "--non-retryable", "Unprintable,GeneratorExit"),
         cwd=REPO_ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
@@ -242,7 +244,7 @@ def test_a_handler_exception_that_cannot_be_rendered_is_dead_lettered_not_a_cras
     handled = tmp_path / "handled.txt"
     try:
         # when the worker meets them, then both reach the DLQ with a reason
-        dead = read_topic(settings, dlq_topic(topic_name, "g"), 1, at_least=2, timeout_s=60)
+        dead = read_topic(settings, dlq_topic(topic_name, group), 1, at_least=2, timeout_s=60)
         assert wait_for(
             lambda: handled.exists() and len(handled.read_text().split()) >= 10, timeout_s=60
         ), log.read_text()[-3000:]
@@ -272,20 +274,21 @@ def test_a_handler_exception_that_cannot_be_rendered_is_dead_lettered_not_a_cras
 def test_ctrl_c_exits_130_and_sigterm_0_after_a_clean_stop(
     settings: KmqSettings,
     topic_name: str,
+    group: str,
     tmp_path: Path,
     command: str,
     stop_signal: signal.Signals,
     exit_code: int,
 ) -> None:
     # given a running worker (it has handled a message) or a tracker that caught up
-    new_queue(settings, topic_name, "g")
+    new_queue(settings, topic_name, group)
     produce(settings, topic_name, [b"1"])
     env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
            "KMQ_SESSION_TIMEOUT_MS": "6000", "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}  # fmt: skip
     extra = ["--handler", "tests.support.async_handlers:record"] if command == "worker" else []
     log = tmp_path / f"{command}.log"
     process = subprocess.Popen(
-        kmq_argv(command, "-t", topic_name, "-g", "g", "-v", *extra),
+        kmq_argv(command, "-t", topic_name, "-g", group, "-v", *extra),
         cwd=REPO_ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     handled = tmp_path / "handled.txt"
