@@ -1,9 +1,10 @@
 """Error text is data (invariant 13): a secret an exception's message or stack text carries, in
 any of the shapes handlers write (JSON, Python reprs with escapes, YAML, XML, ``name=value``,
 HTTP auth headers, URL credentials, card numbers), reaches neither the audit store, nor a page
-or an export of the console, nor a viewer's search.
+or an export of the console, nor a viewer's search; nor does one a message's value carries in
+the same shapes.
 
-A property test generates the texts; ``kmq dlq show`` (which reads the DLQ topic itself) is
+Property tests generate the texts and values; ``kmq dlq show`` (which reads the DLQ topic itself) is
 checked in tests/integration/test_dlq_cli.py over the same shapes.
 """
 
@@ -22,7 +23,7 @@ from kmq_dagster.audit.browse import page
 from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.console.masking import DEFAULT_MASKER
-from kmq_dagster.console.rendering import export, header_rows
+from kmq_dagster.console.rendering import export, header_rows, row_preview, view_value
 from kmq_dagster.core.masking import masker_from_env
 from kmq_dagster.core.retry_headers import TRACEBACK
 from kmq_dagster.core.secret_shapes import is_card_number
@@ -173,3 +174,31 @@ def test_no_secret_in_error_text_reaches_the_store_a_page_an_export_or_a_search(
     assert store.count_dead_letters(DeadLetterFilter(search=secret)) == 0
     assert store.count_dead_letters(DeadLetterFilter(text=secret)) == 0
     assert "order rejected" in letter.error_message
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(_error_texts())
+def test_no_secret_a_value_carries_in_any_shape_reaches_a_page_an_export_or_a_search(
+    store: AuditStore, offsets: Iterator[int], carried: tuple[str, str]
+) -> None:
+    text, secret = carried
+    offset = next(offsets)
+    # given a dead letter whose value (not JSON in most shapes) holds the secret
+    store.add_dead_letters([stored_row(offset, value=text.encode())])
+
+    # when it is read back as the console's list, detail and exports read it
+    [letter] = page(store, DeadLetterFilter(key=f"k{offset}".encode()), after=None, size=5).rows
+    shown = "\n".join([
+        row_preview(letter, DEFAULT_MASKER), view_value(letter.value, DEFAULT_MASKER).text,
+        json.dumps(export(letter, DEFAULT_MASKER)),
+    ])  # fmt: skip
+
+    # then the secret is nowhere, and "Text in value" cannot find the dead letter by it
+    assert secret not in shown, shown
+    assert store.count_dead_letters(DeadLetterFilter(text=secret)) == 0
+    assert store.count_dead_letters(DeadLetterFilter(search=secret)) == 0
+    assert "order rejected" in shown

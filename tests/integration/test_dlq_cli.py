@@ -11,7 +11,7 @@ from kmq_dagster.cli import main
 from kmq_dagster.core.headers import replace_headers
 from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
 from kmq_dagster.settings import KmqSettings
-from tests.console.test_error_text_masking import SHAPES
+from tests.console.test_error_text_masking import SECRET_NAMES, SHAPES
 from tests.kafka_helpers import new_queue, produce_dead_letters
 
 pytestmark = pytest.mark.kafka
@@ -65,16 +65,22 @@ def test_show_and_list_mask_secrets_in_the_error_text_of_every_shape(
     topic_name: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # given dead letters whose error message and traceback hold a secret, one shape each
+    # given dead letters whose error message and traceback hold a secret, and whose value holds
+    # another, one shape each (a name of the issue's each, in turn), and a card number
     queue = new_queue(settings, topic_name, "g", partitions=1).queue
     producer = Producer(settings.producer_config())
-    shapes = list(SHAPES.items())
-    for index, (_shape, make) in enumerate(shapes):
-        message = f"order rejected: {make('password', f'Zq-Leak{index}-Pw99')}"
+    shapes = [*SHAPES.items(), ("card", lambda _name, secret: f"card {secret} declined")]
+    for index, (shape, make) in enumerate(shapes):
+        name = SECRET_NAMES[index % len(SECRET_NAMES)]
+        secrets = (f"Zq-Leak{index}-Pw99", f"Zq-Value{index}-Pw99")
+        if shape == "card":
+            secrets = ("4111 1111 1111 1111", "5500-0000-0000-0004")
+        message = f"order rejected: {make(name, secrets[0])}"
         failure = Failure("ValueError", message, f"Traceback ...\nValueError: {message}")
         origin = Origin(topic_name, 0, index, 1_700_000_000_000)
         headers = copy_headers(origin, "g", failure, attempt=1, dlq_reason="a fatal error")
-        producer.produce(queue.dlq_topic, value=b"{}", headers=[*replace_headers([], headers)])
+        value = f"order rejected: {make(name, secrets[1])}".encode()
+        producer.produce(queue.dlq_topic, value=value, headers=[*replace_headers([], headers)])
     assert producer.flush(30) == 0
 
     # when each is shown in full, and all are listed as JSON
@@ -84,6 +90,8 @@ def test_show_and_list_mask_secrets_in_the_error_text_of_every_shape(
     printed = capsys.readouterr().out
 
     # then no secret is printed, and the text around them is
-    leaked = [shape for index, (shape, _) in enumerate(shapes) if f"Leak{index}-" in printed]
+    leaked = [shape for index, (shape, _) in enumerate(shapes)
+              if f"Leak{index}-" in printed or f"Value{index}-" in printed]  # fmt: skip
     assert leaked == []
+    assert "1111 1111" not in printed and "0000-0000" not in printed
     assert printed.count("order rejected") >= 2 * len(shapes)
