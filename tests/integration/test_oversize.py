@@ -33,6 +33,7 @@ from kmq_dagster.kafka.opened_queue import OpenedQueue, vouch_for
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.operations.replay import replay_dead_letters
+from kmq_dagster.schemas.wire import UndecodableValue
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.worker.worker import Worker
 from tests.kafka_helpers import new_queue, produce, read_topic, wait_for
@@ -143,6 +144,27 @@ def test_a_worker_dead_letters_a_reference_for_a_failed_message_too_large_to_ret
     assert text(headers, ORIGINAL_OFFSET) == "0"
     assert [r.value() for r in retried] == [b"small"]
     assert worker.router.stats.oversize == 1
+
+
+def test_a_worker_dead_letters_a_reference_for_a_message_too_large_for_the_dlq_itself(
+    settings: KmqSettings, queue: OpenedQueue
+) -> None:
+    # given a 2 MB message a handler fails fatally (no retry: straight to the DLQ), 1 MB limit
+    produce(settings, queue.topic, [BIG])
+
+    def handler(_message: KmqMessage) -> None:
+        raise UndecodableValue("not in the queue's declared format")
+
+    worker = Worker(with_settings(queue, limited(settings)), handler)
+    with running(worker.run) as alive:
+        # then the DLQ holds a reference in its place, and the message is acknowledged
+        dead = read_topic(settings, queue.queue.dlq_topic, 1, at_least=1, timeout_s=20)
+        assert wait_for(lambda: ended_offsets(settings, queue) >= {0}, timeout_s=20)
+        alive()
+    assert len(dead) == 1
+    assert_reference(dead[0], queue, 0, queue.queue.dlq_topic)
+    assert text(headers_of(dead[0]), ERROR_TYPE) == "UndecodableValue"
+    assert read_topic(settings, queue.queue.retry_topics[RETRY_DELAY_MS], 1, timeout_s=2) == []
 
 
 def test_a_message_whose_reference_cannot_be_written_stays_unacknowledged(
