@@ -136,6 +136,15 @@ def test_names_added_by_environment_mask_error_text_too() -> None:
     assert "Zq-TaxNo-998877" not in masked
 
 
+#: The property tests store each example in one module-wide store (a fixture hypothesis must
+#: not reset between examples).
+STORED_EXAMPLES = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> AuditStore:
     path: Path = tmp_path_factory.mktemp("error-text") / "audit.db"
@@ -147,11 +156,7 @@ def offsets() -> Iterator[int]:
     return count(1)
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@STORED_EXAMPLES
 @given(_error_texts())
 def test_no_secret_in_error_text_reaches_the_store_a_page_an_export_or_a_search(
     store: AuditStore, offsets: Iterator[int], error: tuple[str, str]
@@ -176,11 +181,7 @@ def test_no_secret_in_error_text_reaches_the_store_a_page_an_export_or_a_search(
     assert "order rejected" in letter.error_message
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@STORED_EXAMPLES
 @given(_error_texts())
 def test_no_secret_a_value_carries_in_any_shape_reaches_a_page_an_export_or_a_search(
     store: AuditStore, offsets: Iterator[int], carried: tuple[str, str]
