@@ -133,9 +133,11 @@ class ConcurrentLoop:
         # Nothing running: nothing can start either (it would have at the end of the last
         # step) until a message comes or a retry in place is due, so the poll may wait.
         idle = self.scheduler.in_flight == 0
-        for message in self.consumer.poll(timeout_s=self._until_due_s(0.5) if idle else 0.0):
-            self._add(message)
-        self._start(now_ms)
+        fetched = self.consumer.poll(timeout_s=self._until_due_s(0.5) if idle else 0.0)
+        fetched_ms = self.clock_ms()  # one read per fetch: its messages came in together
+        for message in fetched:
+            self._add(message, fetched_ms)
+        self._start(fetched_ms)
         self._handle_ends(self._wait_for_ends(END_WAIT_S))
         # Calls that ended free their lanes: start what waits now, not after a fetch's wait
         # (in partition order every message waited 0.5 s on the next poll otherwise).
@@ -157,7 +159,7 @@ class ConcurrentLoop:
         while self.scheduler.in_flight and (left := deadline - time.monotonic()) > 0:
             self._handle_ends(self._wait_for_ends(min(left, END_WAIT_S)))
             for message in self.consumer.poll(timeout_s=0.0):  # stay in the group, write acks
-                self._add(message)  # fetched before the hold: held, never started
+                self._add(message, self.clock_ms())  # fetched before the hold: never started
             self._keep_visible()
             self._count_held()
         if self.scheduler.in_flight:
@@ -168,7 +170,7 @@ class ConcurrentLoop:
         """Stop the runner (after :meth:`drain`, or after an error in :meth:`step`)."""
         self.runner.close()
 
-    def _add(self, message: KmqMessage) -> None:
+    def _add(self, message: KmqMessage, fetched_ms: int) -> None:
         source = (message.topic, message.partition)
         try:
             self.scheduler.add(message, source, message.offset, message.key)
@@ -179,7 +181,7 @@ class ConcurrentLoop:
                 self._drop(dropped)
             self.scheduler.add(message, source, message.offset, message.key)
         self._held[message] = None
-        self._fetched_at_ms[message] = self.clock_ms()
+        self._fetched_at_ms[message] = fetched_ms
 
     def _start(self, now_ms: int) -> None:
         # With a breaker, one at a time: a half-open breaker allows a single probe.
@@ -191,11 +193,11 @@ class ConcurrentLoop:
             if not taken:
                 return
             if not inline:
-                self._submit(taken, traced)
+                self._submit(taken, traced, now_ms)
                 continue
             # Read by ``kmq worker``'s stop deadline while the call runs on this thread.
             self.stats.calls_in_flight = 1
-            self._submit(taken, traced)
+            self._submit(taken, traced, now_ms)
             # The call has ended: handle it (ack, route, breaker) before the next starts, so
             # the whole fetch runs in this step, one message at a time.
             self._handle_ends(self.runner.take_ends(0.0))
@@ -203,7 +205,7 @@ class ConcurrentLoop:
             now_ms = self.clock_ms()
             self._keep_visible(now_ms)
 
-    def _submit(self, taken: list[KmqMessage], traced: bool) -> None:
+    def _submit(self, taken: list[KmqMessage], traced: bool, now_ms: int) -> None:
         for message in taken:
             problem = self.router.metadata_problem(message)
             if problem is not None:
@@ -214,7 +216,7 @@ class ConcurrentLoop:
             attributes = None
             fetched_at_ms = self._fetched_at_ms.pop(message, None)
             if fetched_at_ms is not None:  # first start only: a retry in place waits its delay
-                wait_ms = max(0, self.clock_ms() - fetched_at_ms)
+                wait_ms = max(0, now_ms - fetched_at_ms)
                 if self.stats.waits is not None:
                     self.stats.waits.observe(wait_ms / 1000)
                 if traced:
