@@ -399,8 +399,13 @@ def test_a_serial_worker_whose_call_hangs_exits_after_the_drain_timeout(
         first = processes.start(*GATED, "--drain-timeout", "2")
         assert wait_for(lambda: gated("start", gated_lines(tmp_path, first.pid)), budget.left_s())
         # (kill -USR1 shows where it hangs, and it goes on)
-        stacks = stacks_in_log(first, processes.logs[first.pid])
-        assert "in handle" in stacks and "gated_handler.py" in stacks, stacks
+        stacks_in_log(first, processes.logs[first.pid])
+        # the supervisor's stacks are written first, then the worker's: wait for the call's
+        log_of_first = processes.logs[first.pid]
+        assert wait_for(
+            lambda: "in handle" in log_of_first.read_text(errors="replace"), timeout_s=15
+        ), log_of_first.read_text(errors="replace")[-8000:]
+        assert "gated_handler.py" in log_of_first.read_text(errors="replace")
         assert first.poll() is None
 
         # when it is asked to stop, twice, with the call still hanging
