@@ -18,7 +18,7 @@ nothing for metrics. Every metric carries the labels ``topic``, ``group`` and ``
 | ``kmq_oldest_unacked_age_seconds`` | gauge | tracker: age of the oldest unacknowledged message |
 | ``kmq_calls_in_flight`` | gauge | worker: handler calls running now |
 | ``kmq_held_messages`` | gauge | worker: fetched messages waiting to start |
-| ``kmq_call_wait_seconds`` | histogram | worker, concurrency > 1: fetch to start, by ``ordering`` |
+| ``kmq_call_wait_seconds`` | histogram | worker: fetch to start, by ``ordering`` |
 | ``kmq_breaker_state`` | gauge | worker with ``--breaker``: 1 for the current ``state`` label |
 | ``kmq_client_errors_total`` | counter | every service: Kafka client errors by ``error`` name |
 

@@ -200,14 +200,14 @@ def _print_provision_report(report: ProvisionReport) -> None:
 @concurrency_options(
     concurrency_help="Handler calls at once: threads for a sync handler, tasks on one event "
     "loop for an async one.",
-    ordering_help="With --concurrency above 1: one call per partition at a time, never two of "
-    "one key at once (failures retried in place, later messages of the key wait), or none.",
+    ordering_help="One call per partition at a time, never two of one key at once (failures "
+    "retried in place, later messages of the key wait), or none.",
 )
 @click.option(
     "--max-buffered",
     type=click.IntRange(1, MAX_BUFFERED),
-    help="With --concurrency above 1: fetched messages waiting to start before fetching "
-    f"pauses, at most {MAX_BUFFERED:,} [default: max(4 * concurrency, 100)].",
+    help="Fetched messages waiting to start before fetching pauses, at most "
+    f"{MAX_BUFFERED:,} [default: max(4 * concurrency, 100); at --concurrency 1, one fetch].",
 )
 @click.option(
     "--drain-timeout",

@@ -1,6 +1,7 @@
-"""The worker: ``Worker`` (``worker``), its loops (one message at a time: ``worker_loop``; N at
-once in an ordering: ``concurrent_loop`` with ``handler_runner``) and the handler call both
-loops and Spark's chunk caller share (``handler_call``).
+"""The worker: ``Worker`` (``worker``), its one loop for every concurrency (``concurrent_loop``,
+its types in ``loop_types``; calls run by ``handler_runner``: on the loop's own thread at 1, on
+threads or an event loop above) and the handler call it and Spark's chunk caller share
+(``handler_call``).
 
 It uses ``kafka/`` (the consumer, the retry router, the queue) and ``core/``; it imports neither
 ``audit/`` nor SQLAlchemy: the breaker it obeys is ``core.breaker.GroupBreaker``, a protocol the

@@ -1,9 +1,13 @@
-"""The worker loop with ``N`` handler calls at once, in a chosen order (invariants 10, 11).
+"""The worker loop: ``N`` handler calls at once, in a chosen order (invariants 10, 11), for
+every ``N``, 1 included.
 
 One thread, the loop, polls the consumer, buffers what it fetched in a
 :class:`~kmq_dagster.core.ordering.LaneScheduler`, starts what the ordering lets start on a
-:class:`~kmq_dagster.worker.handler_runner.HandlerRunner`, and handles the calls' ends; only it
-touches the scheduler, the router and the breaker.
+runner, and handles the calls' ends; only it touches the scheduler, the router and the breaker.
+At ``N`` = 1 the runner is an :class:`~kmq_dagster.worker.handler_runner.InlineRunner`: each
+call runs on the loop's own thread, one at a time in fetch order per partition, and its end is
+handled before the next call starts. Above 1 it is a
+:class:`~kmq_dagster.worker.handler_runner.HandlerRunner` (threads, or one event loop).
 
 * Returned: acknowledged. Raised, ``unordered`` or ``partition``: copied to its retry topic (or
   the DLQ), acknowledged once the copy is durable, redelivered now if the copy failed.
@@ -14,7 +18,10 @@ touches the scheduler, the router and the breaker.
   already under way may still come in on top: :class:`~kmq_dagster.worker.worker.Worker` caps
   its size at ``max_buffered``).
 * Visibility: every third of the visibility timeout every message held (waiting, waiting for
-  its retry in place, or running) is extended, so none expires while the worker lives. After
+  its retry in place, or running) is extended, so none expires while the worker lives. At
+  ``N`` = 1 the loop's thread runs the call, so nothing is extended while a call runs: a call
+  that outlives the visibility timeout is redelivered while it runs (as ``extend_running``
+  ``False`` does above 1), and so may the messages waiting behind it. After
   a crash the tracker redelivers them once their timeout runs out. Ordering holds within one
   worker's life only: redelivered copies and retry-topic copies come from other topics and are
   not ordered against their originals, so ``key`` order through a crash or a rebalance is not
@@ -28,7 +35,6 @@ touches the scheduler, the router and the breaker.
 from __future__ import annotations
 
 import logging
-import queue
 import random
 import threading
 import time
@@ -44,8 +50,8 @@ from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.retry_router import GiveUp, RetryRouter, failure_of, logged_error_text
 from kmq_dagster.tracing import ORDERING_WAIT_MS, tracing_active
 from kmq_dagster.worker.handler_call import HandlerCall
-from kmq_dagster.worker.handler_runner import CallEnd, HandlerRunner
-from kmq_dagster.worker.worker_loop import LoopConsumer, WorkerStats
+from kmq_dagster.worker.handler_runner import CallEnd, HandlerRunner, InlineRunner
+from kmq_dagster.worker.loop_types import LoopConsumer, WorkerStats
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +107,9 @@ class ConcurrentLoop:
         self.ordering = Ordering(ordering)
         self.max_buffered = max_buffered or default_max_buffered(concurrency)
         self.scheduler: LaneScheduler[KmqMessage] = LaneScheduler(self.ordering, concurrency)
-        self.runner = HandlerRunner(handler, concurrency)
+        self.runner: HandlerRunner | InlineRunner = (
+            InlineRunner(handler) if concurrency == 1 else HandlerRunner(handler, concurrency)
+        )
         self.stats = WorkerStats(waits=WaitHistogram())
         self.exit_code: int | None = None
         #: Every message held (waiting or running): what visibility extensions cover.
@@ -125,9 +133,11 @@ class ConcurrentLoop:
         # Nothing running: nothing can start either (it would have at the end of the last
         # step) until a message comes or a retry in place is due, so the poll may wait.
         idle = self.scheduler.in_flight == 0
-        for message in self.consumer.poll(timeout_s=self._until_due_s(0.5) if idle else 0.0):
-            self._add(message)
-        self._start(now_ms)
+        fetched = self.consumer.poll(timeout_s=self._until_due_s(0.5) if idle else 0.0)
+        fetched_ms = self.clock_ms()  # one read per fetch: its messages came in together
+        for message in fetched:
+            self._add(message, fetched_ms)
+        self._start(fetched_ms)
         self._handle_ends(self._wait_for_ends(END_WAIT_S))
         # Calls that ended free their lanes: start what waits now, not after a fetch's wait
         # (in partition order every message waited 0.5 s on the next poll otherwise).
@@ -149,7 +159,7 @@ class ConcurrentLoop:
         while self.scheduler.in_flight and (left := deadline - time.monotonic()) > 0:
             self._handle_ends(self._wait_for_ends(min(left, END_WAIT_S)))
             for message in self.consumer.poll(timeout_s=0.0):  # stay in the group, write acks
-                self._add(message)  # fetched before the hold: held, never started
+                self._add(message, self.clock_ms())  # fetched before the hold: never started
             self._keep_visible()
             self._count_held()
         if self.scheduler.in_flight:
@@ -160,7 +170,7 @@ class ConcurrentLoop:
         """Stop the runner (after :meth:`drain`, or after an error in :meth:`step`)."""
         self.runner.close()
 
-    def _add(self, message: KmqMessage) -> None:
+    def _add(self, message: KmqMessage, fetched_ms: int) -> None:
         source = (message.topic, message.partition)
         try:
             self.scheduler.add(message, source, message.offset, message.key)
@@ -171,19 +181,31 @@ class ConcurrentLoop:
                 self._drop(dropped)
             self.scheduler.add(message, source, message.offset, message.key)
         self._held[message] = None
-        self._fetched_at_ms[message] = self.clock_ms()
+        self._fetched_at_ms[message] = fetched_ms
 
     def _start(self, now_ms: int) -> None:
         # With a breaker, one at a time: a half-open breaker allows a single probe.
         limit = None if self.breaker is None else 1
-        while self.breaker is None or self.breaker.allows(now_ms):
+        inline = self.runner.inline
+        traced = tracing_active()
+        while not self.stop.is_set() and (self.breaker is None or self.breaker.allows(now_ms)):
             taken = self.scheduler.take(now_ms, limit)
             if not taken:
                 return
-            self._submit(taken)
+            if not inline:
+                self._submit(taken, traced, now_ms)
+                continue
+            # Read by ``kmq worker``'s stop deadline while the call runs on this thread.
+            self.stats.calls_in_flight = 1
+            self._submit(taken, traced, now_ms)
+            # The call has ended: handle it (ack, route, breaker) before the next starts, so
+            # the whole fetch runs in this step, one message at a time.
+            self._handle_ends(self.runner.take_ends(0.0))
+            self.stats.calls_in_flight = 0
+            now_ms = self.clock_ms()
+            self._keep_visible(now_ms)
 
-    def _submit(self, taken: list[KmqMessage]) -> None:
-        traced = tracing_active()
+    def _submit(self, taken: list[KmqMessage], traced: bool, now_ms: int) -> None:
         for message in taken:
             problem = self.router.metadata_problem(message)
             if problem is not None:
@@ -194,7 +216,7 @@ class ConcurrentLoop:
             attributes = None
             fetched_at_ms = self._fetched_at_ms.pop(message, None)
             if fetched_at_ms is not None:  # first start only: a retry in place waits its delay
-                wait_ms = max(0, self.clock_ms() - fetched_at_ms)
+                wait_ms = max(0, now_ms - fetched_at_ms)
                 if self.stats.waits is not None:
                     self.stats.waits.observe(wait_ms / 1000)
                 if traced:
@@ -205,15 +227,7 @@ class ConcurrentLoop:
     def _wait_for_ends(self, timeout_s: float) -> list[CallEnd]:
         if not self.scheduler.in_flight:
             return []
-        try:
-            ends = [self.runner.ends.get(timeout=self._until_due_s(timeout_s))]
-        except queue.Empty:
-            return []
-        while True:
-            try:
-                ends.append(self.runner.ends.get_nowait())
-            except queue.Empty:
-                return ends
+        return self.runner.take_ends(self._until_due_s(timeout_s))
 
     def _until_due_s(self, longest_s: float) -> float:
         due_ms = self.scheduler.next_due_ms()
@@ -294,14 +308,15 @@ class ConcurrentLoop:
     def _drop(self, message: KmqMessage) -> None:
         self._held.pop(message, None)
         self._fetched_at_ms.pop(message, None)
-        self._in_place.pop(message, None)
+        if self._in_place:  # mostly empty: one check per message, not a lookup
+            self._in_place.pop(message, None)
 
     def _count_held(self) -> None:
         self.stats.calls_in_flight = self.scheduler.in_flight
         self.stats.held = self.scheduler.buffered
 
-    def _keep_visible(self) -> None:
-        now_ms = self.clock_ms()
+    def _keep_visible(self, now_ms: int | None = None) -> None:
+        now_ms = self.clock_ms() if now_ms is None else now_ms
         visibility_ms = self.consumer.visibility_timeout_ms
         if now_ms - self._extended_at_ms < visibility_ms // 3:
             return

@@ -1,6 +1,8 @@
-"""Runs handler calls beside the worker loop and reports each call's end to it.
+"""Runs handler calls for the worker loop and reports each call's end to it.
 
-A sync handler runs on ``N`` daemon threads; an ``async def`` handler runs as tasks on one event
+:class:`InlineRunner` (one call at a time) runs each call on the loop's own thread, at once:
+no thread, no queue, no hand-off. :class:`HandlerRunner` runs calls beside the loop: a sync
+handler on ``N`` daemon threads; an ``async def`` handler runs as tasks on one event
 loop in a thread of its own (no thread per message). How many calls run at once is the caller's
 rule (the :class:`~kmq_dagster.core.ordering.LaneScheduler`'s in-flight limit): a call starts
 as soon as it is submitted. Each end is put on :attr:`HandlerRunner.ends`, read by the loop
@@ -79,6 +81,9 @@ class HandlerRunner:
         for thread in self._threads:
             thread.start()
 
+    #: Calls run beside the loop: :meth:`submit` returns before the call ends.
+    inline = False
+
     def submit(self, message: KmqMessage, attributes: Attributes = None) -> None:
         """Start a call on ``message`` now; its end comes back on :attr:`ends`. With tracing
         on, its ``process`` span carries ``attributes`` too."""
@@ -92,6 +97,18 @@ class HandlerRunner:
         if not self._wake_scheduled:
             self._wake_scheduled = True
             self._loop.call_soon_threadsafe(self._start_submitted)
+
+    def take_ends(self, timeout_s: float) -> list[CallEnd]:
+        """The ends ready now, all at once; if none, wait up to ``timeout_s`` for one."""
+        try:
+            ends = [self.ends.get(timeout=timeout_s)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                ends.append(self.ends.get_nowait())
+            except queue.Empty:
+                return ends
 
     def close(self) -> None:
         """Stop taking calls; calls still running are abandoned (their threads are daemons)."""
@@ -157,6 +174,41 @@ class HandlerRunner:
         except BaseException as exc:  # reported, not raised: the loop thread decides
             error = exc
         self.ends.put(CallEnd(message, error))
+
+
+class InlineRunner:
+    """Run each call on the caller's thread (the loop's) as it is submitted; for one call at a
+    time, where a thread would only add a hand-off each way.
+
+    While a call runs the loop runs nothing else: it neither polls nor extends visibility (a
+    call that outlives the visibility timeout is redelivered while it runs), and a stop
+    request is seen when the call returns (``kmq worker`` ends a process whose call is still
+    running ``--drain-timeout`` after the request: :mod:`kmq_dagster.cli.stop_deadline`).
+    """
+
+    #: :meth:`submit` returns after the call has ended; its end is ready at once.
+    inline = True
+
+    def __init__(self, handler: HandlerCall) -> None:
+        self.handler = handler
+        self._ends: list[CallEnd] = []
+
+    def submit(self, message: KmqMessage, attributes: Attributes = None) -> None:
+        """Run the call on ``message`` now; its end is in the next :meth:`take_ends`."""
+        try:
+            self.handler(message, attributes)
+        except BaseException as exc:  # reported, not raised: the loop decides
+            self._ends.append(CallEnd(message, exc))
+        else:
+            self._ends.append(CallEnd(message, None))
+
+    def take_ends(self, timeout_s: float) -> list[CallEnd]:
+        """The ends of the calls run since the last take (nothing runs meanwhile: no wait)."""
+        ends, self._ends = self._ends, []
+        return ends
+
+    def close(self) -> None:
+        """Nothing to stop: no call runs once :meth:`submit` has returned."""
 
 
 def _outcome(call: Any, message: KmqMessage, attributes: Attributes) -> BaseException | None:

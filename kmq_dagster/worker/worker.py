@@ -22,9 +22,9 @@ from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.worker.concurrent_loop import ConcurrentLoop, default_max_buffered
 from kmq_dagster.worker.handler_call import HandlerCall
-from kmq_dagster.worker.worker_loop import Handler, LoopConsumer, WorkerLoop, WorkerStats
+from kmq_dagster.worker.loop_types import Handler, LoopConsumer, WorkerStats
 
-__all__ = ["HandlerExit", "LoopConsumer", "Worker", "WorkerLoop", "WorkerStats", "load_handler"]
+__all__ = ["HandlerExit", "LoopConsumer", "Worker", "WorkerStats", "load_handler"]
 
 
 class HandlerExit(Exception):
@@ -101,16 +101,18 @@ class Worker:
             (:meth:`OpenedQueue.with_non_retryable` adds some).
         breaker: the group's shared circuit breaker (:meth:`SharedBreaker.for_queue`).
         batch_size: messages per fetch; default ``settings.batch_size``.
-        concurrency: handler calls at once. 1 (the default) calls one at a time, in fetch
-            order. Above 1, a sync handler runs on that many threads and an ``async def``
-            handler as that many tasks on one event loop (:mod:`kmq_dagster.worker.concurrent_loop`
-            says what each ordering keeps, through failures and crashes).
-        ordering: with ``concurrency`` above 1: ``partition`` (one call per partition at a
-            time), ``key`` (never two calls of one key at once, offset order; failures retried
-            in place so later messages of the key wait), or ``unordered``.
-        max_buffered: with ``concurrency`` above 1, messages fetched and not yet started
-            before fetching pauses; default ``max(4 * concurrency, 100)``. Fetches are no
-            larger (``batch_size`` is capped by it), so at most twice as many are held.
+        concurrency: handler calls at once. 1 (the default) calls one at a time on the
+            worker's own thread, in fetch order per partition. Above 1, a sync handler runs on
+            that many threads and an ``async def`` handler as that many tasks on one event loop.
+            One loop runs every concurrency (:mod:`kmq_dagster.worker.concurrent_loop` says
+            what each ordering keeps, through failures and crashes).
+        ordering: ``partition`` (one call per partition at a time), ``key`` (never two calls
+            of one key at once, offset order; failures retried in place so later messages of
+            the key wait), or ``unordered``.
+        max_buffered: messages fetched and not yet started before fetching pauses; default
+            ``max(4 * concurrency, 100)`` (at ``concurrency`` 1: one fetch, ``batch_size``).
+            Fetches are no larger (``batch_size`` is capped by it), so at most twice as many
+            are held.
         drain_timeout_s: with ``concurrency`` above 1, how long a stopping worker waits for
             the calls running; those still running then are left for redelivery. (At 1 the
             call runs on the caller's thread; ``kmq worker`` ends its process if the call is
@@ -145,10 +147,12 @@ class Worker:
         #: Refuses a generator function now, before joining the group; runs ``async def``
         #: handlers to completion.
         self.handler = HandlerCall(handler, group=opened.queue.group)
-        if concurrency > 1:
-            # Bounded memory: a fetch comes in whole, so it is no larger than the buffer.
-            limit = max_buffered or default_max_buffered(concurrency)
-            batch_size = min(batch_size or opened.settings.batch_size, limit)
+        if max_buffered is None and concurrency == 1:
+            # One call at a time buffers one fetch, as large as it was before the one loop.
+            max_buffered = batch_size or opened.settings.batch_size
+        # Bounded memory: a fetch comes in whole, so it is no larger than the buffer.
+        limit = max_buffered or default_max_buffered(concurrency)
+        batch_size = min(batch_size or opened.settings.batch_size, limit)
         self.consumer = KmqConsumer(opened, batch_size=batch_size, clock_ms=clock_ms)
         self.queue = opened.queue
         self.router = RetryRouter(opened, clock_ms=clock_ms)
@@ -190,12 +194,7 @@ class Worker:
             raise HandlerExit(loop.exit_code)
         return loop.stats
 
-    def _new_loop(self, stop: threading.Event) -> WorkerLoop | ConcurrentLoop:
-        if self.concurrency == 1:
-            return WorkerLoop(
-                self.consumer, self.handler, stop,
-                router=self.router, breaker=self.breaker, clock_ms=self.clock_ms,
-            )  # fmt: skip
+    def _new_loop(self, stop: threading.Event) -> ConcurrentLoop:
         return ConcurrentLoop(
             self.consumer, self.handler, stop,
             router=self.router, breaker=self.breaker, clock_ms=self.clock_ms,

@@ -13,7 +13,7 @@ from kmq_dagster.core.wait_histogram import WaitHistogram
 from kmq_dagster.kafka.clients import ClientErrors
 from kmq_dagster.kafka.retry_router import RouterStats
 from kmq_dagster.metrics import ServiceMetrics, Snapshot, worker_snapshot
-from kmq_dagster.worker.worker_loop import WorkerStats
+from kmq_dagster.worker.loop_types import WorkerStats
 
 
 def exposition(snapshot: Snapshot) -> str:

@@ -1,5 +1,6 @@
-"""The worker loop on in-memory fakes: acks, retry routing, nacks when a copy fails, the
-breaker holding messages, exits. Fake clock, no broker."""
+"""The worker loop at concurrency 1 (calls on the loop's own thread) on in-memory fakes: acks,
+retry routing, nacks when a copy fails, the breaker holding messages, exits. Fake clock, no
+broker. (``test_concurrent_loop`` runs the same loop above 1.)"""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.opened_queue import vouch_for
 from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.settings import KmqSettings
-from kmq_dagster.worker.worker import WorkerLoop
+from kmq_dagster.worker.concurrent_loop import ConcurrentLoop
+from kmq_dagster.worker.handler_call import HandlerCall
 from tests.unit.fakes import FakeClock, FakeConsumer, FakeProducer, message
 
 QUEUE = Queue("orders", "billing", partitions=1, retry_policy=RetryPolicy.fixed([5_000]))
@@ -40,7 +42,7 @@ def loop_for(
     breaker: SharedBreaker | None = None,
     policy: RetryPolicy | None = None,
     clock: FakeClock | None = None,
-) -> tuple[WorkerLoop, FakeConsumer, FakeProducer]:
+) -> tuple[ConcurrentLoop, FakeConsumer, FakeProducer]:
     clock = clock or FakeClock()
     producer = producer or FakeProducer()
     # A handle as opening would give it (no broker here to open it on).
@@ -49,13 +51,15 @@ def loop_for(
         opened, clock_ms=clock, rng=random.Random(1), producer=producer,  # type: ignore[arg-type]
     )  # fmt: skip
     consumer = FakeConsumer(batches, visibility_timeout_ms=9_000)
-    loop = WorkerLoop(
+    loop = ConcurrentLoop(
         consumer,  # checked against the LoopConsumer protocol
-        handler,
+        HandlerCall(handler),
         threading.Event(),
         router=router,
         breaker=breaker,
         clock_ms=clock,
+        concurrency=1,  # what Worker(opened, handler) runs
+        max_buffered=500,
     )
     return loop, consumer, producer
 
@@ -76,8 +80,9 @@ def test_successes_are_acked_and_failures_acked_only_after_their_retry_copy_is_w
     # when the worker takes one step
     loop.step()
 
-    # then all three are acked, "b" after its copy reached the retry topic, due in 5 s
-    assert [m.value for m in consumer.acked] == [b"a", b"c", b"b"]
+    # then all three are acked in fetch order, "b" once its copy reached the retry topic
+    # (due in 5 s) and before "c" started: one message at a time
+    assert [m.value for m in consumer.acked] == [b"a", b"b", b"c"]
     (copy,) = producer.to(RETRY_TOPIC)
     assert copy.value == b"b" and copy.partition == 0
     assert copy.header(ATTEMPT) == b"2"
@@ -156,7 +161,8 @@ def test_an_open_breaker_holds_messages_and_spends_no_retries_then_probes_and_re
     loop.step()
     assert state_of(breaker) is State.OPEN
     assert len(producer.to(RETRY_TOPIC)) == 2  # only the failures before it opened
-    assert [m.value for m in loop.held] == [b"3", b"4", b"5", b"2"]  # the failed one at the back
+    assert loop.stats.held == 4  # the one that opened it, and 3, 4, 5 never started
+    assert sorted(m.value or b"" for m in consumer.acked) == [b"0", b"1"]
 
     # while open, nothing is fetched or handled; held messages keep their visibility
     clock.advance(3_000)  # a third of the 9 s visibility timeout
@@ -191,7 +197,7 @@ def test_a_fatal_probe_frees_its_slot_so_the_half_open_breaker_is_not_stuck() ->
     loop.step()
 
     assert state_of(breaker) is State.CLOSED
-    assert [m.value for m in consumer.acked] == [b"good", b"poison"]
+    assert [m.value for m in consumer.acked] == [b"poison", b"good"]  # poison after its DLQ copy
 
 
 def test_system_exit_in_a_handler_stops_the_loop_unacknowledged_with_its_code() -> None:
@@ -352,3 +358,67 @@ def test_the_log_line_of_a_failed_call_masks_the_secrets_of_its_error_text(
     assert "order rejected" in line and "Pw99x" not in line and "4111111111111111" not in line
     (copy,) = producer.to(RETRY_TOPIC)
     assert b"Pw99x" in (copy.header(ERROR_MESSAGE) or b"")
+
+
+def test_one_call_at_a_time_on_the_loops_thread_each_acked_before_the_next_starts() -> None:
+    # given a fetch of three messages and a handler noting what it sees when called
+    seen: list[tuple[str, list[bytes | None], bool, int]] = []
+
+    def handler(msg: KmqMessage) -> None:
+        acked = [m.value for m in consumer.acked]
+        seen.append((threading.current_thread().name, acked, msg in consumer.acked,
+                     loop.stats.calls_in_flight))  # fmt: skip
+
+    batch = [message("orders", i, v) for i, v in enumerate([b"a", b"b", b"c"])]
+    loop, consumer, _ = loop_for([batch], handler)
+
+    # when the worker takes one step
+    loop.step()
+
+    # then each call ran on this thread, in fetch order, after the previous one's ack and
+    # before its own; the stop deadline of `kmq worker` saw one call in flight meanwhile
+    here = threading.current_thread().name
+    assert seen == [
+        (here, [], False, 1),
+        (here, [b"a"], False, 1),
+        (here, [b"a", b"b"], False, 1),
+    ]
+    assert loop.stats.calls_in_flight == 0 and loop.stats.handled == 3
+
+
+def test_a_stop_during_a_call_acks_that_call_and_starts_no_other() -> None:
+    # given a handler during whose first call the worker is asked to stop (SIGTERM, Ctrl-C)
+    calls: list[bytes | None] = []
+
+    def handler(msg: KmqMessage) -> None:
+        calls.append(msg.value)
+        loop.stop.set()
+
+    batch = [message("orders", 0, b"a"), message("orders", 1, b"b")]
+    loop, consumer, _ = loop_for([batch], handler)
+
+    loop.step()
+    loop.drain(1.0)
+
+    # then the call that returned is acknowledged; the other waits for its redelivery
+    assert calls == [b"a"]
+    assert [m.value for m in consumer.acked] == [b"a"]
+
+
+def test_messages_waiting_behind_slow_calls_have_their_visibility_extended() -> None:
+    # given a fetch of four messages whose calls take 4 s each (fake clock), visibility 9 s
+    clock = FakeClock()
+
+    def handler(msg: KmqMessage) -> None:
+        clock.advance(4_000)
+
+    batch = [message("orders", i, b"%d" % i) for i in range(4)]
+    loop, consumer, _ = loop_for([batch], handler, clock=clock)
+
+    # when the worker runs the whole fetch in one step (16 s)
+    loop.step()
+
+    # then the last message, started 12 s after the fetch, was extended while it waited
+    extended = [m.value for m, seconds in consumer.extended if seconds == 9.0]
+    assert b"3" in extended and b"0" not in extended
+    assert len(consumer.acked) == 4
