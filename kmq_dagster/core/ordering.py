@@ -86,6 +86,11 @@ class LaneScheduler(Generic[T]):
         return len(self._in_flight)
 
     @property
+    def holds_any(self) -> bool:
+        """Any message here at all: waiting, in flight, or waiting for its retry in place."""
+        return bool(self._lane_of)
+
+    @property
     def buffered(self) -> int:
         """Messages waiting to start, for whatever reason (what back-pressure counts)."""
         return len(self._lane_of) - len(self._in_flight)

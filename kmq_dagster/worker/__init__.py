@@ -1,4 +1,4 @@
-"""The worker: ``Worker`` (``worker``), its one loop for every concurrency (``concurrent_loop``,
+"""The worker: ``Worker`` (``worker``), its one loop for every concurrency (``loop``,
 its types in ``loop_types``; calls run by ``handler_runner``: on the loop's own thread at 1, on
 threads or an event loop above) and the handler call it and Spark's chunk caller share
 (``handler_call``).

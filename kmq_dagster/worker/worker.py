@@ -20,8 +20,8 @@ from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.retry_router import RetryRouter
-from kmq_dagster.worker.concurrent_loop import ConcurrentLoop, default_max_buffered
 from kmq_dagster.worker.handler_call import HandlerCall
+from kmq_dagster.worker.loop import WorkerLoop, default_max_buffered
 from kmq_dagster.worker.loop_types import Handler, LoopConsumer, WorkerStats
 
 __all__ = ["HandlerExit", "LoopConsumer", "Worker", "WorkerStats", "load_handler"]
@@ -104,7 +104,7 @@ class Worker:
         concurrency: handler calls at once. 1 (the default) calls one at a time on the
             worker's own thread, in fetch order per partition. Above 1, a sync handler runs on
             that many threads and an ``async def`` handler as that many tasks on one event loop.
-            One loop runs every concurrency (:mod:`kmq_dagster.worker.concurrent_loop` says
+            One loop runs every concurrency (:mod:`kmq_dagster.worker.loop` says
             what each ordering keeps, through failures and crashes).
         ordering: ``partition`` (one call per partition at a time), ``key`` (never two calls
             of one key at once, offset order; failures retried in place so later messages of
@@ -194,8 +194,8 @@ class Worker:
             raise HandlerExit(loop.exit_code)
         return loop.stats
 
-    def _new_loop(self, stop: threading.Event) -> ConcurrentLoop:
-        return ConcurrentLoop(
+    def _new_loop(self, stop: threading.Event) -> WorkerLoop:
+        return WorkerLoop(
             self.consumer, self.handler, stop,
             router=self.router, breaker=self.breaker, clock_ms=self.clock_ms,
             concurrency=self.concurrency, ordering=self.ordering, max_buffered=self.max_buffered,

@@ -22,8 +22,8 @@ from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.opened_queue import vouch_for
 from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.settings import KmqSettings
-from kmq_dagster.worker.concurrent_loop import ConcurrentLoop
 from kmq_dagster.worker.handler_call import HandlerCall
+from kmq_dagster.worker.loop import WorkerLoop
 from tests.unit.fakes import FakeClock, FakeConsumer, FakeProducer, message
 from tests.unit.test_worker_loop import (
     QUEUE,
@@ -46,7 +46,7 @@ def loop_for(
     clock: FakeClock | None = None,
     breaker: SharedBreaker | None = None,
     extend_running: bool = True,
-) -> tuple[ConcurrentLoop, FakeConsumer, FakeProducer]:
+) -> tuple[WorkerLoop, FakeConsumer, FakeProducer]:
     clock = clock or FakeClock()
     producer = producer or FakeProducer()
     policy = QUEUE.retry_policy.with_non_retryable(["KeyError"])
@@ -55,7 +55,7 @@ def loop_for(
         opened, clock_ms=clock, rng=random.Random(1), producer=producer,  # type: ignore[arg-type]
     )  # fmt: skip
     consumer = FakeConsumer(batches, visibility_timeout_ms=9_000)
-    loop = ConcurrentLoop(
+    loop = WorkerLoop(
         consumer,
         HandlerCall(handler),
         threading.Event(),
@@ -71,7 +71,7 @@ def loop_for(
     return loop, consumer, producer
 
 
-def step_until(loop: ConcurrentLoop, done: Callable[[], bool], timeout_s: float = 10.0) -> None:
+def step_until(loop: WorkerLoop, done: Callable[[], bool], timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not done():
         assert time.monotonic() < deadline, "the loop did not get there in time"

@@ -14,6 +14,7 @@ import pytest
 from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.core.breaker import BreakerConfig, CircuitBreaker, State
 from kmq_dagster.core.headers import DLQ_REASON, ERROR_MESSAGE, ERROR_TYPE, ORIGINAL_TIMESTAMP_MS
+from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS
@@ -22,8 +23,8 @@ from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.opened_queue import vouch_for
 from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.settings import KmqSettings
-from kmq_dagster.worker.concurrent_loop import ConcurrentLoop
 from kmq_dagster.worker.handler_call import HandlerCall
+from kmq_dagster.worker.loop import WorkerLoop
 from tests.unit.fakes import FakeClock, FakeConsumer, FakeProducer, message
 
 QUEUE = Queue("orders", "billing", partitions=1, retry_policy=RetryPolicy.fixed([5_000]))
@@ -42,7 +43,8 @@ def loop_for(
     breaker: SharedBreaker | None = None,
     policy: RetryPolicy | None = None,
     clock: FakeClock | None = None,
-) -> tuple[ConcurrentLoop, FakeConsumer, FakeProducer]:
+    ordering: Ordering = Ordering.PARTITION,
+) -> tuple[WorkerLoop, FakeConsumer, FakeProducer]:
     clock = clock or FakeClock()
     producer = producer or FakeProducer()
     # A handle as opening would give it (no broker here to open it on).
@@ -51,7 +53,7 @@ def loop_for(
         opened, clock_ms=clock, rng=random.Random(1), producer=producer,  # type: ignore[arg-type]
     )  # fmt: skip
     consumer = FakeConsumer(batches, visibility_timeout_ms=9_000)
-    loop = ConcurrentLoop(
+    loop = WorkerLoop(
         consumer,  # checked against the LoopConsumer protocol
         HandlerCall(handler),
         threading.Event(),
@@ -59,6 +61,7 @@ def loop_for(
         breaker=breaker,
         clock_ms=clock,
         concurrency=1,  # what Worker(opened, handler) runs
+        ordering=ordering,
         max_buffered=500,
     )
     return loop, consumer, producer
@@ -422,3 +425,49 @@ def test_messages_waiting_behind_slow_calls_have_their_visibility_extended() -> 
     extended = [m.value for m, seconds in consumer.extended if seconds == 9.0]
     assert b"3" in extended and b"0" not in extended
     assert len(consumer.acked) == 4
+
+
+def test_a_key_ordered_failure_is_retried_in_place_and_holds_only_its_own_key() -> None:
+    # given key order, one call at a time, and a fetch where the first of key "a" fails once
+    clock = FakeClock()
+    failed_once: set[int] = set()
+
+    def handler(msg: KmqMessage) -> None:
+        if msg.offset == 0 and not failed_once:
+            failed_once.add(0)
+            raise Outage("down for a moment")
+
+    batch = [
+        message("orders", 0, b"a0", _key=b"a"),
+        message("orders", 1, b"a1", _key=b"a"),
+        message("orders", 2, b"b2", _key=b"b"),
+    ]
+    loop, consumer, producer = loop_for([batch], handler, clock=clock, ordering=Ordering.KEY)
+
+    # when the worker steps before the retry is due
+    loop.step()
+    loop.step()
+
+    # then the other key went on, "a1" waits behind "a0", and nothing left for a retry topic
+    assert [m.value for m in consumer.acked] == [b"b2"]
+    assert loop.stats.retried_in_place == 1 and loop.stats.held == 2
+
+    # when the retry is due: "a0" runs again, then "a1"
+    clock.advance(5_000)
+    loop.step()
+    assert [m.value for m in consumer.acked] == [b"b2", b"a0", b"a1"]
+    assert producer.delivered == [] and consumer.nacked == []
+
+
+def test_after_a_failure_routed_to_its_retry_topic_the_rest_of_the_fetch_runs_on() -> None:
+    # given partition order and a fetch where the second message fails
+    batch = [message("orders", i, v) for i, v in enumerate([b"a", b"b", b"c", b"d"])]
+    loop, consumer, producer = loop_for([batch], fails_on(b"b"))
+
+    # when the worker takes one step
+    loop.step()
+
+    # then the failure's copy is written and acked, and the rest ran in the same step
+    assert [m.value for m in consumer.acked] == [b"a", b"b", b"c", b"d"]
+    assert [p.topic for p in producer.delivered] == [RETRY_TOPIC]
+    assert loop.stats.held == 0 and not loop.scheduler.holds_any
