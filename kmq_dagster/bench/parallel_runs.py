@@ -89,6 +89,9 @@ class DirectCall(HandlerCall):
     def __call__(self, message: object, attributes: object = None) -> object:
         return self.handler(message)
 
+    def run(self, message: object) -> object:
+        return self.handler(message)
+
 
 def no_op(calls: CallLog) -> Handler:
     def handle(message: KmqMessage) -> None:

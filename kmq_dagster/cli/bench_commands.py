@@ -322,10 +322,25 @@ def bench_parallel(
     for line in figures.table():
         report(line)
     report(
-        "noop_n1 is kmq worker's default path (concurrency 1: the serial loop, calling the "
-        "handler through HandlerCall, which awaits what it returns); noop_n1_direct is the same "
-        "loop calling the handler directly, as before async handlers: their ratio is the "
-        "regression at N = 1. noop_concurrent_loop is one call at a time through the concurrent "
-        "loop (a thread hand-off per call), for context."
+        "noop_n1 is kmq worker's default path (concurrency 1: calls on the loop's own thread, "
+        "through HandlerCall, which awaits what it returns); noop_n1_direct is the same loop "
+        "calling the handler directly, as before async handlers: their ratio is the "
+        "regression at N = 1. noop_concurrent_loop is the same loop at concurrency 2 "
+        "(a thread hand-off per call), for context."
     )
     click.echo(figures.as_json())
+
+
+@bench.command("loop")
+@count_option("--messages", 1_000, 100_000_000, 200_000, help="Messages per run.")
+@count_option("--rounds", 1, 100, 5)
+def bench_loop(messages: int, rounds: int) -> None:
+    """The CPU a message costs in the worker loop alone (an in-memory consumer, no broker), at
+    concurrency 1 and at 100 with sync and async no-op handlers."""
+    from kmq_dagster.bench.loop_cost import run_loop_benchmark
+
+    report(f"measuring the worker loop on an in-memory consumer: {messages:,} messages per run")
+    costs = run_loop_benchmark(messages, rounds, report)
+    for line in costs.table():
+        report(line)
+    click.echo(costs.as_json())
