@@ -119,8 +119,14 @@ def stacks_in_log(process: subprocess.Popen[Any], log: Path, timeout_s: float = 
     are written there: what a test that timed out on it shows."""
     from tests.kafka_helpers import wait_for
 
+    def dumps() -> int:
+        return log.read_text(errors="replace").count("most recent call first")
+
+    # Wait for this request's stacks, not an earlier dump's (a test that asked once already
+    # showed its stacks from before the step that hung).
+    before = dumps()
     process.send_signal(signal.SIGUSR1)
-    wait_for(lambda: "most recent call first" in log.read_text(errors="replace"), timeout_s)
+    wait_for(lambda: dumps() > before, timeout_s)
     return log.read_text(errors="replace")[-8000:]
 
 

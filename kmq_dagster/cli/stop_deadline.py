@@ -33,6 +33,8 @@ def exit_if_still_calling(
 
     def watch() -> None:
         stop.wait()
+        if calls_in_flight():
+            log.info("stop requested: the call running has %g s to end", drain_timeout_s)
         if finished.wait(drain_timeout_s) or calls_in_flight() == 0:
             return
         log.warning(
