@@ -55,14 +55,6 @@ MAX_PRODUCER_MESSAGE_MAX_BYTES = 1_000_000_000
 DEFAULT_BATCH_SIZE = 500
 #: Largest batch: librdkafka's consume() takes at most this many messages at once.
 MAX_BATCH_SIZE = 1_000_000
-#: Most partitions ``kmq provision`` gives new topics. The queue and markers topics (and the
-#: delay levels) get that many, the redelivery, retry and DLQ topics half by default, so 1,000
-#: is already 4,500 partitions with 3 retry delays and 13,500 with the delay queue: up to three
-#: brokers' worth at Kafka's guidance of about 4,000 per broker, and on the embedded broker
-#: seconds per metadata request. (100,000 took the embedded broker to 2.1 GB and made it
-#: unreachable.) Larger topics can still be created with Kafka's own tools; kmq adopts their
-#: partition count.
-MAX_PARTITIONS = 1_000
 #: Where queue definitions are stored when queues are provisioned (one partition).
 DEFAULT_REGISTRY_TOPIC = "_kmq_queues"
 

@@ -11,10 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import click
-
 from kmq_dagster.cli.options import gathered_options
-from kmq_dagster.cli.value_types import Duration, Number
+from kmq_dagster.cli.setting_options import setting_option
 from kmq_dagster.core.durations import format_duration_ms
 from kmq_dagster.core.queue import (
     DEFAULT_MAX_REDELIVERIES,
@@ -22,23 +20,18 @@ from kmq_dagster.core.queue import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     Queue,
 )
+from kmq_dagster.core.queue_settings import QUEUE_SETTINGS, RETRY_SETTINGS
 from kmq_dagster.core.retry import DEFAULT_BACKOFF_ATTEMPTS, RetryPolicy
-from kmq_dagster.core.value_formats import ValueFormat
-from kmq_dagster.settings import MAX_PARTITIONS, KmqSettings
+from kmq_dagster.settings import KmqSettings
 
-#: The options of a queue's definition: ``kmq provision`` stores it, every other command reads
-#: the stored one and refuses these (see ``QUEUE_DEFINITION_HINT``).
-QUEUE_DEFINITION_OPTIONS = (
-    "--retry-delays",
-    "--retry-backoff",
-    "--max-attempts",
-    "--retry-jitter",
-    "--visibility-timeout",
-    "--max-redeliveries",
-    "--value-format",
-    "--key-format",
-    "--aux-partitions",
+#: The settings of a queue's definition the command line takes: ``kmq provision`` stores them,
+#: every other command reads the stored ones and refuses these options.
+DEFINITION_SETTINGS = (
+    *(setting for setting in RETRY_SETTINGS if setting.flag),
+    *(s for s in QUEUE_SETTINGS if s.flag and s.name not in ("topic", "group", "partitions")),
 )
+#: Their options (see ``QUEUE_DEFINITION_HINT``).
+QUEUE_DEFINITION_OPTIONS = tuple(str(setting.flag) for setting in DEFINITION_SETTINGS)
 #: Why another command than ``provision`` refuses a queue-definition option.
 QUEUE_DEFINITION_HINT = (
     "{option} is part of the queue's definition, which `kmq provision` stores and every other "
@@ -50,12 +43,12 @@ QUEUE_DEFINITION_HINT = (
 class DefinitionOptions:
     """The queue-definition options of ``kmq provision``, ``None`` where not given."""
 
-    delays: str | None
-    backoff: str | None
-    max_attempts: int | None
-    jitter: float | None
-    visibility_timeout_ms: int | None
-    max_redeliveries: int | None
+    delays: str | None = None
+    backoff: str | None = None
+    max_attempts: int | None = None
+    jitter: float | None = None
+    visibility_timeout_ms: int | None = None
+    max_redeliveries: int | None = None
     value_format: str | None = None
     key_format: str | None = None
     aux_partitions: int | None = None
@@ -95,75 +88,35 @@ class DefinitionOptions:
         ).replace(**changes)
 
 
+#: What the help adds to a setting's phrase: where its default comes from.
+_NOTES = {
+    "delays": "[env KMQ_RETRY_DELAYS; default "
+    + ",".join(format_duration_ms(delay_ms) for delay_ms in DEFAULT_RETRY_DELAYS_MS)
+    + "]",
+    "backoff": "Instead of --retry-delays.",
+    "max_attempts": f"With --retry-backoff [default {DEFAULT_BACKOFF_ATTEMPTS}].",
+    "jitter": "[default 0]",
+    "visibility_timeout_ms": "[env KMQ_VISIBILITY_TIMEOUT; default "
+    f"{format_duration_ms(DEFAULT_VISIBILITY_TIMEOUT_MS)}]",
+    "max_redeliveries": f"[env KMQ_MAX_REDELIVERIES; default {DEFAULT_MAX_REDELIVERIES}]",
+    "value_format": "[default bytes]",
+    "key_format": "[default bytes]",
+    "aux_partitions": "[default: half the queue's, rounded up]",
+}
+
+
+def _gather(*values: Any) -> DefinitionOptions:
+    names = (setting.name for setting in DEFINITION_SETTINGS)
+    return DefinitionOptions(**dict(zip(names, values, strict=True)))
+
+
 def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add the queue-definition options (``kmq provision``'s alone); the command receives
     ``definition``."""
-
-    names = ("retry_delays", "retry_backoff", "max_attempts", "retry_jitter",
-             "visibility_timeout", "max_redeliveries", "value_format", "key_format",
-             "aux_partitions")  # fmt: skip
-    return gathered_options(
+    gather = gathered_options(
         "definition",
-        DefinitionOptions,
-        names,
-        [
-            click.option(
-                "--retry-delays",
-                metavar="LIST",
-                help="Delay before each retry, one retry topic per distinct delay, e.g. "
-                f"10s,1m,10m [env KMQ_RETRY_DELAYS; default {_delays(DEFAULT_RETRY_DELAYS_MS)}].",
-            ),
-            click.option(
-                "--retry-backoff",
-                metavar="INITIAL,MULTIPLIER,MAX",
-                help="Exponential backoff instead of --retry-delays, e.g. 1s,2,10m.",
-            ),
-            click.option(
-                "--max-attempts",
-                type=click.IntRange(1, 1000),
-                help=f"Attempts in all with --retry-backoff [default {DEFAULT_BACKOFF_ATTEMPTS}].",
-            ),
-            click.option(
-                "--retry-jitter",
-                type=Number(0, 1, high_open=True),
-                help="Spread each due time by up to this share of its delay [default 0].",
-            ),
-            click.option(
-                "--visibility-timeout",
-                type=Duration(),
-                metavar="DURATION",
-                help="Redeliver a message not acknowledged within this time, 1ms to 7d "
-                "[env KMQ_VISIBILITY_TIMEOUT; default "
-                f"{format_duration_ms(DEFAULT_VISIBILITY_TIMEOUT_MS)}].",
-            ),
-            click.option(
-                "--max-redeliveries",
-                type=click.IntRange(0, 1000),
-                help="Redeliveries before the DLQ [env KMQ_MAX_REDELIVERIES; default "
-                f"{DEFAULT_MAX_REDELIVERIES}].",
-            ),
-            click.option(
-                "--value-format",
-                type=click.Choice([f.value for f in ValueFormat]),
-                help="How the values are encoded; avro, protobuf and json-schema are in the "
-                "Schema Registry wire format, decoded by message.decoded() with the registry "
-                "of KMQ_SCHEMA_REGISTRY_URL [default bytes].",
-            ),
-            click.option(
-                "--key-format",
-                type=click.Choice([f.value for f in ValueFormat]),
-                help="How the keys are encoded, as --value-format [default bytes].",
-            ),
-            click.option(
-                "--aux-partitions",
-                type=click.IntRange(1, MAX_PARTITIONS),
-                help="Partitions of the group's redelivery, retry and DLQ topics, at most the "
-                "queue's; the markers topic always has the queue's [default: half the "
-                "queue's, rounded up].",
-            ),
-        ],
-    )(command)
-
-
-def _delays(delays_ms: tuple[int, ...]) -> str:
-    return ",".join(format_duration_ms(delay_ms) for delay_ms in delays_ms)
+        _gather,
+        tuple(flag.removeprefix("--").replace("-", "_") for flag in QUEUE_DEFINITION_OPTIONS),
+        [setting_option(s, note=_NOTES.get(s.name, "")) for s in DEFINITION_SETTINGS],
+    )
+    return gather(command)

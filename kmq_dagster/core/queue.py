@@ -26,6 +26,7 @@ from kmq_dagster.core.naming import (
     retry_topic,
     validate_topic_name,
 )
+from kmq_dagster.core.queue_settings import QUEUE_SETTINGS, check_settings
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.value_formats import ValueFormat, parse_value_format
 from kmq_dagster.errors import ConfigError
@@ -36,8 +37,6 @@ DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
 DEFAULT_MAX_REDELIVERIES = 3
 #: Delay of each retry after a handler failure (one retry topic per distinct delay).
 DEFAULT_RETRY_DELAYS_MS: tuple[int, ...] = (10_000, 60_000, 600_000)
-#: Longest visibility timeout: a week (a longer one hides a stuck message for too long).
-MAX_VISIBILITY_TIMEOUT_MS = 7 * 86_400_000
 #: Version of the stored definition format (:meth:`Queue.definition`).
 DEFINITION_VERSION = 1
 
@@ -108,34 +107,21 @@ class Queue:
             raise ConfigError("the consumer group must not be empty", setting="group")
         for name in self.group_topics:  # also checks the group's characters and the lengths
             validate_topic_name(name)
-        if self.partitions is not None and self.partitions < 1:
+        # bounds: the one check of each setting (core/queue_settings.py); a queue opened on
+        # topics made with Kafka's tools may have more partitions than kmq creates (QueueSpec,
+        # YAML and the command line declare new queues and check the upper bounds too)
+        check_settings(self, QUEUE_SETTINGS, low_only=("partitions", "aux_partitions"))
+        if (
+            self.aux_partitions is not None
+            and self.partitions is not None
+            and self.aux_partitions > self.partitions
+        ):
             raise ConfigError(
-                f"partitions must be at least 1, got {self.partitions}", setting="partitions"
-            )
-        if self.aux_partitions is not None:
-            if self.aux_partitions < 1:
-                raise ConfigError(
-                    f"aux partitions must be at least 1, got {self.aux_partitions}",
-                    setting="aux_partitions",
-                )
-            if self.partitions is not None and self.aux_partitions > self.partitions:
-                raise ConfigError(
-                    f"aux partitions ({self.aux_partitions}) cannot exceed the queue's "
-                    f"({self.partitions}): a message of partition p of a redelivery or retry "
-                    "topic has its markers in partition p of the markers topic, which has the "
-                    "queue's count",
-                    setting="aux_partitions",
-                )
-        if not 0 < self.visibility_timeout_ms <= MAX_VISIBILITY_TIMEOUT_MS:
-            raise ConfigError(
-                f"the visibility timeout must be between 1 ms and 7 days, got "
-                f"{self.visibility_timeout_ms} ms",
-                setting="visibility_timeout_ms",
-            )
-        if self.max_redeliveries < 0:
-            raise ConfigError(
-                f"max redeliveries must be at least 0, got {self.max_redeliveries}",
-                setting="max_redeliveries",
+                f"aux partitions ({self.aux_partitions}) cannot exceed the queue's "
+                f"({self.partitions}): a message of partition p of a redelivery or retry "
+                "topic has its markers in partition p of the markers topic, which has the "
+                "queue's count",
+                setting="aux_partitions",
             )
 
     def __str__(self) -> str:
