@@ -26,6 +26,7 @@ from kmq_dagster.core.queue import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     Queue,
 )
+from kmq_dagster.core.queue_settings import QUEUE_SETTINGS, check_settings
 from kmq_dagster.core.retry import RetryPolicy, parse_delay_list
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.schemas.registry import RegistrySettings
@@ -93,21 +94,13 @@ class KmqSettings:
     def __post_init__(self) -> None:
         register_config_secrets(self.client_config)
         check_bootstrap_servers(self.bootstrap_servers)
-        for name in (
-            "session_timeout_ms",
-            "request_timeout_ms",
-            "visibility_timeout_ms",
-            "fetch_wait_max_ms",
-        ):
+        for name in ("session_timeout_ms", "request_timeout_ms", "fetch_wait_max_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(
                     f"{name} must be positive, got {getattr(self, name)}", setting=name
                 )
-        if self.max_redeliveries < 0:
-            raise ConfigError(
-                f"max_redeliveries must be >= 0, got {self.max_redeliveries}",
-                setting="max_redeliveries",
-            )
+        # the defaults of new queues, checked as the queue's settings (core/queue_settings.py)
+        check_settings(self, QUEUE_SETTINGS)
         if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
             raise ConfigError(
                 f"batch_size must be between 1 and {MAX_BATCH_SIZE:,}, got {self.batch_size}",

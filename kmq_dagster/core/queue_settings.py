@@ -122,11 +122,11 @@ class Setting:
         if self.kind is Kind.DURATION:
             return f"{format_duration_ms(int(low or 1))} to {format_duration_ms(int(high or 1))}"
         if self.kind is Kind.INT and high is None:
-            return f"at least {low:g}"
+            return f"at least {_number(low or 0)}"
         opening = "(" if self.low_open else "["
         closing = ")" if self.high_open else "]"
-        shown_low = "-inf" if low is None else f"{low:g}"
-        shown_high = "inf" if high is None else f"{high:g}"
+        shown_low = "-inf" if low is None else _number(low)
+        shown_high = "inf" if high is None else _number(high)
         return f"{opening}{shown_low}, {shown_high}{closing}"
 
     def refusal(self, value: float) -> str | None:
@@ -147,7 +147,7 @@ class Setting:
         if self.kind is Kind.DURATION:
             return f"is outside {self.bounds()}"
         if self.kind is Kind.INT and self.high is None:
-            return f"is less than {self.low:g}"
+            return f"is less than {_number(self.low or 0)}"
         return f"is not in {self.bounds()}"
 
     def refused(self, given: Any) -> str | None:
@@ -224,6 +224,11 @@ def check_settings(
             setting.check(value)
         except ConfigError as exc:
             raise ConfigError(f"{prefix}{exc}", setting=exc.setting) from None
+
+
+def _number(value: float) -> str:
+    """``1000`` for a whole number (never ``1e+03``), else as written (``0.5``, ``inf``)."""
+    return str(int(value)) if math.isfinite(value) and value == int(value) else f"{value:g}"
 
 
 def _above(value: Any, high: float) -> bool:
@@ -345,7 +350,7 @@ PROCESSING_SETTINGS: tuple[Setting, ...] = (
     Setting("keep_tracker", Kind.FLAG, "a keep-alive sensor keeps one tracker run going"),
     _interval("keepalive_interval_s", "tracker keep-alive sensor"),
     Setting("processing_cron", Kind.TEXT, "also process on this cron schedule (UTC)"),
-    Setting("name", Kind.TEXT, "the Dagster name; default <topic>__<group>"),
+    Setting("name", Kind.TEXT, "the Dagster name", default_note="`<topic>__<group>`"),
 )  # fmt: skip
 
 #: Every setting of a queue declared for Dagster, the queue's first.
