@@ -7,8 +7,8 @@ live apart from the options every command shares (``kmq_dagster.cli.options``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kmq_dagster.cli.options import gathered_options
@@ -41,50 +41,28 @@ QUEUE_DEFINITION_HINT = (
 
 @dataclass(frozen=True)
 class DefinitionOptions:
-    """The queue-definition options of ``kmq provision``, ``None`` where not given."""
+    """The queue-definition options of ``kmq provision`` that were given, by setting name
+    (``visibility_timeout_ms``); a setting added to the model's tables comes along."""
 
-    delays: str | None = None
-    backoff: str | None = None
-    max_attempts: int | None = None
-    jitter: float | None = None
-    visibility_timeout_ms: int | None = None
-    max_redeliveries: int | None = None
-    value_format: str | None = None
-    key_format: str | None = None
-    aux_partitions: int | None = None
+    given: Mapping[str, Any] = field(default_factory=dict)
 
     def retry_policy(self, settings: KmqSettings) -> RetryPolicy | None:
         """The retry policy the options give, or ``None`` if none of them was given."""
-        if (self.delays, self.backoff, self.max_attempts, self.jitter) == (None,) * 4:
-            return None
-        return settings.retry_policy(
-            delays=self.delays,
-            backoff=self.backoff,
-            max_attempts=self.max_attempts,
-            jitter=self.jitter,
-        )
+        retry = {s.name: self.given[s.name] for s in RETRY_SETTINGS if s.name in self.given}
+        return settings.retry_policy(**retry) if retry else None
 
     def new_queue(
         self, settings: KmqSettings, topic: str, group: str, partitions: int | None
     ) -> Queue:
         """The queue these options define, ``KMQ_*`` defaults for what is not given."""
-        changes: dict[str, Any] = {
-            name: given
-            for name, given in (
-                ("value_format", self.value_format),
-                ("key_format", self.key_format),
-            )
-            if given is not None
-        }
-        if self.aux_partitions is not None:
-            changes["aux_partitions"] = self.aux_partitions
+        changes = {s.name: self.given[s.name] for s in QUEUE_SETTINGS if s.name in self.given}
         return settings.define_queue(
             topic,
             group,
             partitions=partitions,
             retry_policy=self.retry_policy(settings),
-            visibility_timeout_ms=self.visibility_timeout_ms,
-            max_redeliveries=self.max_redeliveries,
+            visibility_timeout_ms=changes.pop("visibility_timeout_ms", None),
+            max_redeliveries=changes.pop("max_redeliveries", None),
         ).replace(**changes)
 
 
@@ -106,8 +84,8 @@ _NOTES = {
 
 
 def _gather(*values: Any) -> DefinitionOptions:
-    names = (setting.name for setting in DEFINITION_SETTINGS)
-    return DefinitionOptions(**dict(zip(names, values, strict=True)))
+    given = zip((setting.name for setting in DEFINITION_SETTINGS), values, strict=True)
+    return DefinitionOptions({name: value for name, value in given if value is not None})
 
 
 def definition_options(command: Callable[..., Any]) -> Callable[..., Any]:
