@@ -150,27 +150,15 @@ class KmqSettings:
         settings = cls(**values)
         return settings.with_overrides(**overrides)
 
-    def retry_policy(
-        self,
-        *,
-        delays: str | None = None,
-        backoff: str | None = None,
-        max_attempts: int | None = None,
-        jitter: float | None = None,
-    ) -> RetryPolicy:
-        """The retry policy textual options describe (see :meth:`RetryPolicy.from_options`);
-        none given: one retry per delay of ``KMQ_RETRY_DELAYS`` (``retry_delays_ms``).
+    def retry_policy(self, **options: Any) -> RetryPolicy:
+        """The retry policy the retry settings' textual options describe (``delays``,
+        ``backoff``, ``max_attempts``, ``jitter``: see :meth:`RetryPolicy.from_options`); none
+        given: one retry per delay of ``KMQ_RETRY_DELAYS`` (``retry_delays_ms``).
 
         Raises:
             ConfigError: contradictory or malformed options.
         """
-        return RetryPolicy.from_options(
-            delays=delays,
-            backoff=backoff,
-            max_attempts=max_attempts,
-            jitter=jitter,
-            default_delays_ms=self.retry_delays_ms,
-        )
+        return RetryPolicy.from_options(**options, default_delays_ms=self.retry_delays_ms)
 
     def define_queue(
         self,

@@ -111,13 +111,13 @@ class RetryModel(_fields_model("RetryFields", RETRY_SETTINGS)):  # type: ignore[
         Raises:
             ConfigError: contradictory or malformed values.
         """
+        given = python_values(self, RETRY_SETTINGS)
+        non_retryable = given.pop("non_retryable", ())
+        if "delays" in given:
+            given["delays"] = ",".join(given["delays"])  # as the command line writes them
         return RetryPolicy.from_options(
-            delays=None if self.delays is None else ",".join(self.delays),
-            backoff=self.backoff,
-            max_attempts=self.max_attempts,
-            jitter=self.jitter,
-            default_delays_ms=DEFAULT_RETRY_DELAYS_MS,
-        ).with_non_retryable(self.non_retryable or ())
+            **given, default_delays_ms=DEFAULT_RETRY_DELAYS_MS
+        ).with_non_retryable(non_retryable)
 
 
 class BreakerModel(_fields_model("BreakerFields", BREAKER_SETTINGS)):  # type: ignore[misc]
