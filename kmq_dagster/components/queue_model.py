@@ -54,6 +54,10 @@ def _bounds_check(setting: Setting) -> Callable[[Any], Any]:
     Dagster reports with the file and the field."""
 
     def in_bounds(value: Any) -> Any:
+        if isinstance(value, str) and ("{{" in value or setting.kind is not Kind.DURATION):
+            # a template ({{ env(...) }}) is checked once Dagster has resolved it; a number
+            # written as text is pydantic's to refuse as not a number
+            return value
         try:
             why = setting.refused(value)
         except ConfigError as exc:

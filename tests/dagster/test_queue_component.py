@@ -167,6 +167,25 @@ def test_invalid_yaml_gets_dagsters_error_naming_the_field(
     assert all(words in message for words in named), message
 
 
+def test_bounded_fields_take_templates_and_check_what_they_resolve_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    templated = {
+        **ORDERS,
+        "partitions": "{{ env('KMQ_TEST_PARTITIONS', '3') }}",
+        "visibility_timeout": "{{ env('KMQ_TEST_VISIBILITY', '45s') }}",
+        "freshness_minutes": "{{ env('KMQ_TEST_FRESHNESS', 'auto') }}",
+    }
+    with loaded({"queues": [templated]}) as (component, _):
+        spec = component.queues[0].spec()
+        assert (spec.queue.partitions, spec.queue.visibility_timeout_ms) == (3, 45_000)
+
+    monkeypatch.setenv("KMQ_TEST_VISIBILITY", "8d")
+    with pytest.raises(Exception) as raised, loaded({"queues": [templated]}):
+        pass
+    assert "'8d' is outside 1ms to 7d" in causes(raised.value)
+
+
 def causes(error: BaseException | None) -> str:
     """The error and what caused it, as ``dg check defs`` prints them."""
     lines = []
