@@ -22,7 +22,7 @@ from kmq_dagster.cli.setting_options import setting_option
 from kmq_dagster.cli.value_types import Moment
 from kmq_dagster.core.dead_letter_formats import FORMATS
 from kmq_dagster.core.ordering import Ordering
-from kmq_dagster.core.queue_settings import CONCURRENCY, ORDERING
+from kmq_dagster.core.queue_settings import CONCURRENCY, NON_RETRYABLE, ORDERING
 from kmq_dagster.core.replay import ReplaySelection, TimeBound, parse_offsets
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -240,6 +240,11 @@ def serve_metrics_of(
     from kmq_dagster.metrics import ServiceMetrics, serve_metrics
 
     return serve_metrics(port, ServiceMetrics(service, topic, group, read))
+
+
+#: ``--non-retryable NAMES`` of ``kmq worker`` and ``kmq spark`` (the stored definition leaves
+#: it out: which errors are fatal is the handler's business).
+non_retryable_option = setting_option(NON_RETRYABLE, default="", metavar="NAMES")
 
 
 def concurrency_options(concurrency_help: str, ordering_help: str) -> Callable[[F], F]:

@@ -15,6 +15,7 @@ from kmq_dagster.cli.options import (
     concurrency_options,
     first_stop_signal,
     metrics_port_option,
+    non_retryable_option,
     queue_options,
     serve_metrics_of,
     stop_on_signals,
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     "none (unordered), or one at a time per partition (partition).",
 )
 @click.option("--forever", is_flag=True, help="Keep running batches (default: stop when idle).")
-@click.option("--non-retryable", metavar="NAMES", default="", help="Types that go to the DLQ.")
+@non_retryable_option
 @audit_url_option
 @metrics_port_option
 @connection_options

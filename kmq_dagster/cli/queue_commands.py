@@ -19,6 +19,7 @@ from kmq_dagster.cli.options import (
     concurrency_options,
     log_every,
     metrics_port_option,
+    non_retryable_option,
     queue_options,
     serve_metrics_of,
     stop_exit_code,
@@ -227,12 +228,7 @@ def _print_provision_report(report: ProvisionReport) -> None:
 )
 @breaker_options
 @audit_url_option
-@click.option(
-    "--non-retryable",
-    metavar="NAMES",
-    default="",
-    help="Exception type names that go straight to the DLQ, e.g. ValueError,KeyError.",
-)
+@non_retryable_option
 @metrics_port_option
 @connection_options
 @click.pass_context

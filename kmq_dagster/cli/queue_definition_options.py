@@ -20,14 +20,15 @@ from kmq_dagster.core.queue import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     Queue,
 )
-from kmq_dagster.core.queue_settings import QUEUE_SETTINGS, RETRY_SETTINGS
+from kmq_dagster.core.queue_settings import NON_RETRYABLE, QUEUE_SETTINGS, RETRY_SETTINGS
 from kmq_dagster.core.retry import DEFAULT_BACKOFF_ATTEMPTS, RetryPolicy
 from kmq_dagster.settings import KmqSettings
 
 #: The settings of a queue's definition the command line takes: ``kmq provision`` stores them,
 #: every other command reads the stored ones and refuses these options.
 DEFINITION_SETTINGS = (
-    *(setting for setting in RETRY_SETTINGS if setting.flag),
+    # which errors are fatal is the handler's business, not the stored definition's
+    *(s for s in RETRY_SETTINGS if s.flag and s is not NON_RETRYABLE),
     *(s for s in QUEUE_SETTINGS if s.flag and s.name not in ("topic", "group", "partitions")),
 )
 #: Their options (see ``QUEUE_DEFINITION_HINT``).

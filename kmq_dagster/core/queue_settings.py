@@ -244,6 +244,9 @@ def _duration(name: str, help: str, **more: Any) -> Setting:
     return Setting(name, Kind.DURATION, help, low=1, high=MAX_VISIBILITY_TIMEOUT_MS, **more)
 
 
+NON_RETRYABLE = Setting("non_retryable", Kind.TEXTS, "exception type names that go to the DLQ "
+                        "at once, e.g. ValueError,KeyError", flag="--non-retryable")  # fmt: skip
+
 # -- the retry policy (``Queue.retry_policy``; YAML ``retry:``; ``kmq provision --retry-*``) ----
 
 RETRY_SETTINGS: tuple[Setting, ...] = (
@@ -254,7 +257,7 @@ RETRY_SETTINGS: tuple[Setting, ...] = (
          flag="--max-attempts"),
     Setting("jitter", Kind.NUMBER, "spread each due time by up to this share of its delay",
             low=0, high=1, high_open=True, flag="--retry-jitter", owner="retry"),
-    Setting("non_retryable", Kind.TEXTS, "exception type names that go to the DLQ at once"),
+    NON_RETRYABLE,
 )  # fmt: skip
 
 # -- the circuit breaker (``BreakerConfig``; YAML ``breaker:``; ``kmq worker --breaker-*``) ----

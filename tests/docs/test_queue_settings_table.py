@@ -22,7 +22,7 @@ END = "<!-- queue settings: end -->"
 #: Where each table's settings go in Python, and under which YAML key.
 PLACES = (
     ("Queue", "", QUEUE_SETTINGS),
-    ("RetryPolicy.from_options", "retry.", RETRY_SETTINGS),
+    ("RetryPolicy", "retry.", RETRY_SETTINGS),
     ("QueueSpec", "", PROCESSING_SETTINGS),
     ("BreakerConfig", "breaker.", BREAKER_SETTINGS),
 )
@@ -43,12 +43,14 @@ def table() -> str:
     ]
     for owner, prefix, settings in PLACES:
         for setting in settings:
+            # the text a policy is made from
+            made_by = f"{owner}.from_options" if setting.name in ("delays", "backoff") else owner
             flag = f"`{setting.flag}`" if setting.flag else ""
             meaning = setting.help.replace("|", "\\|")
             if setting.default_note:
                 meaning += f" (default: {setting.default_note})"
             lines.append(
-                f"| `{owner}({setting.name})` | `{prefix}{setting.yaml_key}` | {flag} | "
+                f"| `{made_by}({setting.name})` | `{prefix}{setting.yaml_key}` | {flag} | "
                 f"{values(setting)} | {meaning} |"
             )
     return "\n".join(lines)
