@@ -26,6 +26,7 @@ from kmq_dagster.core.queue import (
     DEFAULT_VISIBILITY_TIMEOUT_MS,
     Queue,
 )
+from kmq_dagster.core.queue_settings import QUEUE_SETTINGS, check_settings
 from kmq_dagster.core.retry import RetryPolicy, parse_delay_list
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.schemas.registry import RegistrySettings
@@ -55,14 +56,6 @@ MAX_PRODUCER_MESSAGE_MAX_BYTES = 1_000_000_000
 DEFAULT_BATCH_SIZE = 500
 #: Largest batch: librdkafka's consume() takes at most this many messages at once.
 MAX_BATCH_SIZE = 1_000_000
-#: Most partitions ``kmq provision`` gives new topics. The queue and markers topics (and the
-#: delay levels) get that many, the redelivery, retry and DLQ topics half by default, so 1,000
-#: is already 4,500 partitions with 3 retry delays and 13,500 with the delay queue: up to three
-#: brokers' worth at Kafka's guidance of about 4,000 per broker, and on the embedded broker
-#: seconds per metadata request. (100,000 took the embedded broker to 2.1 GB and made it
-#: unreachable.) Larger topics can still be created with Kafka's own tools; kmq adopts their
-#: partition count.
-MAX_PARTITIONS = 1_000
 #: Where queue definitions are stored when queues are provisioned (one partition).
 DEFAULT_REGISTRY_TOPIC = "_kmq_queues"
 
@@ -101,21 +94,13 @@ class KmqSettings:
     def __post_init__(self) -> None:
         register_config_secrets(self.client_config)
         check_bootstrap_servers(self.bootstrap_servers)
-        for name in (
-            "session_timeout_ms",
-            "request_timeout_ms",
-            "visibility_timeout_ms",
-            "fetch_wait_max_ms",
-        ):
+        for name in ("session_timeout_ms", "request_timeout_ms", "fetch_wait_max_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(
                     f"{name} must be positive, got {getattr(self, name)}", setting=name
                 )
-        if self.max_redeliveries < 0:
-            raise ConfigError(
-                f"max_redeliveries must be >= 0, got {self.max_redeliveries}",
-                setting="max_redeliveries",
-            )
+        # the defaults of new queues, checked as the queue's settings (core/queue_settings.py)
+        check_settings(self, QUEUE_SETTINGS)
         if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
             raise ConfigError(
                 f"batch_size must be between 1 and {MAX_BATCH_SIZE:,}, got {self.batch_size}",
@@ -165,27 +150,15 @@ class KmqSettings:
         settings = cls(**values)
         return settings.with_overrides(**overrides)
 
-    def retry_policy(
-        self,
-        *,
-        delays: str | None = None,
-        backoff: str | None = None,
-        max_attempts: int | None = None,
-        jitter: float | None = None,
-    ) -> RetryPolicy:
-        """The retry policy textual options describe (see :meth:`RetryPolicy.from_options`);
-        none given: one retry per delay of ``KMQ_RETRY_DELAYS`` (``retry_delays_ms``).
+    def retry_policy(self, **options: Any) -> RetryPolicy:
+        """The retry policy the retry settings' textual options describe (``delays``,
+        ``backoff``, ``max_attempts``, ``jitter``: see :meth:`RetryPolicy.from_options`); none
+        given: one retry per delay of ``KMQ_RETRY_DELAYS`` (``retry_delays_ms``).
 
         Raises:
             ConfigError: contradictory or malformed options.
         """
-        return RetryPolicy.from_options(
-            delays=delays,
-            backoff=backoff,
-            max_attempts=max_attempts,
-            jitter=jitter,
-            default_delays_ms=self.retry_delays_ms,
-        )
+        return RetryPolicy.from_options(**options, default_delays_ms=self.retry_delays_ms)
 
     def define_queue(
         self,

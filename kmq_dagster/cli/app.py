@@ -19,6 +19,7 @@ from kmq_dagster.cli.queue_definition_options import (
     QUEUE_DEFINITION_HINT,
     QUEUE_DEFINITION_OPTIONS,
 )
+from kmq_dagster.core.queue_settings import all_settings
 from kmq_dagster.crash_guard import CHILD_ENV
 from kmq_dagster.errors import ConfigError, KmqError
 from kmq_dagster.home import private_folder
@@ -35,6 +36,11 @@ EXIT_USAGE = 2
 
 #: Library setting -> the option that sets it, so errors name what the user typed.
 OPTION_FOR_SETTING = {
+    # a queue's bounded settings: their flags (core/queue_settings.py)
+    **{
+        setting.name: setting.flag for setting in all_settings() if setting.flag and setting.bounded
+    },
+    "group": "--group",
     "bootstrap_servers": "--bootstrap-servers",
     "client_config": "-X",
     "-X": "-X",
@@ -42,11 +48,6 @@ OPTION_FOR_SETTING = {
     "retry_delays_ms": "--retry-delays",
     "retry_backoff": "--retry-backoff",
     "delay_levels": "--delay-levels",
-    "max_attempts": "--max-attempts",
-    "jitter": "--retry-jitter",
-    "visibility_timeout_ms": "--visibility-timeout",
-    "max_redeliveries": "--max-redeliveries",
-    "partitions": "--partitions",
     "batch_size": "--batch-size",
     "handler": "--handler",
     "time": "--since/--until",
@@ -56,8 +57,6 @@ OPTION_FOR_SETTING = {
     "max_replays": "--max-replays",
     "replay_id": "--replay-id",
     "redefine": "--redefine",
-    "group": "--group",
-    "max_messages_per_partition": "--max-per-partition",
     "metrics_port": "--metrics-port",
 }
 

@@ -1,4 +1,8 @@
-"""The circuit breaker's options of ``kmq worker``: parsed once, built into a shared breaker."""
+"""The circuit breaker's options of ``kmq worker``: parsed once, built into a shared breaker.
+
+Each option is the breaker setting of the same name (``core/queue_settings.py``); one left out
+keeps :class:`~kmq_dagster.BreakerConfig`'s default.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +12,20 @@ from typing import Any
 import click
 
 from kmq_dagster.cli.options import gathered_options
-from kmq_dagster.cli.value_types import Number, duration_option
+from kmq_dagster.cli.setting_options import setting_option, shown_default
+from kmq_dagster.core.breaker_config import BreakerConfig
 from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.queue_settings import BREAKER_SETTINGS
+
+#: The breaker settings the command line takes, in the order of their options.
+FLAGGED = tuple(setting for setting in BREAKER_SETTINGS if setting.flag)
 
 
 @dataclass(frozen=True)
 class BreakerOptions:
     enabled: bool
-    window_ms: int
-    error_rate: float
-    min_calls: int
-    cooldown_ms: int
-    probes: int
+    #: The settings given, by name (``window_ms``); the others keep their defaults.
+    given: dict[str, Any]
 
     def build(self, queue: Queue, audit_url: str | None) -> Any:
         """The group's shared breaker, or ``None`` without ``--breaker``."""
@@ -28,23 +34,26 @@ class BreakerOptions:
         from kmq_dagster.audit.shared_breaker import SharedBreaker, breaker_config
         from kmq_dagster.audit.store import AuditStore
 
-        config = breaker_config(
-            window_ms=self.window_ms,
-            error_rate=self.error_rate,
-            min_calls=self.min_calls,
-            cooldown_ms=self.cooldown_ms,
-            probes=self.probes,
-        )
+        config = breaker_config(**{**self.defaults(), **self.given})
         return SharedBreaker.for_queue(queue, AuditStore(audit_url), config)
+
+    @staticmethod
+    def defaults() -> dict[str, Any]:
+        config = BreakerConfig()
+        return {setting.name: getattr(config, setting.name) for setting in FLAGGED}
+
+
+def _gather(enabled: bool, *values: Any) -> BreakerOptions:
+    given = {s.name: v for s, v in zip(FLAGGED, values, strict=True) if v is not None}
+    return BreakerOptions(enabled, given)
 
 
 def breaker_options(command: Any) -> Any:
     """The circuit breaker's options; the command receives ``breaker: BreakerOptions``."""
-    names = ("breaker", "breaker_window", "breaker_error_rate", "breaker_min_calls",
-             "breaker_cooldown", "breaker_probes")  # fmt: skip
+    names = ("breaker", *(s.flag.removeprefix("--").replace("-", "_") for s in FLAGGED if s.flag))
     return gathered_options(
         "breaker",
-        BreakerOptions,
+        _gather,
         names,
         [
             click.option(
@@ -53,34 +62,9 @@ def breaker_options(command: Any) -> Any:
                 help="Circuit breaker: stop fetching while the handler fails en masse; its "
                 "state is shared by the group's workers through the audit store.",
             ),
-            duration_option(
-                "--breaker-window", "30s", "Sliding window the error rate is measured over."
-            ),
-            click.option(
-                "--breaker-error-rate",
-                type=Number(0, 1, low_open=True),
-                default=0.5,
-                show_default=True,
-                help="Failed share of calls in the window that opens it.",
-            ),
-            click.option(
-                "--breaker-min-calls",
-                type=click.IntRange(1, 1_000_000),
-                default=20,
-                show_default=True,
-                help="Calls in the window before the rate counts.",
-            ),
-            duration_option(
-                "--breaker-cooldown",
-                "10s",
-                "How long it stays open at first (doubles per failed probe, up to 5m).",
-            ),
-            click.option(
-                "--breaker-probes",
-                type=click.IntRange(1, 1000),
-                default=3,
-                show_default=True,
-                help="Messages let through to test recovery.",
+            *(
+                setting_option(setting, note=f"[default: {shown_default(BreakerConfig, setting)}]")
+                for setting in FLAGGED
             ),
         ],
     )(command)

@@ -18,9 +18,11 @@ from typing import Any, TypeVar
 
 import click
 
+from kmq_dagster.cli.setting_options import setting_option
 from kmq_dagster.cli.value_types import Moment
 from kmq_dagster.core.dead_letter_formats import FORMATS
 from kmq_dagster.core.ordering import Ordering
+from kmq_dagster.core.queue_settings import CONCURRENCY, NON_RETRYABLE, ORDERING
 from kmq_dagster.core.replay import ReplaySelection, TimeBound, parse_offsets
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -240,29 +242,24 @@ def serve_metrics_of(
     return serve_metrics(port, ServiceMetrics(service, topic, group, read))
 
 
-#: Most calls at once a command takes (``--concurrency``).
-MAX_CONCURRENCY = 1024
+#: ``--non-retryable NAMES`` of ``kmq worker`` and ``kmq spark`` (the stored definition leaves
+#: it out: which errors are fatal is the handler's business).
+non_retryable_option = setting_option(NON_RETRYABLE, default="", metavar="NAMES")
 
 
 def concurrency_options(concurrency_help: str, ordering_help: str) -> Callable[[F], F]:
     """``--concurrency`` (calls at once, 1 by default) and ``--ordering`` (partition by
-    default), as ``kmq worker`` and ``kmq spark`` take them; each command says what they mean
-    for it."""
+    default), the settings of the same names (``core/queue_settings.py``), as ``kmq worker``
+    and ``kmq spark`` take them; each command says what they mean for it."""
     return add_options(
         [
-            click.option(
-                "--concurrency",
-                type=click.IntRange(1, MAX_CONCURRENCY),
-                default=1,
-                show_default=True,
-                help=concurrency_help,
-            ),
-            click.option(
-                "--ordering",
-                type=click.Choice([o.value for o in Ordering]),
+            setting_option(CONCURRENCY, help=concurrency_help, default=1, show_default=True),
+            setting_option(
+                ORDERING,
+                help=ordering_help,
                 default=Ordering.PARTITION.value,
                 show_default=True,
-                help=ordering_help,
+                metavar=None,
             ),
         ]
     )

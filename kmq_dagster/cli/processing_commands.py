@@ -15,11 +15,14 @@ from kmq_dagster.cli.options import (
     concurrency_options,
     first_stop_signal,
     metrics_port_option,
+    non_retryable_option,
     queue_options,
     serve_metrics_of,
     stop_on_signals,
 )
 from kmq_dagster.cli.progress import LiveLine, log_file_for
+from kmq_dagster.cli.setting_options import setting_option
+from kmq_dagster.core.queue_settings import setting_named
 from kmq_dagster.errors import KmqError
 
 if TYPE_CHECKING:
@@ -28,20 +31,17 @@ if TYPE_CHECKING:
 
 @cli.command("spark")
 @queue_options
-@click.option(
-    "--function",
-    "function_spec",
+@setting_option(
+    setting_named("function"),
+    param="function_spec",
     required=True,
-    metavar="MODULE:FUNCTION",
     help="Called per message on the executors; its return value is the result.",
 )
-@click.option("--output", required=True, help="Parquet dataset the results are appended to.")
+@setting_option(setting_named("output_path"), param="output", required=True)
 @click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
-@click.option(
-    "--max-per-partition",
-    type=click.IntRange(1, 10_000_000),
-    help="Messages per partition and batch at most [default: what a third of the visibility "
-    "timeout allows].",
+@setting_option(
+    setting_named("max_messages_per_partition"),
+    note="[default: what a third of the visibility timeout allows]",
 )
 @concurrency_options(
     concurrency_help="Calls of the function at once per Spark task, for a function that "
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     "none (unordered), or one at a time per partition (partition).",
 )
 @click.option("--forever", is_flag=True, help="Keep running batches (default: stop when idle).")
-@click.option("--non-retryable", metavar="NAMES", default="", help="Types that go to the DLQ.")
+@non_retryable_option
 @audit_url_option
 @metrics_port_option
 @connection_options

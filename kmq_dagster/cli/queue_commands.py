@@ -19,6 +19,7 @@ from kmq_dagster.cli.options import (
     concurrency_options,
     log_every,
     metrics_port_option,
+    non_retryable_option,
     queue_options,
     serve_metrics_of,
     stop_exit_code,
@@ -26,13 +27,15 @@ from kmq_dagster.cli.options import (
     topic_option,
 )
 from kmq_dagster.cli.queue_definition_options import DefinitionOptions, definition_options
+from kmq_dagster.cli.setting_options import setting_option
 from kmq_dagster.cli.stop_deadline import exit_if_still_calling
 from kmq_dagster.cli.value_types import Number
 from kmq_dagster.core.delay import DEFAULT_DELAY_LEVELS_MS, MAX_DELAY_LEVELS, parse_delay_levels
 from kmq_dagster.core.durations import format_duration_ms
+from kmq_dagster.core.queue_settings import MAX_PARTITIONS, PARTITIONS
 from kmq_dagster.core.wording import counted
 from kmq_dagster.kafka.provision import ProvisionPlan, ProvisionReport
-from kmq_dagster.settings import MAX_BATCH_SIZE, MAX_PARTITIONS
+from kmq_dagster.settings import MAX_BATCH_SIZE
 
 #: Largest --max-buffered: the worker's memory bound (invariant 11) must stay a bound.
 MAX_BUFFERED = 1_000_000
@@ -46,10 +49,9 @@ DEFAULT_LADDER = ",".join(format_duration_ms(level_ms) for level_ms in DEFAULT_D
 
 @cli.command()
 @topic_option
-@click.option(
-    "--partitions",
-    "-p",
-    type=click.IntRange(1, MAX_PARTITIONS),
+@setting_option(
+    PARTITIONS,
+    short="-p",
     help=f"Partitions for new topics, at most {MAX_PARTITIONS:,} (default: the existing queue "
     "topic's).",
 )
@@ -141,7 +143,7 @@ def provision(
         "delay_levels_ms": None if delay_levels is None else parse_delay_levels(delay_levels),
     }
     if group is None:
-        if definition != DefinitionOptions(None, None, None, None, None, None):
+        if definition != DefinitionOptions():
             raise click.UsageError(
                 "retry, visibility and format options belong to a group: add --group"
             )
@@ -226,12 +228,7 @@ def _print_provision_report(report: ProvisionReport) -> None:
 )
 @breaker_options
 @audit_url_option
-@click.option(
-    "--non-retryable",
-    metavar="NAMES",
-    default="",
-    help="Exception type names that go straight to the DLQ, e.g. ValueError,KeyError.",
-)
+@non_retryable_option
 @metrics_port_option
 @connection_options
 @click.pass_context

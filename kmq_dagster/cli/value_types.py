@@ -14,7 +14,7 @@ import click
 from click.decorators import FC
 
 from kmq_dagster.core.durations import format_duration_ms, parse_duration_ms
-from kmq_dagster.core.queue import MAX_VISIBILITY_TIMEOUT_MS
+from kmq_dagster.core.queue_settings import MAX_VISIBILITY_TIMEOUT_MS
 from kmq_dagster.core.replay import TimeBound, parse_time
 from kmq_dagster.errors import ConfigError
 

@@ -26,6 +26,7 @@ from kmq_dagster.core.naming import (
     retry_topic,
     validate_topic_name,
 )
+from kmq_dagster.core.queue_settings import QUEUE_SETTINGS, Kind, check_settings
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.value_formats import ValueFormat, parse_value_format
 from kmq_dagster.errors import ConfigError
@@ -36,8 +37,6 @@ DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
 DEFAULT_MAX_REDELIVERIES = 3
 #: Delay of each retry after a handler failure (one retry topic per distinct delay).
 DEFAULT_RETRY_DELAYS_MS: tuple[int, ...] = (10_000, 60_000, 600_000)
-#: Longest visibility timeout: a week (a longer one hides a stuck message for too long).
-MAX_VISIBILITY_TIMEOUT_MS = 7 * 86_400_000
 #: Version of the stored definition format (:meth:`Queue.definition`).
 DEFINITION_VERSION = 1
 
@@ -108,34 +107,21 @@ class Queue:
             raise ConfigError("the consumer group must not be empty", setting="group")
         for name in self.group_topics:  # also checks the group's characters and the lengths
             validate_topic_name(name)
-        if self.partitions is not None and self.partitions < 1:
+        # bounds: the one check of each setting (core/queue_settings.py); a queue opened on
+        # topics made with Kafka's tools may have more partitions than kmq creates (QueueSpec,
+        # YAML and the command line declare new queues and check the upper bounds too)
+        check_settings(self, QUEUE_SETTINGS, low_only=("partitions", "aux_partitions"))
+        if (
+            self.aux_partitions is not None
+            and self.partitions is not None
+            and self.aux_partitions > self.partitions
+        ):
             raise ConfigError(
-                f"partitions must be at least 1, got {self.partitions}", setting="partitions"
-            )
-        if self.aux_partitions is not None:
-            if self.aux_partitions < 1:
-                raise ConfigError(
-                    f"aux partitions must be at least 1, got {self.aux_partitions}",
-                    setting="aux_partitions",
-                )
-            if self.partitions is not None and self.aux_partitions > self.partitions:
-                raise ConfigError(
-                    f"aux partitions ({self.aux_partitions}) cannot exceed the queue's "
-                    f"({self.partitions}): a message of partition p of a redelivery or retry "
-                    "topic has its markers in partition p of the markers topic, which has the "
-                    "queue's count",
-                    setting="aux_partitions",
-                )
-        if not 0 < self.visibility_timeout_ms <= MAX_VISIBILITY_TIMEOUT_MS:
-            raise ConfigError(
-                f"the visibility timeout must be between 1 ms and 7 days, got "
-                f"{self.visibility_timeout_ms} ms",
-                setting="visibility_timeout_ms",
-            )
-        if self.max_redeliveries < 0:
-            raise ConfigError(
-                f"max redeliveries must be at least 0, got {self.max_redeliveries}",
-                setting="max_redeliveries",
+                f"aux partitions ({self.aux_partitions}) cannot exceed the queue's "
+                f"({self.partitions}): a message of partition p of a redelivery or retry "
+                "topic has its markers in partition p of the markers topic, which has the "
+                "queue's count",
+                setting="aux_partitions",
             )
 
     def __str__(self) -> str:
@@ -270,41 +256,32 @@ class Queue:
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"unreadable queue definition ({exc!r})") from None
 
-    def contradictions(
-        self,
-        *,
-        retry_policy: RetryPolicy | None = None,
-        visibility_timeout_ms: int | None = None,
-        max_redeliveries: int | None = None,
-        partitions: int | None = None,
-        value_format: ValueFormat | None = None,
-        key_format: ValueFormat | None = None,
-    ) -> list[str]:
-        """How the given values (``None``: not given) contradict this queue, one phrase each.
+    def contradictions(self, **given: Any) -> list[str]:
+        """How the given settings (by name, e.g. ``visibility_timeout_ms``; ``None``: not
+        given) contradict this queue, one phrase each, e.g. ``visibility timeout 30s (given:
+        10m)``.
 
-        The retry policies are compared as stored, so ``non_retryable`` never contradicts.
+        The retry policies are compared as stored, so ``non_retryable`` never contradicts; a
+        partition count contradicts only a known one.
+
+        Raises:
+            TypeError: a name that is no setting of a queue.
         """
+        unknown = set(given) - {setting.name for setting in QUEUE_SETTINGS}
+        if unknown:
+            raise TypeError(f"no such queue settings: {sorted(unknown)}")
         found = []
-        if retry_policy is not None and policy_definition(retry_policy) != policy_definition(
-            self.retry_policy
-        ):
-            found.append(f"{self.retry_policy.describe()} (given: {retry_policy.describe()})")
-        if (
-            visibility_timeout_ms is not None
-            and visibility_timeout_ms != self.visibility_timeout_ms
-        ):
-            found.append(
-                f"visibility timeout {format_duration_ms(self.visibility_timeout_ms)} "
-                f"(given: {format_duration_ms(visibility_timeout_ms)})"
-            )
-        if max_redeliveries is not None and max_redeliveries != self.max_redeliveries:
-            found.append(f"max redeliveries {self.max_redeliveries} (given: {max_redeliveries})")
-        if partitions is not None and self.partitions is not None and partitions != self.partitions:
-            found.append(f"{self.partitions} partitions (given: {partitions})")
-        for name, given in (("value_format", value_format), ("key_format", key_format)):
-            if given is not None and given != getattr(self, name):
-                words = name.replace("_", " ")
-                found.append(f"{words} {getattr(self, name)} (given: {given})")
+        for setting in QUEUE_SETTINGS:
+            value, mine = given.get(setting.name), getattr(self, setting.name)
+            if value is None or mine is None:
+                continue
+            if isinstance(mine, RetryPolicy):
+                if policy_definition(value) != policy_definition(mine):
+                    found.append(f"{mine.describe()} (given: {value.describe()})")
+            elif value != mine:
+                shown = format_duration_ms if setting.kind is Kind.DURATION else str
+                words = setting.name.removesuffix("_ms").replace("_", " ")
+                found.append(f"{words} {shown(mine)} (given: {shown(value)})")
         return found
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kmq_dagster.core.durations import MAX_DURATION_MS, format_duration_ms, parse_duration_ms
+from kmq_dagster.core.queue_settings import RETRY_SETTINGS, check_settings
 from kmq_dagster.errors import ConfigError
 
 #: Attempts in all (the first delivery included) of a backoff policy unless told otherwise.
@@ -109,10 +110,7 @@ class RetryPolicy:
             raise ConfigError(
                 f"the backoff multiplier must be a finite number >= 1, got {self.multiplier}"
             )
-        if not 0 <= self.jitter < 1:  # also refuses NaN
-            raise ConfigError(f"retry jitter must be in [0, 1), got {self.jitter}")
-        if self.max_attempts < 1:
-            raise ConfigError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        check_settings(self, RETRY_SETTINGS)  # jitter and max_attempts, as every front end
 
     @classmethod
     def fixed(cls, delays_ms: Iterable[int], non_retryable: Iterable[str] = ()) -> RetryPolicy:

@@ -22,6 +22,7 @@ from pydantic import Field
 
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.queue_checks import OUTPUT_MATCHES_ACKS, output_matches_acks
+from kmq_dagster.core.queue_settings import setting_named
 from kmq_dagster.defs.observations import check_result
 from kmq_dagster.defs.processing import ensure_queue
 from kmq_dagster.defs.queue_spec import QueueSpec
@@ -59,10 +60,11 @@ class ProcessingConfig(Config):
     """Limits of one processing run; the defaults are the queue's declaration."""
 
     max_seconds: float | None = Field(
-        default=None, description="stop starting batches after this long (default: declared)"
+        default=None, description=f"{setting_named('max_run_seconds').help} (default: declared)"
     )
     max_messages_per_partition: int | None = Field(
-        default=None, description="messages per partition and batch (default: declared)"
+        default=None,
+        description=f"{setting_named('max_messages_per_partition').help} (default: declared)",
     )
 
 

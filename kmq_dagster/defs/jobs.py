@@ -9,6 +9,7 @@ from pydantic import Field
 from kmq_dagster.core.delay import parse_delay_levels
 from kmq_dagster.core.durations import parse_duration_ms
 from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.queue_settings import PARTITIONS
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.defs.queue_spec import QueueSpec, queue_job
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
@@ -33,7 +34,7 @@ class DelayQueueConfig(Config):
 class ProvisionConfig(DelayQueueConfig):
     topic: str = Field(description="the queue topic")
     partitions: int | None = Field(
-        default=None, description="partitions for new topics; default: the existing queue's"
+        default=None, description=f"{PARTITIONS.help}; default: the existing queue's"
     )
     group: str | None = Field(default=None, description="also create this group's topics")
 

@@ -21,6 +21,7 @@ from dagster import AssetKey, JobDefinition, OpDefinition, job
 from kmq_dagster.core.breaker import BreakerConfig
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.core.queue import Queue
+from kmq_dagster.core.queue_settings import PROCESSING_SETTINGS, QUEUE_SETTINGS, check_settings
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.spark.concurrent_calls import check_concurrency
 
@@ -111,15 +112,9 @@ class QueueSpec:
             raise ConfigError(f"queue {self.queue}: give a function or a transform, not both")
         if (self.function is not None or self.transform is not None) and not self.output_path:
             raise ConfigError(f"queue {self.queue}: processing needs an output_path")
-        for setting in (
-            "backlog_interval_s",
-            "observation_interval_s",
-            "ingest_per_tick",
-            "breaker_interval_s",
-            "keepalive_interval_s",
-        ):
-            if getattr(self, setting) < 1:
-                raise ConfigError(f"queue {self.queue}: {setting} must be at least 1")
+        # the bounds of every setting (core/queue_settings.py)
+        check_settings(self.queue, QUEUE_SETTINGS)  # declared here, so at most MAX_PARTITIONS
+        check_settings(self, PROCESSING_SETTINGS, prefix=f"queue {self.queue}: ")
         try:
             ordering = check_concurrency(
                 self.concurrency,
@@ -130,10 +125,6 @@ class QueueSpec:
         except ConfigError as exc:
             raise ConfigError(f"queue {self.queue}: {exc}", setting=exc.setting) from None
         object.__setattr__(self, "ordering", ordering)
-        if self.max_run_seconds <= 0 or self.dead_letter_window_ms <= 0:
-            raise ConfigError(f"queue {self.queue}: durations must be positive")
-        if self.dead_letter_threshold < 0:
-            raise ConfigError(f"queue {self.queue}: dead_letter_threshold must be >= 0")
         if not self.name:
             default = f"{self.queue.topic}__{self.queue.group}"
             object.__setattr__(self, "name", _NOT_A_NAME_CHARACTER.sub("_", default))

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from kmq_dagster.core.handouts import HandoutLedger
-from kmq_dagster.core.queue import MAX_VISIBILITY_TIMEOUT_MS
+from kmq_dagster.core.queue_settings import MAX_VISIBILITY_TIMEOUT_MS
 from kmq_dagster.core.ranges import OffsetRun
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.ack_flusher import AckFlusher

@@ -25,7 +25,8 @@ from kmq_dagster.core.queue import (
     describe_conflicts,
     topic_configs,
 )
-from kmq_dagster.errors import ConfigError, ProvisionError, QueueConflictError
+from kmq_dagster.core.queue_settings import PARTITIONS, check_settings
+from kmq_dagster.errors import ProvisionError, QueueConflictError
 from kmq_dagster.kafka.clients import admin_client
 from kmq_dagster.kafka.opened_queue import OpenedQueue, vouch_for
 from kmq_dagster.kafka.provision_plan import (
@@ -117,6 +118,7 @@ def _plan_queue(
     settings: KmqSettings, queue: Queue, options: _TopicOptions, *, redefine: bool
 ) -> tuple[ProvisionPlan, Queue]:
     """The plan of :func:`plan_queue`, and the definition carrying it out stores."""
+    check_settings(queue, (PARTITIONS,))  # a count for new topics: at most MAX_PARTITIONS
     registered = load_registry(settings)
     stored = registered.queues.get((queue.topic, queue.group))
     if stored is not None and not redefine:
@@ -223,8 +225,7 @@ def _plan_topic(
     settings: KmqSettings, topic: str, partitions: int | None, options: _TopicOptions
 ) -> ProvisionPlan:
     validate_topic_name(topic)
-    if partitions is not None and partitions < 1:
-        raise ConfigError(f"partitions must be at least 1, got {partitions}", setting="partitions")
+    PARTITIONS.check(partitions)  # new topics: at most MAX_PARTITIONS
     registered = load_registry(settings)
     _refuse_conflicts(conflicts(topic, registered.queues.values()), topic)
     levels_ms = _delay_levels(settings, topic, options)

@@ -41,6 +41,7 @@ from pyspark.sql.types import (
 )
 
 from kmq_dagster.core.ordering import Ordering
+from kmq_dagster.core.queue_settings import CONCURRENCY, setting_named
 from kmq_dagster.core.ranges import source_runs
 from kmq_dagster.errors import ConfigError, KmqTimeoutError
 from kmq_dagster.kafka.clients import wall_clock_ms
@@ -160,15 +161,12 @@ class SparkQueueJob:
     ) -> None:
         if (function is None) == (transform is None):
             raise ConfigError("give the job a per-message function or a DataFrame transform")
+        CONCURRENCY.check(concurrency)  # the bounds every front end checks
+        setting_named("max_messages_per_partition").check(max_messages_per_partition)
         self.ordering = check_concurrency(
             concurrency, ordering, function=function, transform=transform is not None
         )
         self.concurrency = concurrency
-        if max_messages_per_partition is not None and max_messages_per_partition < 1:
-            raise ConfigError(
-                "max messages per partition must be at least 1",
-                setting="max_messages_per_partition",
-            )
         self.queue = queue = opened.queue
         settings = opened.settings
         self.opened = opened

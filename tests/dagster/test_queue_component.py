@@ -4,7 +4,6 @@ validation errors naming the field, and the output's freshness policy."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -146,13 +145,18 @@ def test_an_env_template_becomes_an_env_var_the_ui_shows_by_name(
 @pytest.mark.parametrize(
     ("queue", "named"),
     [
-        ({**ORDERS, "partitions": "two"}, "partitions"),
-        ({**ORDERS, "visibilty_timeout": "30s"}, "visibilty_timeout"),
+        ({**ORDERS, "partitions": "two"}, ["partitions"]),
+        ({**ORDERS, "visibilty_timeout": "30s"}, ["visibilty_timeout"]),
+        ({**ORDERS, "partitions": 0}, [".partitions.", "0 is not in [1, 1000]"]),
+        (
+            {**ORDERS, "breaker": {"window": "8d"}},
+            [".breaker.", ".window ", "'8d' is outside 1ms to 7d"],
+        ),
     ],
-    ids=["wrong type", "unknown field"],
+    ids=["wrong type", "unknown field", "out of bounds", "out of bounds in a group"],
 )
 def test_invalid_yaml_gets_dagsters_error_naming_the_field(
-    queue: dict[str, Any], named: str
+    queue: dict[str, Any], named: list[str]
 ) -> None:
     with pytest.raises(Exception) as raised, loaded({"queues": [queue]}):
         pass
@@ -160,7 +164,26 @@ def test_invalid_yaml_gets_dagsters_error_naming_the_field(
     message = causes(raised.value)
     assert "defs.yaml" in message, message  # the file and the path to the field
     assert "queues" in message, message
-    assert named in message, message
+    assert all(words in message for words in named), message
+
+
+def test_bounded_fields_take_templates_and_check_what_they_resolve_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    templated = {
+        **ORDERS,
+        "partitions": "{{ env('KMQ_TEST_PARTITIONS', '3') }}",
+        "visibility_timeout": "{{ env('KMQ_TEST_VISIBILITY', '45s') }}",
+        "freshness_minutes": "{{ env('KMQ_TEST_FRESHNESS', 'auto') }}",
+    }
+    with loaded({"queues": [templated]}) as (component, _):
+        spec = component.queues[0].spec()
+        assert (spec.queue.partitions, spec.queue.visibility_timeout_ms) == (3, 45_000)
+
+    monkeypatch.setenv("KMQ_TEST_VISIBILITY", "8d")
+    with pytest.raises(Exception) as raised, loaded({"queues": [templated]}):
+        pass
+    assert "'8d' is outside 1ms to 7d" in causes(raised.value)
 
 
 def causes(error: BaseException | None) -> str:
@@ -183,17 +206,11 @@ def test_an_unimportable_function_is_a_config_error_naming_queue_and_field() -> 
     )
 
 
-def test_concurrency_reaches_the_spec_or_is_refused_by_name() -> None:
-    fields = {field.name for field in dataclasses.fields(QueueSpec)}
+def test_concurrency_and_ordering_reach_the_spec() -> None:
     queue = {**ORDERS, "concurrency": 8, "ordering": "key"}
-    if {"concurrency", "ordering"} <= fields:
-        with loaded({"queues": [queue]}) as (component, _):
-            spec = component.queues[0].spec()
-            assert (spec.concurrency, str(spec.ordering)) == (8, "key")
-    else:
-        with pytest.raises(Exception) as raised, loaded({"queues": [queue]}):
-            pass
-        assert "concurrency, ordering: this kmq-dagster's QueueSpec has no" in causes(raised.value)
+    with loaded({"queues": [queue]}) as (component, _):
+        spec = component.queues[0].spec()
+        assert (spec.concurrency, str(spec.ordering)) == (8, "key")
 
 
 def output_policy(defs: Definitions) -> FreshnessPolicy | None:
