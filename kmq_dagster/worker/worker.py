@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from kmq_dagster.core.breaker import GroupBreaker
 from kmq_dagster.core.ordering import Ordering
+from kmq_dagster.core.queue_settings import CONCURRENCY
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.consumer import KmqConsumer
@@ -138,8 +139,7 @@ class Worker:
         drain_timeout_s: float = 30.0,
         extend_running: bool = True,
     ) -> None:
-        if concurrency < 1:
-            raise ConfigError(f"concurrency must be >= 1, got {concurrency}", setting="concurrency")
+        CONCURRENCY.check(concurrency)
         if max_buffered is not None and max_buffered < 1:
             raise ConfigError(
                 f"max_buffered must be >= 1, got {max_buffered}", setting="max_buffered"

@@ -471,3 +471,13 @@ def test_after_a_failure_routed_to_its_retry_topic_the_rest_of_the_fetch_runs_on
     assert [m.value for m in consumer.acked] == [b"a", b"b", b"c", b"d"]
     assert [p.topic for p in producer.delivered] == [RETRY_TOPIC]
     assert loop.stats.held == 0 and not loop.scheduler.holds_any
+
+
+@pytest.mark.parametrize("concurrency", [0, 1025])
+def test_worker_refuses_a_concurrency_out_of_bounds_in_the_words_of_every_front_end(
+    concurrency: int,
+) -> None:
+    from kmq_dagster.worker.worker import Worker
+
+    with pytest.raises(ConfigError, match=rf"^concurrency: {concurrency} is not in \[1, 1024\]$"):
+        Worker(vouch_for(KmqSettings(), QUEUE), lambda _message: None, concurrency=concurrency)
