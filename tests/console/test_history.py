@@ -9,9 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import column, create_engine, insert, select, table
+from sqlalchemy import column, insert, select, table
 
 from kmq_dagster.audit.browse import cause_counts, page
 from kmq_dagster.audit.filters import DeadLetterFilter
@@ -32,6 +30,7 @@ from tests.kafka_helpers import (
     running_worker,
     wait_for,
 )
+from tests.support.audit_revisions import engine_at_revision
 
 
 def test_a_discard_is_in_the_history_of_each_dead_letter_it_touched(store_url: str) -> None:
@@ -59,12 +58,7 @@ def test_a_discard_is_in_the_history_of_each_dead_letter_it_touched(store_url: s
 def test_upgrading_from_0002_gives_stored_dead_letters_patterns_and_header_rows(
     store_url: str,
 ) -> None:
-    engine = create_engine(store_url)
-    config = Config()
-    config.set_main_option("script_location", "kmq_dagster.audit:migrations")
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0002")
+    engine = engine_at_revision(store_url, "0002")
     later = ("id", "error_pattern", "value_format", "schema_id", "schema_subject",
              "schema_version", "value_undecodable")  # fmt: skip
     old_columns = [c for c in DeadLetter.__table__.columns if c.name not in later]
