@@ -5,6 +5,7 @@ that gives stored dead letters their error pattern and header rows; and replay c
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -86,6 +87,14 @@ def queue(settings: KmqSettings, topic_name: str) -> OpenedQueue:
     return new_queue(settings, topic_name, "g", partitions=2, retry_delays_ms=(1000,))
 
 
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[AuditStore]:
+    """An audit store in a fresh SQLite file, closed after the test."""
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    yield store
+    store.close()
+
+
 def ingest(settings: KmqSettings, store: AuditStore, queue: OpenedQueue) -> None:
     ingester = DlqIngester(queue, store)
     try:
@@ -96,9 +105,8 @@ def ingest(settings: KmqSettings, store: AuditStore, queue: OpenedQueue) -> None
 
 @pytest.mark.kafka
 def test_a_replay_records_where_each_copy_went_and_a_copy_that_fails_again_links_back(
-    settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
+    settings: KmqSettings, queue: OpenedQueue, store: AuditStore
 ) -> None:
-    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     produce_dead_letters(settings, queue, [("a", "TimeoutError"), ("b", "KeyError")])
     ingest(settings, store, queue)
     request = ReplayRequest()
@@ -129,14 +137,12 @@ def test_a_replay_records_where_each_copy_went_and_a_copy_that_fails_again_links
     assert steps[1].came_back_as == second_a.id
     assert [e.dead_letter_id for e in history(store, second_a)] == [first_a.id, first_a.id,
                                                                     second_a.id]  # fmt: skip
-    store.close()
 
 
 @pytest.mark.kafka
 def test_a_cancelled_replay_stops_early_is_audited_as_cancelled_and_resumes(
-    settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
+    settings: KmqSettings, queue: OpenedQueue, store: AuditStore
 ) -> None:
-    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     produce_dead_letters(settings, queue, [(f"k{i}", "TimeoutError") for i in range(40)])
     cancel = threading.Event()
     request = ReplayRequest(rate_per_s=20)
@@ -159,4 +165,3 @@ def test_a_cancelled_replay_stops_early_is_audited_as_cancelled_and_resumes(
     assert store.actions()[0].outcome.startswith("cancelled: replayed")
     copies = read_topic(settings, queue.queue.redelivery_topic, 2, at_least=40)
     assert sorted(r.key() or b"" for r in copies) == sorted(f"k{i}".encode() for i in range(40))
-    store.close()
