@@ -20,6 +20,7 @@ from kmq_dagster.broker import EmbeddedBroker
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import group_of
 from tests.mock_cluster import MockCluster, mock_selected
+from tests.support.kmq_cli import KmqCli
 
 #: Fails a test that leaves a process running (and kills it); see its docstring.
 pytest_plugins = ("tests.process_leaks",)
@@ -67,6 +68,12 @@ def bootstrap_env(settings: KmqSettings, monkeypatch: pytest.MonkeyPatch) -> Non
     """The session's broker in ``KMQ_BOOTSTRAP_SERVERS`` for the test: what ``kmq`` commands
     run in-process (``main([...])``) connect to."""
     monkeypatch.setenv("KMQ_BOOTSTRAP_SERVERS", settings.bootstrap_servers)
+
+
+@pytest.fixture
+def kmq_cli(bootstrap_env: None, capsys: pytest.CaptureFixture[str]) -> KmqCli:
+    """``kmq`` commands run in-process against the session's broker, their output captured."""
+    return KmqCli(capsys)
 
 
 @pytest.fixture

@@ -8,11 +8,39 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, bindparam, func, select
+from sqlalchemy import ColumnElement, Text, and_, bindparam, func, select
 
-from kmq_dagster.audit.models import STATUSES, DeadLetter, DeadLetterHeader, DeadLetterSearch
+from kmq_dagster.audit.models import (
+    STATUSES,
+    DeadLetter,
+    DeadLetterEvent,
+    DeadLetterHeader,
+    DeadLetterSearch,
+)
 from kmq_dagster.core.headers import KMQ_HEADER_PREFIX
 from kmq_dagster.errors import ConfigError
+
+
+def at_dlq_record(
+    model: type[DeadLetter] | type[DeadLetterEvent], topic: Any, partition: Any, offset: Any
+) -> ColumnElement[bool]:
+    """The rows of ``model`` about one DLQ record, named by its topic, partition and offset
+    (values, or ``bindparam`` names for an executemany)."""
+    return and_(
+        model.dlq_topic == topic, model.dlq_partition == partition, model.dlq_offset == offset
+    )
+
+
+def in_dlq_span(
+    topic: str, partition: int, first_offset: int, last_offset: int
+) -> ColumnElement[bool]:
+    """The stored dead letters of one DLQ partition from ``first_offset`` to ``last_offset``
+    (both included)."""
+    return and_(
+        DeadLetter.dlq_topic == topic,
+        DeadLetter.dlq_partition == partition,
+        DeadLetter.dlq_offset.between(first_offset, last_offset),
+    )
 
 
 @dataclass(frozen=True)

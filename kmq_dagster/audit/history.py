@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import or_, select
 
+from kmq_dagster.audit.filters import at_dlq_record
 from kmq_dagster.audit.history_events import DEAD_LETTERED, REPLAY
 from kmq_dagster.audit.models import DeadLetter, DeadLetterEvent, as_utc
 
@@ -77,8 +78,7 @@ def history(store: AuditStore, dead_letter: DeadLetter) -> list[HistoryEntry]:
     events_query = (
         select(DeadLetterEvent)
         .where(or_(*(
-            and_(DeadLetterEvent.dlq_topic == topic, DeadLetterEvent.dlq_partition == partition,
-                 DeadLetterEvent.dlq_offset == offset)
+            at_dlq_record(DeadLetterEvent, topic, partition, offset)
             for topic, partition, offset in by_coordinates
         )))
         .order_by(DeadLetterEvent.at, DeadLetterEvent.id)

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from kmq_dagster.audit.dead_letters import without_nul
-from kmq_dagster.audit.filters import header_digest
+from kmq_dagster.audit.filters import header_digest, in_dlq_span
 from kmq_dagster.audit.models import DeadLetter
 from kmq_dagster.core.headers import KMQ_HEADER_PREFIX
 
@@ -104,9 +104,7 @@ def _ids_by_coordinates(
     found: dict[tuple[str, int, int], int] = {}
     for (topic, partition), offsets in spans.items():
         query = select(DeadLetter.id, DeadLetter.dlq_offset).where(
-            DeadLetter.dlq_topic == topic,
-            DeadLetter.dlq_partition == partition,
-            DeadLetter.dlq_offset.between(min(offsets), max(offsets)),
+            in_dlq_span(topic, partition, min(offsets), max(offsets))
         )
         for dead_letter_id, offset in connection.execute(query):
             found[(topic, partition, int(offset))] = int(dead_letter_id)

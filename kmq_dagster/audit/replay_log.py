@@ -15,10 +15,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, bindparam, insert, or_, select, update
 
+from kmq_dagster.audit.filters import at_dlq_record
 from kmq_dagster.audit.history import ReplayedCopy
 from kmq_dagster.audit.history_events import REPLAY
 from kmq_dagster.audit.models import DeadLetter, DeadLetterEvent
@@ -135,13 +136,13 @@ def confirm_copies(
     events = [{**where, "partition": c.dlq_partition, "offset": c.dlq_offset,
                "to_topic": c.copy_topic, "to_partition": c.copy_partition,
                "to_offset": c.copy_offset} for c in copies]  # fmt: skip
+    # each row of events names its DLQ record by these keys
+    record: tuple[Any, ...] = (bindparam("topic"), bindparam("partition"), bindparam("offset"))
     confirm = (
         update(DeadLetterEvent)
         .where(
             DeadLetterEvent.action_id == bindparam("action"),
-            DeadLetterEvent.dlq_topic == bindparam("topic"),
-            DeadLetterEvent.dlq_partition == bindparam("partition"),
-            DeadLetterEvent.dlq_offset == bindparam("offset"),
+            at_dlq_record(DeadLetterEvent, *record),
             DeadLetterEvent.state == SENDING,
         )
         .values(
@@ -151,15 +152,7 @@ def confirm_copies(
             copy_offset=bindparam("to_offset"),
         )
     )
-    mark = (
-        update(DeadLetter)
-        .where(
-            DeadLetter.dlq_topic == bindparam("topic"),
-            DeadLetter.dlq_partition == bindparam("partition"),
-            DeadLetter.dlq_offset == bindparam("offset"),
-        )
-        .values(status="replayed")
-    )
+    mark = update(DeadLetter).where(at_dlq_record(DeadLetter, *record)).values(status="replayed")
     with store.writing("confirm the copies sent"), store.engine.begin() as connection:
         connection.execute(confirm, events)
         connection.execute(mark, events)

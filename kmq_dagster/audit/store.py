@@ -35,7 +35,7 @@ from kmq_dagster.audit.database import (
     migrate,
     schema_revision,
 )
-from kmq_dagster.audit.filters import EVERYTHING, conditions
+from kmq_dagster.audit.filters import EVERYTHING, at_dlq_record, conditions, in_dlq_span
 from kmq_dagster.audit.filters import DeadLetterFilter as DeadLetterFilter  # noqa: PLC0414 (re-export)
 from kmq_dagster.audit.history_events import record_discard_events
 from kmq_dagster.audit.indexing import index_dead_letters
@@ -171,11 +171,7 @@ class AuditStore:
             for partition, offset in coordinates:
                 result = connection.execute(
                     update(DeadLetter)
-                    .where(
-                        DeadLetter.dlq_topic == dlq_topic,
-                        DeadLetter.dlq_partition == partition,
-                        DeadLetter.dlq_offset == offset,
-                    )
+                    .where(at_dlq_record(DeadLetter, dlq_topic, partition, offset))
                     .values(status=status)
                 )
                 changed += result.rowcount
@@ -247,9 +243,7 @@ class AuditStore:
     ) -> dict[int, str]:
         """Status of the stored dead letters of one DLQ partition within an offset span."""
         query = select(DeadLetter.dlq_offset, DeadLetter.status).where(
-            DeadLetter.dlq_topic == dlq_topic,
-            DeadLetter.dlq_partition == partition,
-            DeadLetter.dlq_offset.between(first_offset, last_offset),
+            in_dlq_span(dlq_topic, partition, first_offset, last_offset)
         )
         with self.engine.connect() as connection:
             return {int(offset): str(status) for offset, status in connection.execute(query)}
@@ -384,10 +378,6 @@ def _existing(rows: Sequence[dict[str, Any]]) -> list[Any]:
     return [
         select(func.count())
         .select_from(DeadLetter)
-        .where(
-            DeadLetter.dlq_topic == topic,
-            DeadLetter.dlq_partition == partition,
-            DeadLetter.dlq_offset.between(min(offsets), max(offsets)),
-        )
+        .where(in_dlq_span(topic, partition, min(offsets), max(offsets)))
         for (topic, partition), offsets in spans.items()
     ]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
@@ -23,6 +25,11 @@ def count_option(name: str, low: int, high: int, default: int, **more: Any) -> C
     return click.option(
         name, type=click.IntRange(low, high), default=default, show_default=True, **more
     )
+
+
+def rounds_option(default: int) -> Callable[[FC], FC]:
+    """``--rounds``: how many times a benchmark repeats its measurements (1 to 100)."""
+    return count_option("--rounds", 1, 100, default)
 
 
 external_option = click.option(
@@ -43,23 +50,42 @@ def bench(ctx: click.Context) -> None:
         logging.getLogger("kmq_dagster").setLevel(logging.WARNING)
 
 
-def bench_cluster(
-    settings: KmqSettings, external: bool
-) -> contextlib.AbstractContextManager[KmqSettings]:
-    """The configured Kafka, or a fresh embedded broker for the length of one measurement."""
-    from kmq_dagster.broker import EmbeddedBroker
+@dataclass(frozen=True)
+class BenchKafka:
+    """The Kafka a benchmark measures on: the configured one with ``--external``, else a
+    fresh embedded broker for each measurement."""
+
+    settings: KmqSettings
+    external: bool
 
     @contextlib.contextmanager
-    def cluster() -> Iterator[KmqSettings]:
-        if external:
-            yield settings
+    def cluster(self) -> Iterator[KmqSettings]:
+        """The Kafka for the length of one measurement (``kafka.cluster`` is a ``Cluster`` of
+        :mod:`kmq_dagster.bench.common`)."""
+        from kmq_dagster.broker import EmbeddedBroker
+
+        if self.external:
+            yield self.settings
             return
         with EmbeddedBroker(port=0) as embedded:
-            yield settings.with_overrides(
+            yield self.settings.with_overrides(
                 bootstrap_servers=embedded.bootstrap_servers, session_timeout_ms=6_000
             )
 
-    return cluster()
+    def where(self, fresh: str = "a fresh embedded broker") -> str:
+        """Where the measurements run, for the first progress line."""
+        return self.settings.bootstrap_servers if self.external else fresh
+
+
+def measured_on_kafka(command: Callable[..., None]) -> Callable[..., None]:
+    """Adds ``--external`` to a bench command and passes it ``kafka``, a :class:`BenchKafka`
+    of the command line's connection settings, in place of both."""
+
+    def with_kafka(ctx: click.Context, /, external: bool, **options: Any) -> None:
+        command(BenchKafka(settings_of(ctx), external), **options)
+
+    functools.update_wrapper(with_kafka, command)  # its name and docstring: the help
+    return external_option(click.pass_context(with_kafka))
 
 
 @bench.command("ack")
@@ -80,35 +106,27 @@ def bench_cluster(
     "async handler) and of the plain no-op consumer it is held against. Worker runs at about "
     "a fifth of a plain consumer's speed: 200,000 take a second or two at concurrency 1.",
 )
-@count_option("--rounds", 1, 100, 5)
+@rounds_option(5)
 @click.option(
     "--tracing",
     is_flag=True,
     help="Also run Worker at concurrency 1 with OpenTelemetry tracing on (spans made and "
     "dropped; needs opentelemetry-sdk): worker_n1_traced_msgs_per_s and tracing_ratio.",
 )
-@external_option
-@click.pass_context
+@measured_on_kafka
 def bench_ack(
-    ctx: click.Context,
-    messages: int,
-    worker_messages: int,
-    rounds: int,
-    tracing: bool,
-    external: bool,
+    kafka: BenchKafka, messages: int, worker_messages: int, rounds: int, tracing: bool
 ) -> None:
     """Per-message ack against a plain at-least-once consumer; the public Worker against a
     plain consumer calling a no-op function; latency, lateness, memory."""
     from kmq_dagster.bench.ack import run_ack_benchmark
 
-    settings = settings_of(ctx)
-    where = settings.bootstrap_servers if external else "a fresh embedded broker each time"
     report(
-        f"measuring on {where}; {messages:,} messages of 100 bytes per consumer run, "
-        f"{worker_messages:,} per Worker run"
+        f"measuring on {kafka.where('a fresh embedded broker each time')}; {messages:,} "
+        f"messages of 100 bytes per consumer run, {worker_messages:,} per Worker run"
     )
     figures = run_ack_benchmark(
-        lambda: bench_cluster(settings, external),
+        kafka.cluster,
         messages,
         report,
         rounds=rounds,
@@ -131,18 +149,14 @@ def bench_ack(
 )
 @duration_option("--max-delay", "45s", "Delays are drawn from 1s to this.",
                  min_ms=1_000, max_ms=7 * 86_400_000)  # fmt: skip
-@external_option
-@click.pass_context
-def bench_retry(
-    ctx: click.Context, messages: int, send_seconds: float, max_delay: int, external: bool
-) -> None:
+@measured_on_kafka
+def bench_retry(kafka: BenchKafka, messages: int, send_seconds: float, max_delay: int) -> None:
     """Due-time precision of delayed and retried messages: early count, lateness p50/p99."""
     from kmq_dagster.bench.retry import run_retry_benchmark
 
-    settings = settings_of(ctx)
-    report(f"measuring on {settings.bootstrap_servers if external else 'a fresh embedded broker'}")
+    report(f"measuring on {kafka.where()}")
     figures = run_retry_benchmark(
-        lambda: bench_cluster(settings, external),
+        kafka.cluster,
         messages,
         report,
         send_seconds=send_seconds,
@@ -158,18 +172,15 @@ def bench_retry(
 
 @bench.command("audit")
 @count_option("--rows", 100, 100_000_000, 50_000)
-@count_option("--rounds", 1, 100, 3)
+@rounds_option(3)
 @click.option(
     "--postgres-url",
     metavar="URL",
     help="A PostgreSQL server to create scratch databases on (postgresql+psycopg://...) "
     "[default: start a throwaway one from the machine's PostgreSQL binaries].",
 )
-@external_option
-@click.pass_context
-def bench_audit(
-    ctx: click.Context, rows: int, rounds: int, postgres_url: str | None, external: bool
-) -> None:
+@measured_on_kafka
+def bench_audit(kafka: BenchKafka, rows: int, rounds: int, postgres_url: str | None) -> None:
     """DLQ ingest rows per second into SQLite and into PostgreSQL."""
     from kmq_dagster.audit.local_postgres import PostgresServer, fresh_database
     from kmq_dagster.bench.audit import run_audit_benchmark
@@ -179,25 +190,24 @@ def bench_audit(
             server = stack.enter_context(PostgresServer())
             postgres_url = server.url
             report(f"started a throwaway PostgreSQL on port {server.port}")
-        kafka = stack.enter_context(bench_cluster(settings_of(ctx), external))
+        settings = stack.enter_context(kafka.cluster())
         server_url = postgres_url
         figures = run_audit_benchmark(
-            kafka, lambda: fresh_database(server_url), rows, report, rounds=rounds
+            settings, lambda: fresh_database(server_url), rows, report, rounds=rounds
         )
     click.echo(figures.as_json())
 
 
 @bench.command("spark")
 @count_option("--messages", 1000, 100_000_000, 1_000_000)
-@count_option("--rounds", 1, 100, 3)
-@external_option
-@click.pass_context
-def bench_spark(ctx: click.Context, messages: int, rounds: int, external: bool) -> None:
+@rounds_option(3)
+@measured_on_kafka
+def bench_spark(kafka: BenchKafka, messages: int, rounds: int) -> None:
     """The Spark path against the plain Python worker and plain Spark on the same messages."""
     from kmq_dagster.bench.spark import run_spark_benchmark
 
-    with bench_cluster(settings_of(ctx), external) as kafka:
-        figures = run_spark_benchmark(kafka, messages, report, rounds=rounds)
+    with kafka.cluster() as settings:
+        figures = run_spark_benchmark(settings, messages, report, rounds=rounds)
     click.echo(figures.as_json())
 
 
@@ -252,14 +262,13 @@ def bench_faults(only: str | None, scale: float, outage: int, storm: int) -> Non
 @bench.command("dagster")
 @count_option("--messages", 1000, 100_000_000, 100_000)
 @count_option("--ticks", 1, 1000, 11, help="Timed ticks.")
-@external_option
-@click.pass_context
-def bench_dagster(ctx: click.Context, messages: int, ticks: int, external: bool) -> None:
+@measured_on_kafka
+def bench_dagster(kafka: BenchKafka, messages: int, ticks: int) -> None:
     """Sensor tick time at 64 partitions; sensor-launched runs against kmq spark."""
     from kmq_dagster.bench.dagster import run_dagster_benchmark
 
-    with bench_cluster(settings_of(ctx), external) as kafka:
-        figures = run_dagster_benchmark(kafka, messages, report, ticks=ticks)
+    with kafka.cluster() as settings:
+        figures = run_dagster_benchmark(settings, messages, report, ticks=ticks)
     click.echo(figures.as_json())
 
 
@@ -280,16 +289,15 @@ def bench_dagster(ctx: click.Context, messages: int, ticks: int, external: bool)
     300_000,
     help="Messages of each no-op run at one call at a time.",
 )
-@count_option("--rounds", 1, 100, 3)
+@rounds_option(3)
 @count_option(
     "--rss-backlog", 0, 100_000_000, 0, metavar="N",
     help="Also drain a backlog of N messages through a slow handler and sample the "
     "worker's RSS every second (1000000: a few minutes).",
 )  # fmt: skip
-@external_option
-@click.pass_context
+@measured_on_kafka
 def bench_parallel(
-    ctx: click.Context,
+    kafka: BenchKafka,
     messages: int,
     keys: int,
     concurrency: int,
@@ -298,27 +306,23 @@ def bench_parallel(
     noop_messages: int,
     rounds: int,
     rss_backlog: int,
-    external: bool,
 ) -> None:
     """Parallel Consumer's benchmark shape in each ordering, sync and async; an I/O scale run;
     the no-op handler at concurrency 1 against the call path before async handlers."""
     from kmq_dagster.bench.parallel import ParallelSizes, run_parallel_benchmark
 
-    settings = settings_of(ctx)
     sizes = ParallelSizes(
         messages=messages, keys=keys, concurrency=concurrency, io_messages=io_messages,
         io_concurrency=io_concurrency, noop_messages=noop_messages,
         noop_concurrent_messages=min(noop_messages, 20_000), rounds=rounds,
     )  # fmt: skip
-    where = settings.bootstrap_servers if external else "a fresh embedded broker per round"
+    where = kafka.where("a fresh embedded broker per round")
     report(
         f"measuring on {where}: {messages:,} messages, {keys} keys, 1 partition, waits of "
         f"0-5 ms, concurrency {concurrency}; times run from the first handler call to the last "
         "acknowledgement (group joins not timed)"
     )
-    figures = run_parallel_benchmark(
-        lambda: bench_cluster(settings, external), sizes, report, rss_backlog=rss_backlog
-    )
+    figures = run_parallel_benchmark(kafka.cluster, sizes, report, rss_backlog=rss_backlog)
     for line in figures.table():
         report(line)
     report(

@@ -222,9 +222,7 @@ def test_an_operator_filters_inspects_and_replays_ten_dead_letters_in_the_browse
     listed = grids(page)[0]
     assert listed["rows"] == 15 and "reason" in listed["titles"], listed
     assert_whole(page)
-    page.get_by_role("radio", name="By cause").click()
-    settle(page)
-    expect(page.get_by_text("Click a cause to list its dead letters.")).to_be_visible()
+    show_causes(page)
     expect(page.locator("td", has_text="'customer_id'").first).to_be_attached()
     # each cause's name whole beside its count's bar (no chart with labels cut short)
     assert page.get_by_test_id("stVegaLiteChart").count() == 0
@@ -401,6 +399,13 @@ def choose(page: Page, label: str, option_text: str) -> None:
             settle(page)
     option.click()
     settle(page)
+
+
+def show_causes(page: Page) -> None:
+    """Switch the dead letters' page to its counts by cause, and wait until they are drawn."""
+    page.get_by_role("radio", name="By cause").click()
+    settle(page)
+    expect(page.get_by_text("Click a cause to list its dead letters.")).to_be_visible()
 
 
 def settle(page: Page) -> None:

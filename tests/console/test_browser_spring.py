@@ -26,6 +26,7 @@ from tests.console.test_browser import (
     log_in,
     new_page,
     settle,
+    show_causes,
 )
 from tests.integration.test_spring_dead_letters import ORIGINS, make_spring_dlt
 
@@ -83,9 +84,7 @@ def test_a_spring_dlt_is_listed_with_its_origins_and_grouped_by_cause_in_the_bro
     assert listed["rows"] == 5 and "original" in listed["titles"], listed
     assert_whole(page)
 
-    page.get_by_role("radio", name="By cause").click()
-    settle(page)
-    expect(page.get_by_text("Click a cause to list its dead letters.")).to_be_visible()
+    show_causes(page)
     # two causes: Spring's listener exception (its messages differ by a number) and the Error
     expect(page.locator("td", has_text="order <n> declined").first).to_be_attached()
     expect(page.locator("td", has_text="java.lang.Error").first).to_be_attached()

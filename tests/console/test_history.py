@@ -5,13 +5,12 @@ that gives stored dead letters their error pattern and header rows; and replay c
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import column, create_engine, insert, select, table
+from sqlalchemy import column, insert, select, table
 
 from kmq_dagster.audit.browse import cause_counts, page
 from kmq_dagster.audit.filters import DeadLetterFilter
@@ -32,6 +31,7 @@ from tests.kafka_helpers import (
     running_worker,
     wait_for,
 )
+from tests.support.audit_revisions import engine_at_revision
 
 
 def test_a_discard_is_in_the_history_of_each_dead_letter_it_touched(store_url: str) -> None:
@@ -59,12 +59,7 @@ def test_a_discard_is_in_the_history_of_each_dead_letter_it_touched(store_url: s
 def test_upgrading_from_0002_gives_stored_dead_letters_patterns_and_header_rows(
     store_url: str,
 ) -> None:
-    engine = create_engine(store_url)
-    config = Config()
-    config.set_main_option("script_location", "kmq_dagster.audit:migrations")
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0002")
+    engine = engine_at_revision(store_url, "0002")
     later = ("id", "error_pattern", "value_format", "schema_id", "schema_subject",
              "schema_version", "value_undecodable")  # fmt: skip
     old_columns = [c for c in DeadLetter.__table__.columns if c.name not in later]
@@ -92,6 +87,14 @@ def queue(settings: KmqSettings, topic_name: str) -> OpenedQueue:
     return new_queue(settings, topic_name, "g", partitions=2, retry_delays_ms=(1000,))
 
 
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[AuditStore]:
+    """An audit store in a fresh SQLite file, closed after the test."""
+    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
+    yield store
+    store.close()
+
+
 def ingest(settings: KmqSettings, store: AuditStore, queue: OpenedQueue) -> None:
     ingester = DlqIngester(queue, store)
     try:
@@ -102,9 +105,8 @@ def ingest(settings: KmqSettings, store: AuditStore, queue: OpenedQueue) -> None
 
 @pytest.mark.kafka
 def test_a_replay_records_where_each_copy_went_and_a_copy_that_fails_again_links_back(
-    settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
+    settings: KmqSettings, queue: OpenedQueue, store: AuditStore
 ) -> None:
-    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     produce_dead_letters(settings, queue, [("a", "TimeoutError"), ("b", "KeyError")])
     ingest(settings, store, queue)
     request = ReplayRequest()
@@ -135,14 +137,12 @@ def test_a_replay_records_where_each_copy_went_and_a_copy_that_fails_again_links
     assert steps[1].came_back_as == second_a.id
     assert [e.dead_letter_id for e in history(store, second_a)] == [first_a.id, first_a.id,
                                                                     second_a.id]  # fmt: skip
-    store.close()
 
 
 @pytest.mark.kafka
 def test_a_cancelled_replay_stops_early_is_audited_as_cancelled_and_resumes(
-    settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
+    settings: KmqSettings, queue: OpenedQueue, store: AuditStore
 ) -> None:
-    store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     produce_dead_letters(settings, queue, [(f"k{i}", "TimeoutError") for i in range(40)])
     cancel = threading.Event()
     request = ReplayRequest(rate_per_s=20)
@@ -165,4 +165,3 @@ def test_a_cancelled_replay_stops_early_is_audited_as_cancelled_and_resumes(
     assert store.actions()[0].outcome.startswith("cancelled: replayed")
     copies = read_topic(settings, queue.queue.redelivery_topic, 2, at_least=40)
     assert sorted(r.key() or b"" for r in copies) == sorted(f"k{i}".encode() for i in range(40))
-    store.close()

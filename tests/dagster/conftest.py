@@ -4,7 +4,8 @@ local Spark session shared by every processing run, and a sensor tick helper."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from dagster import DagsterInstance, Definitions, SensorDefinition, build_sensor_context
@@ -15,6 +16,9 @@ from pyspark.sql import SparkSession
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource, local_pyspark_resource
 from kmq_dagster.settings import KmqSettings
 from tests.conftest import TEST_SESSION_TIMEOUT_MS
+
+if TYPE_CHECKING:
+    from tests.dagster.helpers import QueueUnderTest
 
 
 @pytest.fixture
@@ -43,6 +47,21 @@ def pyspark() -> Iterator[PySparkResource]:
 def instance() -> Iterator[DagsterInstance]:
     with dagster_instance_for_test() as test_instance:
         yield test_instance
+
+
+@pytest.fixture
+def demo(
+    topic_name: str,
+    tmp_path: Path,
+    instance: DagsterInstance,
+    kmq: KmqResource,
+    audit: AuditStoreResource,
+) -> QueueUnderTest:
+    """The demo pricing queue on the test's topic as :func:`~tests.dagster.helpers.declare`
+    declares it by default, provisioned (for a test that needs no other field)."""
+    from tests.dagster.helpers import declare  # it imports tick from here
+
+    return declare(topic_name, tmp_path, instance, kmq, audit)
 
 
 def tick(

@@ -10,7 +10,8 @@ recovery_resolves``."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -123,54 +124,77 @@ def outage_replayed(
     return q, before.cursor
 
 
-def test_replaying_an_outages_dead_letters_into_a_healthy_group_never_opens_its_breaker(
-    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
+@dataclass(frozen=True)
+class ReplayedOutage:
+    """An outage's dead letters replayed into the group (:func:`outage_replayed`)."""
+
+    q: QueueUnderTest
+    #: The breaker sensor's cursor from before the replay.
+    cursor: str
+    #: Where the alerts go.
+    hook: HttpReceiver
+    #: What is left of the test's 200 s.
+    budget: WaitBudget
+
+
+@pytest.fixture
+def replayed(
+    topic_name: str,
+    tmp_path: Path,
+    instance: DagsterInstance,
+    kmq: KmqResource,
     audit: AuditStoreResource,
-) -> None:  # fmt: skip
+) -> Iterator[ReplayedOutage]:
     budget = WaitBudget(200)
     with http_receiver() as hook:
-        # given 200 dead letters of an outage, replayed into the group once it is over
         q, cursor = outage_replayed(topic_name, tmp_path, instance, kmq, audit, hook, budget)
-        store = audit.get_store()
-        shared = SharedBreaker.for_queue(q.spec.queue, store, CONFIG)
+        yield ReplayedOutage(q, cursor, hook, budget)
 
-        # when the group's worker (with the shared breaker) processes the copies while the
-        # breaker sensor ticks
-        with running_worker(kmq.open_queue(q.spec.queue), healthy, breaker=shared) as worker:
 
-            def all_judged(tick: Any) -> bool:
-                said = message(tick)
-                assert said.startswith("breaker closed, error rate 0%"), said
-                return worker.stats.handled >= COUNT and judged(tick) >= COUNT
+def test_replaying_an_outages_dead_letters_into_a_healthy_group_never_opens_its_breaker(
+    kmq: KmqResource, audit: AuditStoreResource, replayed: ReplayedOutage
+) -> None:
+    # given 200 dead letters of an outage, replayed into the group once it is over
+    q = replayed.q
+    store = audit.get_store()
+    shared = SharedBreaker.for_queue(q.spec.queue, store, CONFIG)
 
-            ticks = tick_until(q, cursor, all_judged, budget)
-        # then every copy was processed, counted as work done and none as a failure; neither
-        # breaker moved, and nobody was paged
-        assert worker.stats.handled == COUNT and worker.stats.failed == 0
-        assert len(ticks) > 1, "the sensor ticked while the copies were processed"
-        assert judged(ticks[-1]) == COUNT, message(ticks[-1])
-        assert breaker_state(q, audit) == "closed"
-        assert store.transitions(q.spec.queue.topic, q.spec.queue.group) == []
-        assert store.alerts(q.spec.queue.topic) == []
-        assert hook.bodies() == []
+    # when the group's worker (with the shared breaker) processes the copies while the
+    # breaker sensor ticks
+    with running_worker(kmq.open_queue(q.spec.queue), healthy, breaker=shared) as worker:
+
+        def all_judged(tick: Any) -> bool:
+            said = message(tick)
+            assert said.startswith("breaker closed, error rate 0%"), said
+            return worker.stats.handled >= COUNT and judged(tick) >= COUNT
+
+        ticks = tick_until(q, replayed.cursor, all_judged, replayed.budget)
+    # then every copy was processed, counted as work done and none as a failure; neither
+    # breaker moved, and nobody was paged
+    assert worker.stats.handled == COUNT and worker.stats.failed == 0
+    assert len(ticks) > 1, "the sensor ticked while the copies were processed"
+    assert judged(ticks[-1]) == COUNT, message(ticks[-1])
+    assert breaker_state(q, audit) == "closed"
+    assert store.transitions(q.spec.queue.topic, q.spec.queue.group) == []
+    assert store.alerts(q.spec.queue.topic) == []
+    assert replayed.hook.bodies() == []
 
 
 def test_replayed_copies_that_fail_again_open_the_breaker(
-    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
-    audit: AuditStoreResource,
-) -> None:  # fmt: skip
-    budget = WaitBudget(200)
-    with http_receiver() as hook:
-        # given the same 200 dead letters, replayed while the service is still down
-        q, cursor = outage_replayed(topic_name, tmp_path, instance, kmq, audit, hook, budget)
+    kmq: KmqResource, audit: AuditStoreResource, replayed: ReplayedOutage
+) -> None:
+    # given the same 200 dead letters, replayed while the service is still down
+    q = replayed.q
 
-        # when a worker without a breaker of its own (so only the sensor can open it) fails
-        # them again, retryably: each goes on to its next retry topic
-        with running_worker(kmq.open_queue(q.spec.queue), payment_service_down):
-            ticks = tick_until(q, cursor, lambda _: breaker_state(q, audit) == "open", budget)
-        # then the sensor counted those failures and opened the breaker, and paged
-        assert message(ticks[-1]).startswith("breaker opened: error rate 100% over "), message(
-            ticks[-1]
+    # when a worker without a breaker of its own (so only the sensor can open it) fails
+    # them again, retryably: each goes on to its next retry topic
+    with running_worker(kmq.open_queue(q.spec.queue), payment_service_down):
+        ticks = tick_until(
+            q, replayed.cursor, lambda _: breaker_state(q, audit) == "open", replayed.budget
         )
-        assert message(ticks[-1]).endswith("; alert sent: circuit breaker open")
-        assert [b["kind"] for b in hook.bodies()] == ["breaker_open"]
+    # then the sensor counted those failures and opened the breaker, and paged
+    assert message(ticks[-1]).startswith("breaker opened: error rate 100% over "), message(
+        ticks[-1]
+    )
+    assert message(ticks[-1]).endswith("; alert sent: circuit breaker open")
+    assert [b["kind"] for b in replayed.hook.bodies()] == ["breaker_open"]

@@ -142,26 +142,22 @@ def test_a_failure_flood_opens_alerts_throttles_and_recovery_resolves(
         # when: the cooldown passes, the sensor probes; the service is back
         ticks: list[Any] = []
 
-        def probing() -> bool:
+        def ticked_to(state: str) -> bool:
+            """One more tick of the breaker sensor (resuming at the last cursor); whether the
+            breaker is now ``state``."""
             nonlocal cursor
             ticks.append(q.tick("breaker", cursor))
             cursor = ticks[-1].cursor
-            return breaker_state(q, audit) == "half_open"
+            return breaker_state(q, audit) == state
 
-        assert wait_for(probing, timeout_s=30, interval_s=0.5)
+        assert wait_for(lambda: ticked_to("half_open"), timeout_s=30, interval_s=0.5)
         assert message(ticks[-1]) == "breaker probing: cooldown over: probing (breaker sensor)"
         assert all(message(t).startswith("breaker open since ") for t in ticks[:-1])
         with worker(kmq, q.spec.queue, lambda message: None) as stats:
             assert wait_for(lambda: handled(stats) >= 20, timeout_s=60)
 
-        def closed() -> bool:
-            nonlocal cursor
-            ticks.append(q.tick("breaker", cursor))
-            cursor = ticks[-1].cursor
-            return breaker_state(q, audit) == "closed"
-
         # then: it closes, and the webhook gets the resolve (the half-open step folded in)
-        assert wait_for(closed, timeout_s=30, interval_s=0.5)
+        assert wait_for(lambda: ticked_to("closed"), timeout_s=30, interval_s=0.5)
         assert re.fullmatch(
             r"breaker closed after \d+s: 20 of 20 messages processed while probing "
             r"\(breaker sensor\); alert sent: resolved: circuit breaker closed",

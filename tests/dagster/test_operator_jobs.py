@@ -4,17 +4,16 @@ run's actor."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, ExecuteInProcessResult
+from dagster import ExecuteInProcessResult
 
 from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.kafka.provision_plan import partition_counts
 from kmq_dagster.kafka.queues import open_queue
-from tests.dagster.helpers import QueueUnderTest, declare
+from tests.dagster.helpers import QueueUnderTest
 from tests.kafka_helpers import produce_dead_letters, read_topic
 
 pytestmark = pytest.mark.kafka
@@ -32,26 +31,24 @@ def run(q: QueueUnderTest, what: str, config: dict[str, Any] | None = None,
 
 
 def test_ingest_replay_and_discard_are_audited_under_the_runs_actor(
-    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
-    audit: AuditStoreResource,
-) -> None:  # fmt: skip
-    q = declare(topic_name, tmp_path, instance, kmq, audit)
+    topic_name: str, kmq: KmqResource, audit: AuditStoreResource, demo: QueueUnderTest
+) -> None:
     dead = [("a", "TimeoutError"), ("b", "TimeoutError"), ("c", "ValueError"), ("d", "ValueError")]
-    produce_dead_letters(kmq.get_settings(), q.spec.queue, dead)
+    produce_dead_letters(kmq.get_settings(), demo.spec.queue, dead)
     store = audit.get_store()
 
-    run(q, "ingest")
-    run(q, "replay")  # no config: a dry run of everything
-    run(q, "replay", {"error_type": "TimeoutError", "dry_run": False}, actor="alice")
-    run(q, "discard")  # no config: a dry run
-    run(q, "discard", {"error_type": "ValueError", "dry_run": False}, actor="bob")
+    run(demo, "ingest")
+    run(demo, "replay")  # no config: a dry run of everything
+    run(demo, "replay", {"error_type": "TimeoutError", "dry_run": False}, actor="alice")
+    run(demo, "discard")  # no config: a dry run
+    run(demo, "discard", {"error_type": "ValueError", "dry_run": False}, actor="bob")
 
     assert store.count_dead_letters() == 4
     statuses = sorted((d.key, d.status) for d in store.dead_letters())
     assert statuses == [
         (b"a", "replayed"), (b"b", "replayed"), (b"c", "discarded"), (b"d", "discarded"),
     ]  # fmt: skip
-    copies = read_topic(kmq.get_settings(), q.spec.queue.redelivery_topic, 2, at_least=2)
+    copies = read_topic(kmq.get_settings(), demo.spec.queue.redelivery_topic, 2, at_least=2)
     assert sorted(c.key() or b"" for c in copies) == [b"a", b"b"]
     actions = [(a.kind, a.actor, a.dry_run, a.count) for a in store.actions(topic_name)]
     assert actions[0][0] == "provision"
@@ -64,19 +61,17 @@ def test_ingest_replay_and_discard_are_audited_under_the_runs_actor(
 
 @pytest.mark.parametrize("offsets", ["", " "])
 def test_an_empty_offsets_selection_fails_the_replay_job_and_replays_nothing(
-    offsets: str, topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
-    audit: AuditStoreResource,
-) -> None:  # fmt: skip
+    offsets: str, kmq: KmqResource, audit: AuditStoreResource, demo: QueueUnderTest
+) -> None:
     """``offsets: ""`` is a selection of nothing written wrong, not "no filter": it must not
     replay every dead letter (as ``kmq replay --offsets ""`` refuses it)."""
-    q = declare(topic_name, tmp_path, instance, kmq, audit)
-    produce_dead_letters(kmq.get_settings(), q.spec.queue, [("a", "TimeoutError")])
-    run(q, "ingest")
+    produce_dead_letters(kmq.get_settings(), demo.spec.queue, [("a", "TimeoutError")])
+    run(demo, "ingest")
 
-    job = q.defs.resolve_job_def(q.spec.job_name("replay"))
+    job = demo.defs.resolve_job_def(demo.spec.job_name("replay"))
     (op_name,) = [node.name for node in job.graph.nodes]
     config = {"ops": {op_name: {"config": {"offsets": offsets, "dry_run": False}}}}
-    result = job.execute_in_process(instance=q.instance, run_config=config, raise_on_error=False)
+    result = job.execute_in_process(instance=demo.instance, run_config=config, raise_on_error=False)
 
     assert not result.success
     (failure,) = [e for e in result.all_events if e.is_step_failure]
@@ -85,12 +80,9 @@ def test_an_empty_offsets_selection_fails_the_replay_job_and_replays_nothing(
 
 
 def test_the_provision_job_redefines_the_retry_policy_when_told(
-    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
-    audit: AuditStoreResource, settings: Any,
-) -> None:  # fmt: skip
-    q = declare(topic_name, tmp_path, instance, kmq, audit)
-
-    result = run(q, "provision", {"retry_delays": "2s,20s", "redefine": True}, actor="carol")
+    topic_name: str, audit: AuditStoreResource, settings: Any, demo: QueueUnderTest
+) -> None:
+    result = run(demo, "provision", {"retry_delays": "2s,20s", "redefine": True}, actor="carol")
 
     # the run's output metadata holds the plan it carried out: the two new retry topics of 1
     # partition (half the queue's 2) created; the queue's 6 topics (queue and markers of 2
@@ -101,8 +93,8 @@ def test_the_provision_job_redefines_the_retry_policy_when_told(
     }
     assert (metadata["created_partitions"], metadata["queue_partitions"]) == (2, 8)
     created = [t["topic"] for t in metadata["plan"]["topics"] if not t["exists"]]
-    assert created == [f"{topic_name}.{q.spec.queue.group}.retry.{d}" for d in ("2s", "20s")]
-    stored = open_queue(settings, topic_name, q.spec.queue.group)
+    assert created == [f"{topic_name}.{demo.spec.queue.group}.retry.{d}" for d in ("2s", "20s")]
+    stored = open_queue(settings, topic_name, demo.spec.queue.group)
     assert stored.queue.retry_policy.delays_ms == (2_000, 20_000)
     last = audit.get_store().actions(topic_name)[-1]
     assert (last.kind, last.actor, last.selection) == (
@@ -111,12 +103,9 @@ def test_the_provision_job_redefines_the_retry_policy_when_told(
 
 
 def test_the_provision_job_creates_a_delay_queue_of_the_levels_it_is_given(
-    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
-    audit: AuditStoreResource,
-) -> None:  # fmt: skip
-    q = declare(topic_name, tmp_path, instance, kmq, audit)
-
-    run(q, "provision", {"delays": True, "delay_levels": "1m,1s"})
+    topic_name: str, kmq: KmqResource, demo: QueueUnderTest
+) -> None:
+    run(demo, "provision", {"delays": True, "delay_levels": "1m,1s"})
 
     existing = partition_counts(kmq.get_settings())
     assert {name for name in existing if name.startswith(f"{topic_name}.delay.")} == {
@@ -125,16 +114,14 @@ def test_the_provision_job_creates_a_delay_queue_of_the_levels_it_is_given(
 
 
 def test_the_ingest_job_ingests_a_spring_dead_letter_topic_when_told(
-    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
-    audit: AuditStoreResource,
-) -> None:  # fmt: skip
+    topic_name: str, kmq: KmqResource, audit: AuditStoreResource, demo: QueueUnderTest
+) -> None:
     from tests.integration.test_spring_dead_letters import EXCEPTION, make_spring_dlt
 
-    q = declare(topic_name, tmp_path, instance, kmq, audit)
     dlt = f"{topic_name}-spring-dlt"
     make_spring_dlt(kmq.get_settings(), f"{topic_name}-spring", dlt)
 
-    run(q, "ingest", {"dlq_topic": dlt, "dead_letter_format": "spring"}, actor="dora")
+    run(demo, "ingest", {"dlq_topic": dlt, "dead_letter_format": "spring"}, actor="dora")
 
     store = audit.get_store()
     rows = store.dead_letters(DeadLetterFilter(queue_topic=dlt, group_id="spring"))

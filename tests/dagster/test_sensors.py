@@ -24,7 +24,7 @@ from kmq_dagster.audit.models import QueueSnapshot
 from kmq_dagster.defs.resources import AuditStoreResource, KmqResource
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.consumer import KmqConsumer
-from tests.dagster.helpers import declare, produce_orders
+from tests.dagster.helpers import QueueUnderTest, declare, produce_orders
 from tests.kafka_helpers import produce_dead_letters, wait_for
 
 pytestmark = pytest.mark.kafka
@@ -36,56 +36,50 @@ def checks_of(result: object) -> dict[str, AssetCheckEvaluation]:
 
 
 def test_ticks_over_unchanged_offsets_request_the_same_run(
-    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
-    audit: AuditStoreResource,
-) -> None:  # fmt: skip
-    q = declare(topic_name, tmp_path, instance, kmq, audit)
-    assert "no backlog" in str(q.tick("backlog").skip_reason.skip_message)
+    topic_name: str, kmq: KmqResource, demo: QueueUnderTest
+) -> None:
+    assert "no backlog" in str(demo.tick("backlog").skip_reason.skip_message)
 
     produce_orders(kmq, topic_name, range(30))
-    first, second = q.tick("backlog"), q.tick("backlog")
+    first, second = demo.tick("backlog"), demo.tick("backlog")
 
     assert len(first.run_requests) == len(second.run_requests) == 1
     assert first.run_requests[0].run_key == second.run_requests[0].run_key
     assert first.run_requests[0].tags["kmq/work"] == "30"
     produce_orders(kmq, topic_name, range(30, 31))
-    assert q.tick("backlog").run_requests[0].run_key != first.run_requests[0].run_key
+    assert demo.tick("backlog").run_requests[0].run_key != first.run_requests[0].run_key
 
 
 def test_a_run_in_flight_makes_the_backlog_sensor_skip_naming_it(
-    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
-    audit: AuditStoreResource,
-) -> None:  # fmt: skip
-    q = declare(topic_name, tmp_path, instance, kmq, audit)
+    topic_name: str, instance: DagsterInstance, kmq: KmqResource, demo: QueueUnderTest
+) -> None:
     produce_orders(kmq, topic_name, range(10))
     run = create_run_for_test(
-        instance, job_name=q.spec.job_name("process"), status=DagsterRunStatus.STARTED
+        instance, job_name=demo.spec.job_name("process"), status=DagsterRunStatus.STARTED
     )
 
-    result = q.tick("backlog")
+    result = demo.tick("backlog")
 
     assert result.run_requests == []
     assert result.skip_reason.skip_message == f"processing run {run.run_id} is in flight"
 
 
 def test_an_open_breaker_throttles_the_backlog_sensor_and_fails_its_check(
-    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
-    audit: AuditStoreResource,
-) -> None:  # fmt: skip
-    q = declare(topic_name, tmp_path, instance, kmq, audit)
+    topic_name: str, kmq: KmqResource, audit: AuditStoreResource, demo: QueueUnderTest
+) -> None:
     produce_orders(kmq, topic_name, range(10))
     opened_at_ms = 1_795_461_928_000
     assert audit.get_store().save_breaker_state(
-        topic_name, q.spec.queue.group, state="open", opened_at_ms=opened_at_ms, cooldown_ms=10_000,
-        expected_version=None,
+        topic_name, demo.spec.queue.group, state="open", opened_at_ms=opened_at_ms,
+        cooldown_ms=10_000, expected_version=None,
     )  # fmt: skip
 
-    skipped = q.tick("backlog")
-    observed = q.tick("observe")
+    skipped = demo.tick("backlog")
+    observed = demo.tick("observe")
 
     assert skipped.run_requests == []
     message = str(skipped.skip_reason.skip_message)
-    assert message.startswith(f"throttled: the circuit breaker of {q.spec.queue} is open")
+    assert message.startswith(f"throttled: the circuit breaker of {demo.spec.queue} is open")
     assert "since 2026-11-23 19:25:28 UTC" in message
     assert "lag 10 on 2 partitions" in message
     breaker = checks_of(observed)["breaker_closed"]
@@ -100,13 +94,12 @@ def test_an_open_breaker_throttles_the_backlog_sensor_and_fails_its_check(
 
 
 def test_one_dead_letter_passes_by_default_and_the_window_reads_as_a_duration(
-    topic_name: str, tmp_path: Path, instance: DagsterInstance, kmq: KmqResource,
-    audit: AuditStoreResource,
-) -> None:  # fmt: skip
-    q = declare(topic_name, tmp_path, instance, kmq, audit)  # the default threshold
-    produce_dead_letters(kmq.get_settings(), q.spec.queue, [("k1", "ValueError")])
+    kmq: KmqResource, demo: QueueUnderTest
+) -> None:
+    # given the demo queue with its default dead-letter threshold (10 in the window)
+    produce_dead_letters(kmq.get_settings(), demo.spec.queue, [("k1", "ValueError")])
 
-    check = checks_of(q.tick("observe"))["dead_letters_not_growing"]
+    check = checks_of(demo.tick("observe"))["dead_letters_not_growing"]
 
     assert check.passed, check.description
     assert check.description == "1 new dead letter in the last 15m (at most 10 allowed)"

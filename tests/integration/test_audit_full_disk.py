@@ -29,6 +29,7 @@ from tests.integration.test_replay_audit import (
     copies,
     environment,
     fill,
+    filled_environment,
     key_at,
     queue,
     replay_events,
@@ -65,9 +66,8 @@ def test_a_replay_on_a_full_disk_is_one_error_line_and_leaves_no_copy_unrecorded
     settings: KmqSettings, queue: OpenedQueue, private_audit_store: str, tmp_path: Path
 ) -> None:
     # given 3,000 dead letters in a store on a disk that fills during the replay
-    fill(settings, queue, private_audit_store, COUNT)
+    env = filled_environment(settings, queue, private_audit_store, COUNT, tmp_path)
     database_of(private_audit_store)
-    env = environment(settings, private_audit_store, tmp_path)
     target = queue.queue.redelivery_topic
 
     # when `kmq replay` runs
@@ -99,9 +99,8 @@ def test_a_replay_on_a_full_disk_is_one_error_line_and_leaves_no_copy_unrecorded
 def test_a_discard_on_a_full_disk_is_one_error_line_and_discards_nothing(
     settings: KmqSettings, queue: OpenedQueue, private_audit_store: str, tmp_path: Path
 ) -> None:
-    fill(settings, queue, private_audit_store, COUNT)
+    env = filled_environment(settings, queue, private_audit_store, COUNT, tmp_path)
     database_of(private_audit_store)
-    env = environment(settings, private_audit_store, tmp_path)
 
     full = run_on_a_full_disk(env, "discard", "--topic", queue.topic, "--group", GROUP)
 

@@ -9,17 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from alembic import command
 from alembic.autogenerate import compare_metadata
-from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import inspect, text
 
 from kmq_dagster.audit.dead_letters import dead_letter_row
 from kmq_dagster.audit.models import Base
 from kmq_dagster.audit.store import HEAD_REVISION, AuditStore, DeadLetterFilter, schema_revision
 from kmq_dagster.core.headers import DLQ_REASON, ERROR_MESSAGE, ERROR_TYPE
 from kmq_dagster.errors import ConfigError
+from tests.support.audit_revisions import engine_at_revision
 from tests.support.injections import INJECTIONS
 
 #: A time range holding every dead letter of these tests.
@@ -59,12 +58,7 @@ def test_a_new_store_is_migrated_to_the_newest_schema_matching_the_models(store_
 
 
 def test_upgrading_from_the_first_revision_keeps_the_data(store_url: str) -> None:
-    engine = create_engine(store_url)
-    config = Config()
-    config.set_main_option("script_location", "kmq_dagster.audit:migrations")
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0001")
+    engine = engine_at_revision(store_url, "0001")
     assert "breaker_states" not in inspect(engine).get_table_names()
     with engine.begin() as connection:
         connection.execute(

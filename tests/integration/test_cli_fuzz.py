@@ -32,6 +32,7 @@ from kmq_dagster.kafka.topic_reader import count_records
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import new_queue, produce, read_topic, wait_for
 from tests.processes import kmq_argv, stop
+from tests.support.kmq_cli import KmqCli
 
 pytestmark = pytest.mark.kafka
 
@@ -326,11 +327,8 @@ def test_a_handler_module_exiting_at_import_is_one_error_line(
     )
 
 
-@pytest.mark.usefixtures("bootstrap_env")
 def test_dead_letters_cannot_drive_the_operators_terminal(
-    settings: KmqSettings,
-    topic_name: str,
-    capsys: pytest.CaptureFixture[str],
+    settings: KmqSettings, topic_name: str, kmq_cli: KmqCli
 ) -> None:
     queue = new_queue(settings, topic_name, GROUP).queue
     clipboard, clear = "\x1b]52;c;cm0gLXJmIH4=\x07", "\x1b[2J"
@@ -346,17 +344,13 @@ def test_dead_letters_cannot_drive_the_operators_terminal(
     )  # fmt: skip
     assert producer.flush(30) == 0
 
-    assert main(["dlq", "list", "-t", topic_name, "-g", GROUP]) == 0
-    listed = capsys.readouterr().out
-    assert main(["dlq", "show", "-t", topic_name, "-g", GROUP, "0:0"]) == 0
-    shown = capsys.readouterr().out
-    assert main(["replay", "-t", topic_name, "-g", GROUP, "--dry-run"]) == 0
-    replayed = capsys.readouterr().out
+    listed = kmq_cli.ok("dlq", "list", "-t", topic_name, "-g", GROUP)
+    shown = kmq_cli.ok("dlq", "show", "-t", topic_name, "-g", GROUP, "0:0")
+    replayed = kmq_cli.ok("replay", "-t", topic_name, "-g", GROUP, "--dry-run")
     # and an operator's own selection, pasted from message data, is escaped when echoed
     pasted = ["--error-type", f"Timeout{clear}Error", "--replay-id", "pasted"]
-    assert main(["replay", "-t", topic_name, "-g", GROUP, "--dry-run", *pasted]) == 0
-    echoed = capsys.readouterr()
-    replayed += echoed.out + echoed.err  # the replay's first line goes to stderr
+    out, err = kmq_cli.output("replay", "-t", topic_name, "-g", GROUP, "--dry-run", *pasted)
+    replayed += out + err  # the replay's first line goes to stderr
     assert "error type Timeout\\x1b[2JError" in replayed
 
     assert "Timeout\\x1b[2JError" in replayed  # the listing and the counts by error type

@@ -7,21 +7,18 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from kmq_dagster.cli import main
 from kmq_dagster.core.headers import replace_headers
 from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
 from kmq_dagster.settings import KmqSettings
 from tests.console.test_error_text_masking import SECRET_NAMES, SHAPES
 from tests.kafka_helpers import new_queue, produce_dead_letters
+from tests.support.kmq_cli import KmqCli
 
 pytestmark = pytest.mark.kafka
 
 
-@pytest.mark.usefixtures("bootstrap_env")
 def test_list_filters_like_a_replay_and_show_renders_one_in_full(
-    settings: KmqSettings,
-    topic_name: str,
-    capsys: pytest.CaptureFixture[str],
+    settings: KmqSettings, topic_name: str, kmq_cli: KmqCli
 ) -> None:
     queue = new_queue(settings, topic_name, "g", partitions=2, aux_partitions=2)
     letters = [("a", "TimeoutError"), ("b", "KeyError"), ("c", "TimeoutError"),
@@ -33,8 +30,8 @@ def test_list_filters_like_a_replay_and_show_renders_one_in_full(
     base = ["dlq", "list", "-t", topic_name, "-g", "g"]
 
     # when listing timeouts, two at most, as JSON
-    assert main([*base, "--error-type", "TimeoutError", "--limit", "2", "--json"]) == 0
-    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    printed = kmq_cli.ok(*base, "--error-type", "TimeoutError", "--limit", "2", "--json")
+    listed = [json.loads(line) for line in printed.splitlines()]
 
     # then the first two timeouts come back with their reason and origin
     assert [row["key"] for row in listed] == ["a", "c"]
@@ -42,28 +39,23 @@ def test_list_filters_like_a_replay_and_show_renders_one_in_full(
         f"{topic_name}[0]@"
     )
     # and the table says that more match
-    assert main([*base, "--error-type", "TimeoutError", "--limit", "2"]) == 0
-    table = capsys.readouterr().out
+    table = kmq_cli.ok(*base, "--error-type", "TimeoutError", "--limit", "2")
     assert "2 dead letters shown of" in table and "more match (raise --limit above 2)" in table
 
     # when one is shown, its value is a hex dump if it is not text, never interpreted
-    assert main(["dlq", "show", "-t", topic_name, "-g", "g", "1:2"]) == 0
-    shown = capsys.readouterr().out
+    shown = kmq_cli.ok("dlq", "show", "-t", topic_name, "-g", "g", "1:2")
     assert "key              bin" in shown and "value (binary, 10 bytes)" in shown
     assert "00 ff 3c 73 63 72 69 70 74 3e" in shown and "..<script>" in shown
 
     # and asking for a record that is not there is one error line
-    assert main(["dlq", "show", "-t", topic_name, "-g", "g", "1:99"]) == 1
-    assert capsys.readouterr().err.startswith("kmq: error: ")
-    assert main(["dlq", "show", "-t", topic_name, "-g", "g", "7:0"]) == 1
-    assert "has 2 partitions" in capsys.readouterr().err
+    assert kmq_cli.fails("dlq", "show", "-t", topic_name, "-g", "g", "1:99").startswith(
+        "kmq: error: "
+    )
+    assert "has 2 partitions" in kmq_cli.fails("dlq", "show", "-t", topic_name, "-g", "g", "7:0")
 
 
-@pytest.mark.usefixtures("bootstrap_env")
 def test_show_and_list_mask_secrets_in_the_error_text_of_every_shape(
-    settings: KmqSettings,
-    topic_name: str,
-    capsys: pytest.CaptureFixture[str],
+    settings: KmqSettings, topic_name: str, kmq_cli: KmqCli
 ) -> None:
     # given dead letters whose error message and traceback hold a secret, and whose value holds
     # another, one shape each (a name of the each, in turn), and a card number
@@ -84,10 +76,11 @@ def test_show_and_list_mask_secrets_in_the_error_text_of_every_shape(
     assert producer.flush(30) == 0
 
     # when each is shown in full, and all are listed as JSON
-    for index in range(len(shapes)):
-        assert main(["dlq", "show", "-t", topic_name, "-g", "g", f"0:{index}"]) == 0
-    assert main(["dlq", "list", "-t", topic_name, "-g", "g", "--json"]) == 0
-    printed = capsys.readouterr().out
+    printed = "".join(
+        kmq_cli.ok("dlq", "show", "-t", topic_name, "-g", "g", f"0:{index}")
+        for index in range(len(shapes))
+    )
+    printed += kmq_cli.ok("dlq", "list", "-t", topic_name, "-g", "g", "--json")
 
     # then no secret is printed, and the text around them is
     leaked = [shape for index, (shape, _) in enumerate(shapes)

@@ -71,6 +71,15 @@ def environment(settings: KmqSettings, url: str, home: Path) -> dict[str, str]:
             "KMQ_AUDIT_URL": url, "HOME": str(home)}  # fmt: skip
 
 
+def filled_environment(
+    settings: KmqSettings, queue: OpenedQueue, url: str, count: int, home: Path
+) -> dict[str, str]:
+    """``count`` dead letters ingested into the store at ``url`` (:func:`fill`); the
+    environment of a ``kmq`` command on that store and the session's broker."""
+    fill(settings, queue, url, count)
+    return environment(settings, url, home)
+
+
 def start_replay(
     env: dict[str, str], queue: OpenedQueue, log: Path, *extra: str
 ) -> subprocess.Popen[bytes]:
@@ -135,8 +144,7 @@ def replay_signalled_midway(
 ) -> tuple[dict[str, str], subprocess.Popen[bytes]]:
     """A `kmq replay` of :data:`COUNT` dead letters at 300 a second, sent ``signum`` once 450
     copies are on the redelivery topic; its environment, and the process."""
-    fill(settings, queue, url, COUNT)
-    env = environment(settings, url, home)
+    env = filled_environment(settings, queue, url, COUNT, home)
     replay = start_replay(env, queue, home / "first.log", "--rate", "300")
     wait_for_copies(settings, queue.queue.redelivery_topic, 450, replay)
     replay.send_signal(signum)
@@ -223,8 +231,7 @@ def test_two_replays_of_one_selection_at_once_replay_each_dead_letter_once(
     settings: KmqSettings, queue: OpenedQueue, audit_url: str, tmp_path: Path
 ) -> None:
     # given 1,000 dead letters
-    fill(settings, queue, audit_url, 1_000)
-    env = environment(settings, audit_url, tmp_path)
+    env = filled_environment(settings, queue, audit_url, 1_000, tmp_path)
     target = queue.queue.redelivery_topic
 
     # when two operators run the same replay at the same moment (10 s each: they overlap)
@@ -249,8 +256,7 @@ def test_the_replay_limit_counts_per_dead_letter_however_since_is_worded(
     settings: KmqSettings, queue: OpenedQueue, private_audit_store: str, tmp_path: Path
 ) -> None:
     # given 10 dead letters, and five wordings of "the last few hours" (five replay ids)
-    fill(settings, queue, private_audit_store, 10)
-    env = environment(settings, private_audit_store, tmp_path)
+    env = filled_environment(settings, queue, private_audit_store, 10, tmp_path)
     now = datetime.now(UTC)
     wordings = ["3h", "4h ago", (now - timedelta(hours=5)).isoformat(timespec="seconds"),
                 (now - timedelta(hours=6)).strftime("%Y-%m-%dT%H:%M"),
@@ -305,8 +311,7 @@ def test_a_replay_id_reused_for_another_selection_is_refused_naming_its_first_us
 ) -> None:
     # given 8 dead letters, two of them replayed under the id "fix-1", and the last hour's
     # replayed under "recent" (a relative time)
-    fill(settings, queue, private_audit_store, 8)
-    env = environment(settings, private_audit_store, tmp_path)
+    env = filled_environment(settings, queue, private_audit_store, 8, tmp_path)
     base = ("replay", "--topic", queue.topic, "--group", GROUP, "--actor", "ana")
     first = run_kmq(*base, "--offsets", "0:0-1", "--replay-id", "fix-1", env=env)
     assert first.returncode == 0 and "replayed 2 of" in first.stdout, first.stderr

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.redelivery_tracker import RedeliveryTracker
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.session import local_session
@@ -41,6 +42,24 @@ def group_of(topic: str) -> str:
     return f"spark-{topic}"
 
 
+def queue_holding(settings: KmqSettings, topic: str, messages: int) -> OpenedQueue:
+    """The Spark group's queue on ``topic`` (2 partitions, a 5 s visibility timeout, one retry
+    after 1 s), holding the messages ``0`` to ``messages - 1``."""
+    queue = new_queue(settings, topic, group_of(topic), partitions=2, retry_delays_ms=(1_000,),
+                      visibility_timeout_ms=5_000)  # fmt: skip
+    produce(settings, topic, [str(i).encode() for i in range(messages)], partitions=2)
+    return queue
+
+
+def driver_environment(settings: KmqSettings) -> dict[str, str]:
+    """The environment of a ``kmq spark`` driver on the session's broker."""
+    return {
+        **os.environ,
+        "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "KMQ_SESSION_TIMEOUT_MS": "6000",
+    }
+
+
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
     session = local_session("kmq-tests-reader")
@@ -52,19 +71,13 @@ def test_a_driver_killed_mid_batch_loses_nothing(
     spark: SparkSession, settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
     group = group_of(topic_name)
-    queue = new_queue(settings, topic_name, group, partitions=2, retry_delays_ms=(1_000,),
-                      visibility_timeout_ms=5_000)  # fmt: skip
-    produce(settings, topic_name, [str(i).encode() for i in range(MESSAGES)], partitions=2)
+    queue = queue_holding(settings, topic_name, MESSAGES)
     output = tmp_path / "out"
     argv = kmq_argv(
         "spark", "--topic", topic_name, "--group", group, "--output", str(output),
         "--function", "tests.support.spark_functions:slow_echo", "--max-per-partition", "300",
     )  # fmt: skip
-    env = {
-        **os.environ,
-        "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "KMQ_SESSION_TIMEOUT_MS": "6000",
-    }
+    env = driver_environment(settings)
     hanging = tmp_path / "hanging"
     # the first batch (offsets 0-299 per partition) completes; the second hangs in its tasks
     first_env = {**env, "KMQ_TEST_HANG_FROM_OFFSET": "300", "KMQ_TEST_HANGING_FLAG": str(hanging)}
@@ -118,16 +131,10 @@ def test_a_driver_killed_after_its_output_write_acknowledged_nothing_and_all_com
     # given 600 messages; a driver whose first batch (up to 200 per partition) writes its output
     # and is then SIGKILLed with its JVM and workers, before any acknowledgement (invariant 3)
     group = group_of(topic_name)
-    queue = new_queue(settings, topic_name, group, partitions=2, retry_delays_ms=(1_000,),
-                      visibility_timeout_ms=5_000)  # fmt: skip
     messages = 600
-    produce(settings, topic_name, [str(i).encode() for i in range(messages)], partitions=2)
+    queue = queue_holding(settings, topic_name, messages)
     output = tmp_path / "out"
-    env = {
-        **os.environ,
-        "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "KMQ_SESSION_TIMEOUT_MS": "6000",
-    }
+    env = driver_environment(settings)
     budget = WaitBudget(LONGEST_WAIT_S)
     killed = subprocess.run(
         [sys.executable, "-m", "tests.support.spark_killed_after_write", topic_name, group,

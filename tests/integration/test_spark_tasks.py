@@ -35,6 +35,12 @@ def plan(tmp_path: Path, seconds: float = 30) -> BatchPlan:
     return BatchPlan("b1", ParquetSink(str(tmp_path / "out")), wall_clock_ms() + int(seconds * 1e3))
 
 
+def topic_holding(settings: KmqSettings, config: TaskConfig, messages: int) -> str:
+    """The queue topic, once the messages ``0`` to ``messages - 1`` are on it."""
+    produce(settings, config.queue.topic, [str(i).encode() for i in range(messages)])
+    return config.queue.topic
+
+
 def markers(settings: KmqSettings, topic: str) -> list[StartMarker | EndMarker]:
     return [
         decode_marker(r.value() or b"")
@@ -45,8 +51,7 @@ def markers(settings: KmqSettings, topic: str) -> list[StartMarker | EndMarker]:
 def test_a_task_reports_runs_and_counts_whatever_the_number_of_messages(
     config: TaskConfig, settings: KmqSettings, tmp_path: Path
 ) -> None:
-    topic = config.queue.topic
-    produce(settings, topic, [str(i).encode() for i in range(5_000)])
+    topic = topic_holding(settings, config, 5_000)
     produce(settings, redelivery_topic(topic, GROUP), [b"again"], headers=[("x", b"1")])
     slices = [Slice(topic, 0, 0, 10**9), Slice(redelivery_topic(topic, GROUP), 0, 0, 10**9)]
 
@@ -73,8 +78,7 @@ def test_a_task_reports_runs_and_counts_whatever_the_number_of_messages(
 def test_a_task_stops_when_the_batch_s_time_is_up_and_reports_where_to_go_on(
     config: TaskConfig, settings: KmqSettings, tmp_path: Path
 ) -> None:
-    topic = config.queue.topic
-    produce(settings, topic, [str(i).encode() for i in range(2_000)])
+    topic = topic_holding(settings, config, 2_000)
 
     def slow(_message: SparkMessage) -> None:
         time.sleep(0.002)
@@ -94,8 +98,7 @@ def test_a_task_stops_when_the_batch_s_time_is_up_and_reports_where_to_go_on(
 def test_failures_are_copied_and_acknowledged_by_the_task_successes_are_left_to_the_driver(
     config: TaskConfig, settings: KmqSettings, tmp_path: Path
 ) -> None:
-    topic = config.queue.topic
-    produce(settings, topic, [str(i).encode() for i in range(100)])
+    topic = topic_holding(settings, config, 100)
 
     def tens_fail(message: SparkMessage) -> int:
         if int(message.value or b"0") % 10 == 0:

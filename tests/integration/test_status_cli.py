@@ -6,20 +6,17 @@ import json
 
 import pytest
 
-from kmq_dagster.cli import main
 from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.provision_plan import partition_counts
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import new_queue, produce, produce_dead_letters
+from tests.support.kmq_cli import KmqCli
 
 pytestmark = pytest.mark.kafka
 
 
-@pytest.mark.usefixtures("bootstrap_env")
 def test_status_shows_lag_in_flight_and_dead_letters_of_each_group(
-    settings: KmqSettings,
-    topic_name: str,
-    capsys: pytest.CaptureFixture[str],
+    settings: KmqSettings, topic_name: str, kmq_cli: KmqCli
 ) -> None:
     # given 10 messages: group "a" holds 4 of them in flight, group "b" never read any
     a = new_queue(settings, topic_name, "a", partitions=1)
@@ -34,14 +31,11 @@ def test_status_shows_lag_in_flight_and_dead_letters_of_each_group(
         consumer.flush()  # start markers durable, offsets committed
 
         # when status is asked for both groups, as JSON
-        assert main(["status", "-t", topic_name, "--json"]) == 0
-        by_group = {
-            row["group"]: row for row in map(json.loads, capsys.readouterr().out.split("\n")[:-1])
-        }
+        printed = kmq_cli.ok("status", "-t", topic_name, "--json")
+        by_group = {row["group"]: row for row in map(json.loads, printed.split("\n")[:-1])}
 
         # and as a table for one group
-        assert main(["status", "-t", topic_name, "-g", "a"]) == 0
-        table = capsys.readouterr().out.splitlines()
+        table = kmq_cli.ok("status", "-t", topic_name, "-g", "a").splitlines()
     finally:
         consumer.close()
 
@@ -64,23 +58,18 @@ def test_status_shows_lag_in_flight_and_dead_letters_of_each_group(
     assert table[1].split()[-4:] == ["7", "in", "7", "topics"]
     assert by_group["a"]["topic_partitions"] == 7
     assert by_group["a"]["topics"] == [topic_name, *a.queue.group_topics]
-    assert main(["status", "-t", f"{topic_name}-nothing"]) == 1
+    kmq_cli.fails("status", "-t", f"{topic_name}-nothing")
 
 
-@pytest.mark.usefixtures("bootstrap_env")
 def test_status_shows_how_many_topics_and_partitions_a_queue_holds(
-    settings: KmqSettings,
-    topic_name: str,
-    capsys: pytest.CaptureFixture[str],
+    settings: KmqSettings, topic_name: str, kmq_cli: KmqCli
 ) -> None:
     # given a queue of 3 partitions with its delay queue, and a second group's
     new_queue(settings, topic_name, "a", partitions=3, delay_queue=True)
     new_queue(settings, topic_name, "b", partitions=3, retry_delays_ms=(1_000,))
 
-    assert main(["status", "-t", topic_name, "-g", "a", "--json"]) == 0
-    shown = json.loads(capsys.readouterr().out)
-    assert main(["status", "-t", topic_name, "-g", "a"]) == 0
-    table = capsys.readouterr().out.splitlines()
+    shown = json.loads(kmq_cli.ok("status", "-t", topic_name, "-g", "a", "--json"))
+    table = kmq_cli.ok("status", "-t", topic_name, "-g", "a").splitlines()
 
     # the queue topic, 8 delay levels, the delay DLQ and a's markers with 3 partitions each,
     # a's redelivery, 3 retry topics and DLQ with 2: 16 topics (b's own topics are not a's)
@@ -90,10 +79,10 @@ def test_status_shows_how_many_topics_and_partitions_a_queue_holds(
 
     # when both groups are shown, the topics they share count once (on a's row), so the rows
     # add up to what the queue holds: b's row has only b's own topics, marked with a "+"
-    assert main(["status", "-t", topic_name, "--json"]) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert main(["status", "-t", topic_name]) == 0
-    table = capsys.readouterr().out.splitlines()
+    rows = [
+        json.loads(line) for line in kmq_cli.ok("status", "-t", topic_name, "--json").splitlines()
+    ]
+    table = kmq_cli.ok("status", "-t", topic_name).splitlines()
     held = partition_counts(settings)
     counted_topics = [name for row in rows for name in row["topics"]]
     assert sorted(counted_topics) == sorted(name for name in held if topic_name in name)

@@ -68,13 +68,21 @@ def oldest_open_marker_offsets(
     return oldest
 
 
+def queue_holding(settings: KmqSettings, topic: str, messages: int) -> OpenedQueue:
+    """The queue of :data:`GROUP` on ``topic`` (:data:`PARTITIONS` partitions, visibility
+    :data:`VISIBILITY_MS`), holding the messages ``m0`` to ``m<messages - 1>``."""
+    queue = new_queue(settings, topic, GROUP, partitions=PARTITIONS,
+                      visibility_timeout_ms=VISIBILITY_MS)  # fmt: skip
+    produce(settings, queue.topic, [f"m{i}".encode() for i in range(messages)],
+            partitions=PARTITIONS)  # fmt: skip
+    return queue
+
+
 def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknowledged(
     settings: KmqSettings, topic_name: str
 ) -> None:
     # given 100 messages, every one acknowledged, and a tracker that read all their markers
-    queue = new_queue(settings, topic_name, GROUP, partitions=PARTITIONS,
-                      visibility_timeout_ms=VISIBILITY_MS)  # fmt: skip
-    produce(settings, queue.topic, [f"m{i}".encode() for i in range(100)], partitions=PARTITIONS)
+    queue = queue_holding(settings, topic_name, 100)
     clock = FakeClock(wall_clock_ms())
     consumer = KmqConsumer(queue, batch_size=20, clock_ms=clock)
     first = RedeliveryTracker(queue, clock_ms=clock)
@@ -104,9 +112,7 @@ def test_restarted_tracker_resumes_at_the_oldest_open_marker_and_redelivers_exac
     settings: KmqSettings, topic_name: str
 ) -> None:
     # given 60 messages fetched in batches of 10, all acknowledged but three
-    queue = new_queue(settings, topic_name, GROUP, partitions=PARTITIONS,
-                      visibility_timeout_ms=VISIBILITY_MS)  # fmt: skip
-    produce(settings, queue.topic, [f"m{i}".encode() for i in range(60)], partitions=PARTITIONS)
+    queue = queue_holding(settings, topic_name, 60)
     left_open = {b"m21", b"m35", b"m50"}  # offsets 10 and 17 of partition 1, 25 of partition 0
     clock = FakeClock(wall_clock_ms())
     consumer = KmqConsumer(queue, batch_size=10, clock_ms=clock)

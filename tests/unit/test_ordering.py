@@ -5,6 +5,8 @@ Items are plain strings or ints; time is a number passed in.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -22,12 +24,20 @@ P0: Source = ("orders", 0)
 P1: Source = ("orders", 1)
 
 
+def key_ordered(*messages: tuple[str, Source, bytes | None]) -> LaneScheduler[str]:
+    """A key-ordered scheduler with room for 8 in flight, given ``messages`` (id, partition,
+    key) in this order, at offsets counted from 0 on each partition."""
+    scheduler: LaneScheduler[str] = LaneScheduler(Ordering.KEY, max_in_flight=8)
+    offsets: Counter[Source] = Counter()
+    for message_id, source, key in messages:
+        scheduler.add(message_id, source, offsets[source], key)
+        offsets[source] += 1
+    return scheduler
+
+
 def test_two_keys_run_in_parallel_and_one_key_waits() -> None:
     # given key a twice and key b once, on one partition
-    scheduler: LaneScheduler[str] = LaneScheduler(Ordering.KEY, max_in_flight=8)
-    scheduler.add("a1", P0, 0, b"a")
-    scheduler.add("b1", P0, 1, b"b")
-    scheduler.add("a2", P0, 2, b"a")
+    scheduler = key_ordered(("a1", P0, b"a"), ("b1", P0, b"b"), ("a2", P0, b"a"))
     # when taking
     # then a and b start together, the second a waits for the first
     assert scheduler.take(0) == ["a1", "b1"]
@@ -40,9 +50,7 @@ def test_two_keys_run_in_parallel_and_one_key_waits() -> None:
 
 
 def test_one_key_on_two_partitions_is_two_keys() -> None:
-    scheduler: LaneScheduler[str] = LaneScheduler(Ordering.KEY, max_in_flight=8)
-    scheduler.add("p0", P0, 0, b"a")
-    scheduler.add("p1", P1, 0, b"a")
+    scheduler = key_ordered(("p0", P0, b"a"), ("p1", P1, b"a"))
     assert scheduler.take(0) == ["p0", "p1"]
 
 
@@ -93,10 +101,7 @@ def test_max_in_flight_and_limit_are_respected() -> None:
 
 def test_retry_in_place_blocks_the_lane_until_due_and_then_runs_first() -> None:
     # given key a's first message failed and is due again at t=100
-    scheduler: LaneScheduler[str] = LaneScheduler(Ordering.KEY, max_in_flight=8)
-    scheduler.add("a1", P0, 0, b"a")
-    scheduler.add("a2", P0, 1, b"a")
-    scheduler.add("b1", P0, 2, b"b")
+    scheduler = key_ordered(("a1", P0, b"a"), ("a2", P0, b"a"), ("b1", P0, b"b"))
     assert scheduler.take(0) == ["a1", "b1"]
     scheduler.retry_in_place("a1", due_ms=100)
     # then neither it nor the rest of key a starts before t=100; other keys flow
@@ -113,11 +118,7 @@ def test_retry_in_place_blocks_the_lane_until_due_and_then_runs_first() -> None:
 
 def test_forget_drops_only_waiting_messages_of_the_revoked_partitions() -> None:
     # given on P0: one in flight, one waiting behind it, one retried in place; one on P1
-    scheduler: LaneScheduler[str] = LaneScheduler(Ordering.KEY, max_in_flight=8)
-    scheduler.add("a1", P0, 0, b"a")
-    scheduler.add("a2", P0, 1, b"a")
-    scheduler.add("b1", P0, 2, b"b")
-    scheduler.add("c1", P1, 0, b"c")
+    scheduler = key_ordered(("a1", P0, b"a"), ("a2", P0, b"a"), ("b1", P0, b"b"), ("c1", P1, b"c"))
     assert scheduler.take(0) == ["a1", "b1", "c1"]
     scheduler.retry_in_place("b1", due_ms=50)
     scheduler.finish("c1")
