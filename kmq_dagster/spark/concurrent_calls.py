@@ -6,9 +6,12 @@ partition, in offset order) :class:`ConcurrentCalls` starts what the
 :class:`~kmq_dagster.core.ordering.LaneScheduler` lets start: ``key``, never two messages of one
 key at once and one key's messages in offset order (a message without a key is a lane of its
 own); ``partition``, one at a time (a chunk is one partition: today's sequential calls);
-``unordered``, up to ``N``. An ``async def`` function runs as tasks on one event loop per Spark
-task; a sync function runs on a thread pool of ``N``. Both are coordinated from the task's own
-thread, which alone touches the scheduler.
+``unordered``, up to ``N``. The calls run on the worker's own call runner
+(:class:`~kmq_dagster.worker.handler_runner.HandlerRunner`): an ``async def`` function as tasks
+on one event loop per Spark task, a sync function on ``N`` threads, each call through
+:class:`~kmq_dagster.worker.handler_call.HandlerCall` (an awaitable it returns is awaited, a
+generator refused). They are coordinated from the task's own thread, which alone touches the
+scheduler.
 
 What comes back is today's :class:`~kmq_dagster.spark.process.Outcome`: the results of the
 chunk's first ``done`` messages, in offset order. When the batch's time is up no call starts;
@@ -21,23 +24,19 @@ later messages of the chunk start after it ended, and may run before its retried
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
-from typing import NamedTuple, Protocol
+from asyncio import CancelledError
+from queue import Empty
+from typing import Any, NamedTuple, Protocol, cast
 
 from kmq_dagster.core.ordering import LaneScheduler, Ordering
-from kmq_dagster.errors import ConfigError, HandlerResultError
+from kmq_dagster.errors import ConfigError
 from kmq_dagster.spark.message import SparkMessage
 from kmq_dagster.spark.process import FAILED, Function, MetadataCheck, Outcome, call_function
-from kmq_dagster.tracing import ORDERING_WAIT_MS, processing, tracing_active
+from kmq_dagster.tracing import ORDERING_WAIT_MS, tracing_active
 from kmq_dagster.worker.handler_call import HandlerCall
-from kmq_dagster.worker.handler_runner import is_async_handler
+from kmq_dagster.worker.handler_runner import CallEnd, HandlerRunner, is_async_handler
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +96,11 @@ def check_concurrency(
 def chunk_caller(
     function: Function, concurrency: int, ordering: Ordering, group: str | None = None
 ) -> ChunkCaller:
-    """Today's sequential calls for a sync function at ``concurrency`` 1 (or in partition
-    order, which is the same within a chunk); :class:`ConcurrentCalls` otherwise, and for every
-    ``async def`` function (so its coroutines are awaited, never taken for results). With
-    tracing on, each call is a ``process`` span of ``group``."""
+    """Sequential calls for a sync function at ``concurrency`` 1 (or in partition order, which
+    is the same within a chunk); :class:`ConcurrentCalls` otherwise, and for every ``async def``
+    function. Both call through the worker's :class:`HandlerCall`: an awaitable is awaited and a
+    generator refused, never taken for a result. With tracing on, each call is a ``process``
+    span of ``group``."""
     if is_async_handler(function) or (concurrency > 1 and ordering is not Ordering.PARTITION):
         return ConcurrentCalls(function, concurrency, ordering, group=group)
     return _SequentialCalls(function, group)
@@ -108,25 +108,26 @@ def chunk_caller(
 
 class _SequentialCalls:
     def __init__(self, function: Function, group: str | None) -> None:
-        self.function = function
-        self.group = group
+        self.call = HandlerCall(function, group=group)
 
     def __call__(
         self, messages: list[SparkMessage], stop_at: float, check: MetadataCheck | None
     ) -> Outcome:
-        return call_function(self.function, messages, stop_at, check, group=self.group)
+        return call_function(self.call, messages, stop_at, check)
 
     def close(self) -> None:
-        pass
+        self.call.close()
 
 
 class ConcurrentCalls:
     """``function`` on up to ``concurrency`` messages of a chunk at once, in ``ordering``; one
-    per Spark task (its event loop and thread pool live until :meth:`close`).
+    per Spark task. The calls run on the worker's
+    :class:`~kmq_dagster.worker.handler_runner.HandlerRunner` (threads, or one event loop for
+    an ``async def`` function), which lives until :meth:`close`.
 
     With tracing on, each call is a ``process`` span of ``group`` in its message's trace,
-    current while the function runs (on the event loop or in the pool's thread), with
-    ``kmq.ordering.wait_ms``: how long the message waited from its chunk's start to its call.
+    current while the function runs, with ``kmq.ordering.wait_ms``: how long the message
+    waited from its chunk's start to its call.
     """
 
     def __init__(
@@ -139,32 +140,39 @@ class ConcurrentCalls:
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-        self.function = function
-        #: The consumer group calls are made for (named in their trace spans).
-        self.group = group
+        #: Refuses a generator function here, and a generator returned at run time per call.
+        self.call = HandlerCall(function, group=group)
         self.concurrency = concurrency
         self.ordering = Ordering(ordering)
-        self._async = is_async_handler(function)
-        self._loop = asyncio.new_event_loop()
-        self._pool: ThreadPoolExecutor | None = None
-        if not self._async:
-            self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="kmq-spark-call")
+        self._runner: HandlerRunner | None = None
 
     def __call__(
         self, messages: list[SparkMessage], stop_at: float, check: MetadataCheck | None = None
     ) -> Outcome:
         """The chunk's outcome; at least its first message is always done."""
-        ends = self._loop.run_until_complete(self._run(messages, stop_at, check))
+        if self._runner is None:
+            self._runner = HandlerRunner(self.call, self.concurrency, name="kmq-spark-call")
+        try:
+            ends = self._run(self._runner, messages, stop_at, check)
+        except BaseException:
+            # Calls may still be running: their ends must not be taken for the next chunk's.
+            self._runner.close()
+            self._runner = None
+            raise
         return _outcome(messages, ends)
 
     def close(self) -> None:
-        """Free the thread pool and the event loop (every call ended with its chunk)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-        self._loop.close()
+        """Stop the runner's threads (every call ended with its chunk)."""
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
 
-    async def _run(
-        self, messages: list[SparkMessage], stop_at: float, check: MetadataCheck | None
+    def _run(
+        self,
+        runner: HandlerRunner,
+        messages: list[SparkMessage],
+        stop_at: float,
+        check: MetadataCheck | None,
     ) -> list[object]:
         """Each message's end: its result, an exception, a reason to dead-letter it, or
         ``_PENDING`` for the messages the stop left unstarted."""
@@ -172,63 +180,47 @@ class ConcurrentCalls:
         for index, message in enumerate(messages):
             scheduler.add(index, (message.topic, message.partition), message.offset, message.key)
         ends: list[object] = [_PENDING] * len(messages)
-        running: dict[asyncio.Future[object], int] = {}
+        #: Index of each running call's message, by the message object's identity.
+        running: dict[int, int] = {}
         starting = True
         # Looked up once per chunk, not per call; the chunk's start is when its waits begin.
         traced, chunk_started = tracing_active(), time.monotonic()
-        try:
-            while True:
-                # Started before the clock is read: the chunk's first message always runs.
-                while starting and (startable := scheduler.take(0)):
-                    for index in startable:
-                        problem = check(messages[index]) if check is not None else None
-                        if problem is not None:  # dead-lettered without a call
-                            ends[index] = _Refused(problem)
-                            scheduler.finish(index)
-                        elif traced:
-                            wait_ms = round((time.monotonic() - chunk_started) * 1000)
-                            call = self._traced_call(messages[index], wait_ms)
-                            running[asyncio.ensure_future(call)] = index
-                        else:
-                            running[asyncio.ensure_future(self._call(messages[index]))] = index
-                if not running:
-                    return ends
-                ended, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for future in ended:
-                    index = running.pop(future)
-                    error = future.exception()
-                    if error is not None and not isinstance(error, Exception):
-                        raise error  # KeyboardInterrupt and the like end the task, as today
-                    ends[index] = future.result() if error is None else error
-                    scheduler.finish(index)
-                starting = starting and time.monotonic() <= stop_at
-        finally:
-            for future in running:
-                future.cancel()
-            if running:
-                await asyncio.wait(running)
+        while True:
+            # Started before the clock is read: the chunk's first message always runs.
+            while starting and (startable := scheduler.take(0)):
+                for index in startable:
+                    message = messages[index]
+                    problem = check(message) if check is not None else None
+                    if problem is not None:  # dead-lettered without a call
+                        ends[index] = _Refused(problem)
+                        scheduler.finish(index)
+                        continue
+                    running[id(message)] = index
+                    if traced:
+                        wait_ms = round((time.monotonic() - chunk_started) * 1000)
+                        runner.submit(cast(Any, message), {ORDERING_WAIT_MS: wait_ms})
+                    else:
+                        runner.submit(cast(Any, message))
+            if not running:
+                return ends
+            for end in _ready_ends(runner):
+                index = running.pop(id(end.message))
+                error = end.error
+                if error is not None and not isinstance(error, (Exception, CancelledError)):
+                    raise error  # KeyboardInterrupt and the like end the task, as before
+                ends[index] = end.result if error is None else _Raised(error)
+                scheduler.finish(index)
+            starting = starting and time.monotonic() <= stop_at
 
-    async def _traced_call(self, message: SparkMessage, wait_ms: int) -> object:
-        """:meth:`_call` inside its ``process`` span (``kmq_dagster.tracing``)."""
-        record = (message.topic, message.partition, message.offset)
-        with processing(record, message.headers, self.group, {ORDERING_WAIT_MS: wait_ms}):
-            return await self._call(message, in_context=True)
 
-    async def _call(self, message: SparkMessage, *, in_context: bool = False) -> object:
-        if self._async:
-            call: Callable[[SparkMessage], Awaitable[object]] = self.function  # type: ignore[assignment]
-            return await call(message)
-        if in_context:  # the pool's thread runs in this task's context: the span is current
-            in_span = partial(contextvars.copy_context().run, self.function, message)
-            result = await self._loop.run_in_executor(self._pool, in_span)
-        else:
-            result = await self._loop.run_in_executor(self._pool, self.function, message)
-        if inspect.isawaitable(result):  # a plain function that returned a coroutine
-            return await result
-        if inspect.isgenerator(result) or inspect.isasyncgen(result):
-            name = getattr(self.function, "__qualname__", type(self.function).__name__)
-            raise HandlerResultError(f"function {name} returned a generator: none of its work ran")
-        return result
+def _ready_ends(runner: HandlerRunner) -> list[CallEnd]:
+    """The next call's end (waiting for it) and every other end ready now."""
+    ready = [runner.ends.get()]
+    try:
+        while True:
+            ready.append(runner.ends.get_nowait())
+    except Empty:
+        return ready
 
 
 def _outcome(messages: list[SparkMessage], ends: list[object]) -> Outcome:
@@ -240,9 +232,9 @@ def _outcome(messages: list[SparkMessage], ends: list[object]) -> Outcome:
     for message, end in zip(messages, ends, strict=True):
         if end is _PENDING:
             break
-        if isinstance(end, Exception):
+        if isinstance(end, _Raised):
             append(FAILED)
-            failed.append((message, failure_of(end)))
+            failed.append((message, failure_of(end.error)))
         elif isinstance(end, _Refused):
             append(FAILED)
             failed.append((message, end.reason))
@@ -255,3 +247,9 @@ class _Refused(NamedTuple):
     """A message the metadata check dead-letters without a call, and why."""
 
     reason: str
+
+
+class _Raised(NamedTuple):
+    """A call that raised (an exception, or the function's own cancellation)."""
+
+    error: BaseException

@@ -19,7 +19,8 @@ from kmq_dagster.core.retry_headers import Failure
 from kmq_dagster.kafka.message import origin_coordinates
 from kmq_dagster.kafka.record_columns import RecordColumns
 from kmq_dagster.spark.message import SparkMessage
-from kmq_dagster.tracing import processing, tracing_active
+from kmq_dagster.tracing import tracing_active
+from kmq_dagster.worker.handler_call import HandlerCall
 
 Function = Callable[[SparkMessage], object]
 #: Checks a retried copy's ``kmq-*`` headers; a reason to dead-letter it, or ``None``.
@@ -55,7 +56,7 @@ class Outcome:
 
 
 def call_function(
-    function: Function,
+    function: Function | HandlerCall,
     messages: list[SparkMessage],
     stop_at: float,
     check: MetadataCheck | None = None,
@@ -64,36 +65,45 @@ def call_function(
     group: str | None = None,
 ) -> Outcome:
     """Run ``function`` on ``messages`` in order, until ``clock()`` passes ``stop_at`` (at
-    least one message is always done). With ``check``, a message whose retry metadata is
-    unreadable fails without being passed to the function. With tracing on, each call is a
-    ``process`` span of ``group``."""
+    least one message is always done). Each call goes through the worker's
+    :class:`~kmq_dagster.worker.handler_call.HandlerCall` (pass one to keep its event loop
+    between chunks): an awaitable it returns is awaited and a generator fails its message.
+    With ``check``, a message whose retry metadata is unreadable fails without being passed to
+    the function. With tracing on, each call is a ``process`` span of ``group`` (of the
+    ``HandlerCall``'s group when one is given)."""
+    call = function if isinstance(function, HandlerCall) else HandlerCall(function, group=group)
     outcome = Outcome()
     start, step = 0, 1
-    while start < len(messages):
-        # The clock is read between steps, not per message: a step grows while it takes
-        # under STEP_S, so a slow function still stops close to ``stop_at``.
-        began = clock()
-        _call_each(function, messages[start : start + step], outcome, check, group)
-        start += step
-        now = clock()
-        if now > stop_at:
-            break
-        if now - began < STEP_S:
-            step = min(2 * step, MAX_STEP)
+    try:
+        while start < len(messages):
+            # The clock is read between steps, not per message: a step grows while it takes
+            # under STEP_S, so a slow function still stops close to ``stop_at``.
+            began = clock()
+            _call_each(call, messages[start : start + step], outcome, check)
+            start += step
+            now = clock()
+            if now > stop_at:
+                break
+            if now - began < STEP_S:
+                step = min(2 * step, MAX_STEP)
+    finally:
+        if call is not function:
+            call.close()
     return outcome
 
 
 def _call_each(
-    function: Function,
+    call: HandlerCall,
     messages: list[SparkMessage],
     outcome: Outcome,
     check: MetadataCheck | None,
-    group: str | None,
 ) -> None:
     from kmq_dagster.kafka.retry_router import failure_of
 
     append, failed = outcome.results.append, outcome.failed
-    traced = tracing_active()  # once per step, not per message: the loop is hot
+    # Tracing is looked up once per step, not per message: the loop is hot. Untraced, the
+    # function is called here and only a result that is not None goes through HandlerCall.
+    traced, function, settle = tracing_active(), call.handler, call.settle
     for message in messages:
         problem = check(message) if check is not None else None
         if problem is not None:
@@ -102,19 +112,14 @@ def _call_each(
             continue
         try:
             if traced:
-                append(_traced_call(function, message, group))
+                append(call(message))
+            elif (result := function(message)) is None:
+                append(None)
             else:
-                append(function(message))
+                append(settle(result))
         except Exception as exc:
             append(FAILED)
             failed.append((message, failure_of(exc)))
-
-
-def _traced_call(function: Function, message: SparkMessage, group: str | None) -> Any:
-    """``function(message)`` inside a ``process`` span (``kmq_dagster.tracing``)."""
-    record = (message.topic, message.partition, message.offset)
-    with processing(record, message.headers, group):
-        return function(message)
 
 
 def output_columns(

@@ -68,6 +68,17 @@ class HandlerCall:
         result = self.handler(message)
         if result is None:  # most handlers return nothing: one check per message, not three
             return None
+        return self.settle(result)
+
+    def settle(self, result: object) -> object:
+        """What a call's return value still needs for its work to have run: an awaitable is
+        awaited (on this call's own event loop) and its result returned; a generator is refused.
+        For callers that call :attr:`handler` themselves, in a loop too hot for a span check per
+        call (``None`` needs nothing: they may skip this for it).
+
+        Raises:
+            HandlerResultError: ``result`` is a generator (sync or async): none of its work ran.
+        """
         if inspect.isawaitable(result):
             return self._run(result)
         if inspect.isgenerator(result) or inspect.isasyncgen(result):

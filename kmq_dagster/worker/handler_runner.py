@@ -39,10 +39,12 @@ CANCEL_WAIT_S = 1.0
 
 @dataclass(frozen=True)
 class CallEnd:
-    """One call's end: ``error`` is ``None`` when the handler returned."""
+    """One call's end: ``error`` is ``None`` when the handler returned, ``result`` what it
+    returned (awaited), which Spark writes to its sink."""
 
     message: KmqMessage
     error: BaseException | None
+    result: object = None
 
 
 def is_async_handler(handler: Callable[..., object]) -> bool:
@@ -154,26 +156,27 @@ class HandlerRunner:
         call = HandlerCall(self.handler.handler, group=self.handler.group)
         try:
             while (job := self._jobs.get()) is not None:
-                self.ends.put(CallEnd(job[0], _outcome(call, *job)))
+                self.ends.put(_end(call, *job))
         finally:
             call.close()
 
     async def _call_async(self, message: KmqMessage, attributes: Attributes) -> None:
         error: BaseException | None = None
+        result: object = None
         try:
             if tracing_active():
                 record = (message.topic, message.partition, message.offset)
                 with processing(record, message.headers, self.handler.group, attributes):
-                    await self.handler.handler(message)  # type: ignore[misc]
+                    result = await self.handler.handler(message)  # type: ignore[misc]
             else:
-                await self.handler.handler(message)  # type: ignore[misc]
+                result = await self.handler.handler(message)  # type: ignore[misc]
         except asyncio.CancelledError as exc:
             if self._closed:
                 raise  # the worker stops: this call's end no longer matters
             error = exc  # the handler's own: a failure like any other, never a silent end
         except BaseException as exc:  # reported, not raised: the loop thread decides
             error = exc
-        self.ends.put(CallEnd(message, error))
+        self.ends.put(CallEnd(message, error, result))
 
 
 class InlineRunner:
@@ -217,3 +220,12 @@ def _outcome(call: Any, message: KmqMessage, attributes: Attributes) -> BaseExce
     except BaseException as exc:  # reported, not raised: the loop thread decides
         return exc
     return None
+
+
+def _end(call: Any, message: KmqMessage, attributes: Attributes) -> CallEnd:
+    """:func:`_outcome` with the call's result kept (Spark writes it to its sink)."""
+    try:
+        result = call(message, attributes)
+    except BaseException as exc:  # reported, not raised: the loop thread decides
+        return CallEnd(message, exc)
+    return CallEnd(message, None, result)

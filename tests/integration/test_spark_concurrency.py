@@ -23,6 +23,7 @@ from tests.support.spark_concurrency import (
     AwaitingEcho,
     KeyOverlapChecker,
     awaiting_picky,
+    deferred_upper,
     read_lines,
 )
 
@@ -134,6 +135,34 @@ def test_failures_at_concurrency_go_to_the_dlq_one_by_one_and_everything_else_is
             lambda: tracker.caught_up_partitions() == [0, 1] and tracker.inflight_count() == 0
         )
     assert tracker.stats.redelivered == 0
+
+
+def test_at_concurrency_1_a_returned_coroutine_is_awaited_and_a_returned_generator_dead_lettered(
+    spark: SparkSession, settings: KmqSettings, queue: OpenedQueue, tmp_path: Path
+) -> None:
+    # given 20 messages and a plain function that returns a coroutine, or a generator for the
+    # two values ending in 7: neither has done its work when the function returns
+    produce_keyed(settings, queue.topic, [f"k{i}" for i in range(20)])
+    output = str(tmp_path / "out")
+
+    # when a batch runs it at the default concurrency 1 (the sequential loop)
+    job = SparkQueueJob(spark, queue, output_path=output, function=deferred_upper)
+    try:
+        report = job.run_batch()
+    finally:
+        job.close()
+
+    # then each coroutine was awaited: its result is in the sink, not the coroutine's text
+    assert (report.read, report.succeeded, report.failed) == (20, 18, 2)
+    rows = spark.read.parquet(output).collect()
+    assert sorted(r["result"] for r in rows) == sorted(
+        f'"M{i}"' for i in range(20) if i not in (7, 17)
+    )
+    # and each generator's message is dead-lettered with the reason, never written as done
+    dead = read_topic(settings, queue.queue.dlq_topic, PARTITIONS, at_least=2)
+    assert sorted((r.value() or b"").decode() for r in dead) == ["m17", "m7"]
+    reasons = {dict(r.headers() or []).get("kmq-error-type") for r in dead}
+    assert reasons == {b"HandlerResultError"}
 
 
 def test_kmq_spark_passes_concurrency_and_ordering_to_the_tasks(

@@ -106,3 +106,18 @@ async def awaiting_picky(message: SparkMessage) -> str:
     if index % 10 == 0:
         raise ValueError(f"{index} is not allowed")
     return str(index)
+
+
+async def _upper_later(value: bytes) -> str:
+    await asyncio.sleep(0)
+    return value.decode().upper()
+
+
+def deferred_upper(message: SparkMessage) -> object:
+    """A plain function (not ``async def``, not a generator function) whose work is deferred:
+    a coroutine giving the value upper-cased, or, for a value ending in ``7``, a generator
+    (whose body, a failure, runs only if iterated)."""
+    value = message.value or b""
+    if value.endswith(b"7"):
+        return (ValueError(value) for _ in [1])
+    return _upper_later(value)

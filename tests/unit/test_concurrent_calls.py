@@ -258,6 +258,41 @@ def test_a_plain_function_returning_a_coroutine_has_it_awaited_and_a_generator_f
     assert outcome.failed[0][1].error_type == "HandlerResultError"
 
 
+@pytest.mark.parametrize(("concurrency", "ordering"), [(1, Ordering.PARTITION), (8, Ordering.KEY)])
+def test_at_any_concurrency_a_returned_coroutine_is_awaited_and_a_returned_generator_fails(
+    concurrency: int, ordering: Ordering
+) -> None:
+    # given a plain function (not async def, not a generator function) that returns a
+    # coroutine for one message and a generator for the next: neither has done its work yet
+    ran: list[int] = []
+
+    async def work(offset: int) -> int:
+        ran.append(offset)
+        return offset
+
+    def steps(offset: int) -> Iterator[int]:
+        ran.append(offset)
+        yield offset
+
+    def deferred(message: SparkMessage) -> object:
+        if message.offset == 101:
+            return steps(message.offset)
+        return work(message.offset)
+
+    # when a chunk runs through the caller a Spark task uses
+    calls = chunk_caller(deferred, concurrency, ordering)
+    try:
+        outcome = calls(chunk([b"a", b"b", b"c"]), LATER, None)
+    finally:
+        calls.close()
+
+    # then the coroutines' work ran and their results are the outputs; the generator's
+    # message failed (its retry or DLQ copy is written), never written as done
+    assert sorted(ran) == [100, 102]
+    assert outcome.results == [100, FAILED, 102]
+    assert [(m.offset, f.error_type) for m, f in outcome.failed] == [(101, "HandlerResultError")]  # type: ignore[union-attr]
+
+
 def test_concurrency_settings_are_checked_on_the_driver() -> None:
     def gen(message: SparkMessage) -> Iterator[int]:
         yield 1
