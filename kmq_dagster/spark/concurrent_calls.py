@@ -31,6 +31,7 @@ from queue import Empty
 from typing import Any, NamedTuple, Protocol, cast
 
 from kmq_dagster.core.ordering import LaneScheduler, Ordering
+from kmq_dagster.core.queue_settings import CONCURRENCY
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.spark.message import SparkMessage
 from kmq_dagster.spark.process import FAILED, Function, MetadataCheck, Outcome, call_function
@@ -62,13 +63,13 @@ def check_concurrency(
     """Validate a job's concurrency settings on the driver; returns the ordering.
 
     Raises:
-        ConfigError: ``concurrency`` is below 1, ``ordering`` is not an :class:`Ordering`,
+        ConfigError: ``concurrency`` is out of bounds (1 to 1024), ``ordering`` is not an
+            :class:`Ordering`,
             concurrency or an ordering is asked of a DataFrame transform (it runs on whole
             batches, not per message), or ``function`` is a generator function (its body would
             never run).
     """
-    if concurrency < 1:
-        raise ConfigError(f"concurrency must be >= 1, got {concurrency}", setting="concurrency")
+    CONCURRENCY.check(concurrency)
     try:
         order = Ordering(ordering)
     except ValueError:
@@ -138,8 +139,7 @@ class ConcurrentCalls:
         *,
         group: str | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        CONCURRENCY.check(concurrency)
         #: Refuses a generator function here, and a generator returned at run time per call.
         self.call = HandlerCall(function, group=group)
         self.concurrency = concurrency

@@ -214,16 +214,8 @@ class InlineRunner:
         """Nothing to stop: no call runs once :meth:`submit` has returned."""
 
 
-def _outcome(call: Any, message: KmqMessage, attributes: Attributes) -> BaseException | None:
-    try:
-        call(message, attributes)
-    except BaseException as exc:  # reported, not raised: the loop thread decides
-        return exc
-    return None
-
-
 def _end(call: Any, message: KmqMessage, attributes: Attributes) -> CallEnd:
-    """:func:`_outcome` with the call's result kept (Spark writes it to its sink)."""
+    """Run one call; its end, with what it returned (Spark writes that to its sink)."""
     try:
         result = call(message, attributes)
     except BaseException as exc:  # reported, not raised: the loop thread decides

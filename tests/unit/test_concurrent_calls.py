@@ -305,7 +305,9 @@ def test_concurrency_settings_are_checked_on_the_driver() -> None:
         check_concurrency(4, "key", function=gen, transform=False)
     with pytest.raises(ConfigError, match="none of partition, key, unordered"):
         check_concurrency(4, "keys", function=lambda m: m, transform=False)
-    with pytest.raises(ConfigError, match=">= 1"):
+    with pytest.raises(ConfigError, match=r"^concurrency: 0 is not in \[1, 1024\]$"):
         check_concurrency(0, "key", function=lambda m: m, transform=False)
+    with pytest.raises(ConfigError, match=r"^concurrency: 1025 is not in \[1, 1024\]$"):
+        check_concurrency(1025, "key", function=lambda m: m, transform=False)
     assert check_concurrency(1, "partition", function=None, transform=True) is Ordering.PARTITION
     assert check_concurrency(8, "key", function=lambda m: m, transform=False) is Ordering.KEY
