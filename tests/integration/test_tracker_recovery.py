@@ -30,7 +30,6 @@ from tests.unit.fakes import FakeClock
 
 pytestmark = pytest.mark.kafka
 
-GROUP = "workers"
 PARTITIONS = 2
 VISIBILITY_MS = 30_000
 #: Acknowledgements of other messages between a start marker and its end marker: enough that
@@ -72,7 +71,7 @@ def test_restarted_tracker_resumes_from_its_commit_and_redelivers_nothing_acknow
     settings: KmqSettings, topic_name: str
 ) -> None:
     # given 100 messages, every one acknowledged, and a tracker that read all their markers
-    queue = new_queue(settings, topic_name, GROUP, partitions=PARTITIONS,
+    queue = new_queue(settings, topic_name, partitions=PARTITIONS,
                       visibility_timeout_ms=VISIBILITY_MS)  # fmt: skip
     produce(settings, queue.topic, [f"m{i}".encode() for i in range(100)], partitions=PARTITIONS)
     clock = FakeClock(wall_clock_ms())
@@ -104,7 +103,7 @@ def test_restarted_tracker_resumes_at_the_oldest_open_marker_and_redelivers_exac
     settings: KmqSettings, topic_name: str
 ) -> None:
     # given 60 messages fetched in batches of 10, all acknowledged but three
-    queue = new_queue(settings, topic_name, GROUP, partitions=PARTITIONS,
+    queue = new_queue(settings, topic_name, partitions=PARTITIONS,
                       visibility_timeout_ms=VISIBILITY_MS)  # fmt: skip
     produce(settings, queue.topic, [f"m{i}".encode() for i in range(60)], partitions=PARTITIONS)
     left_open = {b"m21", b"m35", b"m50"}  # offsets 10 and 17 of partition 1, 25 of partition 0
@@ -151,7 +150,7 @@ def test_a_restarted_tracker_redelivers_nothing_on_a_partition_before_it_has_rea
     settings: KmqSettings, topic_name: str
 ) -> None:
     # given two messages in flight, and a tracker that read their start marker and stopped
-    queue = new_queue(settings, topic_name, GROUP, partitions=1,
+    queue = new_queue(settings, topic_name, partitions=1,
                       visibility_timeout_ms=VISIBILITY_MS)  # fmt: skip
     produce(settings, queue.topic, [b"acked-late", b"never-acked"])
     clock = FakeClock(wall_clock_ms())
