@@ -30,7 +30,7 @@ from tests.mock_cluster import MOCK_PARTITIONS, mock_selected
 def new_queue(
     settings: KmqSettings,
     topic: str,
-    group: str = "g",
+    group: str | None = None,
     *,
     partitions: int = 1,
     retry_delays_ms: tuple[int, ...] = (10_000, 60_000, 600_000),
@@ -38,13 +38,14 @@ def new_queue(
     **definition: Any,
 ) -> OpenedQueue:
     """Provision a queue (retry delays, visibility timeout, max redeliveries as given) and
-    return it opened. On the mock cluster every topic has its fixed partition count."""
+    return it opened, in ``group`` (by default the test's own, :func:`group_of` the topic).
+    On the mock cluster every topic has its fixed partition count."""
     if mock_selected():  # every topic, auxiliary ones too, gets the mock's fixed count
         partitions = MOCK_PARTITIONS
         definition["aux_partitions"] = MOCK_PARTITIONS
     queue = Queue(
         topic,
-        group,
+        group_of(topic) if group is None else group,
         partitions=partitions,
         retry_policy=RetryPolicy.fixed(retry_delays_ms),
         **definition,

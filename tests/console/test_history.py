@@ -84,7 +84,7 @@ def test_upgrading_from_0002_gives_stored_dead_letters_patterns_and_header_rows(
 
 @pytest.fixture
 def queue(settings: KmqSettings, topic_name: str) -> OpenedQueue:
-    return new_queue(settings, topic_name, "g", partitions=2, retry_delays_ms=(1000,))
+    return new_queue(settings, topic_name, partitions=2, retry_delays_ms=(1000,))
 
 
 @pytest.fixture

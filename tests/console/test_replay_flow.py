@@ -35,18 +35,17 @@ from tests.kafka_helpers import (
 
 pytestmark = pytest.mark.kafka
 
-GROUP = "g"
-
 
 @pytest.fixture
 def queue(
     settings: KmqSettings,
     bootstrap_env: None,
     topic_name: str,
+    group: str,
     private_audit_store: str,
 ) -> str:
     """A queue whose DLQ holds 15 dead letters, ingested into the test's audit store."""
-    defined = new_queue(settings, topic_name, GROUP, partitions=2, retry_delays_ms=(1_000, 60_000))
+    defined = new_queue(settings, topic_name, group, partitions=2, retry_delays_ms=(1_000, 60_000))
     produce_dead_letters(settings, defined, [(f"k{i}", "TimeoutError") for i in range(15)])
     store = AuditStore(private_audit_store)
     ingester = DlqIngester(defined, store)
@@ -57,11 +56,11 @@ def queue(
 
 
 def test_an_operator_replays_ten_selected_dead_letters_after_a_dry_run_and_they_are_processed(
-    console_env: Path, settings: KmqSettings, queue: str, private_audit_store: str
+    console_env: Path, settings: KmqSettings, queue: str, group: str, private_audit_store: str
 ) -> None:
     store = AuditStore(private_audit_store)
     app = open_app(Principal("olivia", OPERATOR), page="dead letters")
-    apply_filters(app, queue=f"{queue} / {GROUP}")
+    apply_filters(app, queue=f"{queue} / {group}")
     select_rows(app, list(range(10)))
     app.run()
     chosen = listed(app)[:10]
@@ -69,7 +68,7 @@ def test_an_operator_replays_ten_selected_dead_letters_after_a_dry_run_and_they_
     button(app, "Replay selected (10)").click().run()
     assert "Run a dry run to see what would move." in texts(app)
     button(app, "Dry run").click().run()
-    target = redelivery_topic(queue, GROUP)  # back to this group only
+    target = redelivery_topic(queue, group)  # back to this group only
     assert f"Dry run: 10 dead letters would be replayed to {target}." in texts(app)
     (sample,) = [d.value for d in app.dataframe if "DLQ position" in d.value]
     chosen_rows = store.dead_letters(DeadLetterFilter(ids=tuple(chosen)))
@@ -91,13 +90,13 @@ def test_an_operator_replays_ten_selected_dead_letters_after_a_dry_run_and_they_
 
     steps = history(store, replayed[0])
     assert [(s.kind, s.actor, s.copy_topic) for s in steps][-1] == (REPLAY, "olivia", target)
-    assert copy_fates(settings, GROUP, steps) == {1: f"waiting for {GROUP} (committed there: None)"}
+    assert copy_fates(settings, group, steps) == {1: f"waiting for {group} (committed there: None)"}
 
     processed: list[KmqMessage] = []
-    with running_worker(open_queue(settings, queue, GROUP), processed.append):
+    with running_worker(open_queue(settings, queue, group), processed.append):
         assert wait_for(lambda: len(processed) == 10, timeout_s=60)
-        picked_up = f"picked up by {GROUP}; not dead-lettered again"
-        assert wait_for(lambda: copy_fates(settings, GROUP, steps) == {1: picked_up})
+        picked_up = f"picked up by {group}; not dead-lettered again"
+        assert wait_for(lambda: copy_fates(settings, group, steps) == {1: picked_up})
     assert sorted(m.key or b"" for m in processed) == sorted(d.key or b"" for d in replayed)
     apply_filters(app, status="replayed", key=(replayed[0].key or b"").decode())
     app.selectbox[-1].select(replayed[0].id).run()
@@ -109,11 +108,11 @@ def test_an_operator_replays_ten_selected_dead_letters_after_a_dry_run_and_they_
 
 
 def test_two_tabs_replaying_the_same_dead_letters_at_once_replay_each_of_them_once(
-    settings: KmqSettings, queue: str, private_audit_store: str
+    settings: KmqSettings, queue: str, group: str, private_audit_store: str
 ) -> None:
     # given two operators on the same filter, replaying at 10 a second (1.5 s for 15)
     store = AuditStore(private_audit_store)
-    plan = ReplayPlan(DeadLetterFilter(queue_topic=queue, group_id=GROUP), rate_per_s=10)
+    plan = ReplayPlan(DeadLetterFilter(queue_topic=queue, group_id=group), rate_per_s=10)
 
     # when both click Replay at once
     first = start_replay(Principal("olivia", OPERATOR), settings, store, plan)
@@ -122,17 +121,17 @@ def test_two_tabs_replaying_the_same_dead_letters_at_once_replay_each_of_them_on
     # then one replays all 15 while the other waits, and finds nothing left
     assert wait_for(lambda: jobs.RUNNING not in (first.state, second.state), timeout_s=60)
     assert sorted([first.replayed, second.replayed]) == [0, 15], (first, second)
-    copies = read_topic(settings, redelivery_topic(queue, GROUP), 2, at_least=15)
+    copies = read_topic(settings, redelivery_topic(queue, group), 2, at_least=15)
     assert sorted(r.key() or b"" for r in copies) == sorted(f"k{i}".encode() for i in range(15))
     store.close()
 
 
 def test_a_discard_while_a_replay_of_the_same_queue_runs_is_refused_not_left_hanging(
-    settings: KmqSettings, queue: str, private_audit_store: str
+    settings: KmqSettings, queue: str, group: str, private_audit_store: str
 ) -> None:
     store = AuditStore(private_audit_store)
     olivia = Principal("olivia", OPERATOR)
-    where = DeadLetterFilter(queue_topic=queue, group_id=GROUP)
+    where = DeadLetterFilter(queue_topic=queue, group_id=group)
     job = start_replay(olivia, settings, store, ReplayPlan(where, rate_per_s=5))
     assert wait_for(lambda: job.replayed > 0, timeout_s=60), job
 

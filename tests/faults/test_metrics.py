@@ -97,9 +97,9 @@ def processes(settings: KmqSettings, tmp_path: Path) -> Iterator[Processes]:
 
 
 def test_worker_tracker_and_delayer_serve_their_counts(
-    settings: KmqSettings, topic_name: str, processes: Processes
+    settings: KmqSettings, topic_name: str, group: str, processes: Processes
 ) -> None:
-    queue = new_queue(settings, topic_name, "metered", partitions=2, delay_queue=True,
+    queue = new_queue(settings, topic_name, group, partitions=2, delay_queue=True,
                       visibility_timeout_ms=2_000)  # fmt: skip
     producer = KmqProducer(settings)
     # given 5 messages started by a consumer that never acknowledges them
@@ -120,7 +120,7 @@ def test_worker_tracker_and_delayer_serve_their_counts(
     producer.flush()
 
     # when a worker (with its breaker), a tracker and a delayer run with --metrics-port
-    args = ["--topic", topic_name, "--group", "metered"]
+    args = ["--topic", topic_name, "--group", group]
     worker = processes.start("worker", *args, "--handler", fault_handler.HANDLER_SPEC,
                              "--non-retryable", "PoisonMessageError", "--breaker")  # fmt: skip
     tracker = processes.start("tracker", *args)
@@ -135,7 +135,7 @@ def test_worker_tracker_and_delayer_serve_their_counts(
 
     assert wait_for(settled, 90), scrape(worker)
     at_worker = scrape(worker)
-    labels = {"topic": topic_name, "group": "metered", "service": "worker"}
+    labels = {"topic": topic_name, "group": group, "service": "worker"}
     assert value(at_worker, "kmq_dead_letters_total", **labels) == 4
     assert value(at_worker, "kmq_retries_total", **labels) == 0
     assert (value(at_worker, "kmq_acks_total", **labels) or 0) >= 20 + 5 + 3 + 4
@@ -156,18 +156,19 @@ def test_worker_tracker_and_delayer_serve_their_counts(
 
 
 def test_a_tracker_reports_how_long_its_oldest_message_waits(
-    settings: KmqSettings, topic_name: str, processes: Processes
+    settings: KmqSettings, topic_name: str, group: str, processes: Processes
 ) -> None:
-    queue = new_queue(settings, topic_name, "aging", partitions=1, visibility_timeout_ms=60_000)
+    queue = new_queue(settings, topic_name, group, partitions=1, visibility_timeout_ms=60_000)
     producer = KmqProducer(settings)
     producer.send(topic_name, b"never acknowledged")
     producer.flush()
-    tracker = processes.start("tracker", "--topic", topic_name, "--group", "aging")
+    tracker = processes.start("tracker", "--topic", topic_name, "--group", group)
     taker = KmqConsumer(queue)
     assert wait_for(lambda: len(taker.poll(timeout_s=0.5)) > 0, 30)
     taker.flush()
-    # the tracker sees it in flight, and its age grows
-    assert wait_for(lambda: value(scrape(tracker), "kmq_in_flight") == 1, 30)
+    # the tracker sees it in flight, and its age grows (its process starts, joins its group
+    # and reads the markers first: a minute and more on a loaded machine)
+    assert wait_for(lambda: value(scrape(tracker), "kmq_in_flight") == 1, 120)
     age = "kmq_oldest_unacked_age_seconds"
     assert wait_for(lambda: (value(scrape(tracker), age) or 0) >= 2, 30)
     taker.close()
@@ -176,15 +177,15 @@ def test_a_tracker_reports_how_long_its_oldest_message_waits(
 @pytest.mark.spark
 @pytest.mark.slow
 def test_spark_serves_its_batch_counts(
-    settings: KmqSettings, topic_name: str, processes: Processes, tmp_path: Path
+    settings: KmqSettings, topic_name: str, group: str, processes: Processes, tmp_path: Path
 ) -> None:
-    new_queue(settings, topic_name, "sparked", partitions=2)
+    new_queue(settings, topic_name, group, partitions=2)
     producer = KmqProducer(settings)
     for i in range(50):
         producer.send(topic_name, f"m-{i}".encode())
     producer.flush()
     port = processes.start(
-        "spark", "--topic", topic_name, "--group", "sparked",
+        "spark", "--topic", topic_name, "--group", group,
         "--function", "tests.support.spark_functions:slow_echo",
         "--output", str(tmp_path / "out.parquet"), "--forever",
     )  # fmt: skip

@@ -44,7 +44,7 @@ def test_copies_fold_into_the_smaller_auxiliary_topics_and_nothing_is_lost(
 ) -> None:
     # given a queue of 4 partitions with the default auxiliary count (2), one retry, one
     # redelivery allowed
-    opened = new_queue(settings, topic_name, "g", partitions=PARTITIONS, retry_delays_ms=(500,),
+    opened = new_queue(settings, topic_name, partitions=PARTITIONS, retry_delays_ms=(500,),
                        visibility_timeout_ms=1_000, max_redeliveries=1)  # fmt: skip
     queue = opened.queue
     counts = partition_counts(settings)

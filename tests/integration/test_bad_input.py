@@ -13,17 +13,18 @@ import pytest
 from kmq_dagster.cli import main
 from kmq_dagster.kafka.topic_reader import count_records
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import new_queue, produce, read_topic
+from tests.kafka_helpers import group_of, new_queue, produce, read_topic
 from tests.processes import kmq_argv
 
 pytestmark = pytest.mark.kafka
 
-GROUP = "g"
+#: Stands in CASES for the queue's group, the test's own (group_of its topic).
+GROUP = "<group>"
 
 
 @pytest.fixture
 def queue_topic(settings: KmqSettings, topic_name: str, bootstrap_env: None) -> str:
-    new_queue(settings, topic_name, GROUP, partitions=1, delay_queue=True)
+    new_queue(settings, topic_name, partitions=1, delay_queue=True)
     return topic_name
 
 
@@ -64,7 +65,8 @@ CASES = [
 def test_bad_values_are_one_error_line_with_exit_code_1(
     queue_topic: str, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, err = run([args[0], "--topic", queue_topic, *args[1:]], capsys)
+    own = [group_of(queue_topic) if arg == GROUP else arg for arg in args[1:]]
+    code, err = run([args[0], "--topic", queue_topic, *own], capsys)
 
     assert code == 1, err
     assert err.count("\n") == 1 and err.startswith(f"kmq: error: {message}"), err
@@ -79,7 +81,7 @@ def test_unusable_audit_stores_are_one_error_line(
 ) -> None:
     monkeypatch.setenv("KMQ_AUDIT_URL", url)
 
-    code, err = run(["discard", "-t", queue_topic, "-g", GROUP], capsys)
+    code, err = run(["discard", "-t", queue_topic, "-g", group_of(queue_topic)], capsys)
 
     assert code == 1 and err.count("\n") == 1 and err.startswith("kmq: error: "), err
 
@@ -138,8 +140,10 @@ def test_a_handler_module_that_cannot_load_is_one_error_line(
     monkeypatch.chdir(tmp_path)  # found from the current directory, as python -m would
     monkeypatch.delitem(sys.modules, "brokenhandler", raising=False)
 
+    group = group_of(queue_topic)
+
     code, err = run(
-        ["worker", "-t", queue_topic, "-g", GROUP, "--handler", "brokenhandler:handle"], capsys
+        ["worker", "-t", queue_topic, "-g", group, "--handler", "brokenhandler:handle"], capsys
     )
 
     assert code == 1 and err.startswith("kmq: error: --handler: ") and message in err, err
@@ -150,9 +154,10 @@ def test_a_handler_exiting_with_a_code_ends_the_worker_with_that_code_and_loses_
 ) -> None:
     (tmp_path / "exiting.py").write_text("import sys\ndef handle(m):\n    sys.exit(3)\n")
     produce(settings, queue_topic, [b"job"])
+    group = group_of(queue_topic)
 
     result = subprocess.run(
-        kmq_argv("worker", "-t", queue_topic, "-g", GROUP, "--handler", "exiting:handle"),
+        kmq_argv("worker", "-t", queue_topic, "-g", group, "--handler", "exiting:handle"),
         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
              "KMQ_SESSION_TIMEOUT_MS": "6000"},
@@ -160,7 +165,7 @@ def test_a_handler_exiting_with_a_code_ends_the_worker_with_that_code_and_loses_
 
     assert result.returncode == 3, result.stderr
     assert "the handler asked to exit with code 3" in result.stderr
-    assert count_records(settings, f"{queue_topic}.{GROUP}.dlq", 1) == 0  # not dead-lettered
+    assert count_records(settings, f"{queue_topic}.{group}.dlq", 1) == 0  # not dead-lettered
 
 
 def test_options_for_kafka_go_before_or_after_the_command(

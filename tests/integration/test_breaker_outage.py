@@ -25,7 +25,6 @@ from tests.kafka_helpers import new_queue, produce, read_topic, running_service,
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-GROUP = "billing"
 PARTITIONS = 2
 MESSAGES = 400
 OUTAGE_S = 30
@@ -52,7 +51,7 @@ def test_an_outage_opens_the_breaker_and_then_nothing_reaches_the_retry_topics(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
     queue = new_queue(
-        settings, topic_name, GROUP, partitions=PARTITIONS, retry_delays_ms=RETRY_DELAYS_MS,
+        settings, topic_name, partitions=PARTITIONS, retry_delays_ms=RETRY_DELAYS_MS,
         visibility_timeout_ms=VISIBILITY_MS,
     )  # fmt: skip
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
@@ -96,7 +95,7 @@ def test_an_outage_opens_the_breaker_and_then_nothing_reaches_the_retry_topics(
     assert tracker.stats.redelivered == 0, "a held message lost its visibility"
     assert read_topic(settings, queue.queue.redelivery_topic, PARTITIONS, timeout_s=3) == []
 
-    transitions = store.transitions(topic_name, GROUP)
+    transitions = store.transitions(topic_name, queue.group)
     opened = transitions[0]
     opened_ms = int(opened.at.timestamp() * 1000)
     assert (opened.from_state, opened.to_state) == ("closed", "open")
@@ -122,4 +121,4 @@ def test_an_outage_opens_the_breaker_and_then_nothing_reaches_the_retry_topics(
     assert max(r.timestamp()[1] for r in copies) <= opened_ms + 1_000  # routed as it opened
     assert read_topic(settings, queue.queue.dlq_topic, PARTITIONS, timeout_s=3) == []
     assert (alerts[0].from_state, alerts[0].to_state) == (State.CLOSED, State.OPEN)
-    assert retry_topic(topic_name, GROUP, 2_000) in router.retry_topics.values()
+    assert retry_topic(topic_name, queue.group, 2_000) in router.retry_topics.values()

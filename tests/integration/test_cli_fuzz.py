@@ -30,14 +30,14 @@ from kmq_dagster.core.retry_headers import Failure, Origin, copy_headers
 from kmq_dagster.kafka.clients import admin_client, cluster_metadata
 from kmq_dagster.kafka.topic_reader import count_records
 from kmq_dagster.settings import KmqSettings
-from tests.kafka_helpers import new_queue, produce, read_topic, wait_for
+from tests.kafka_helpers import group_of, new_queue, produce, read_topic, wait_for
 from tests.processes import kmq_argv, stop
 from tests.support.kmq_cli import KmqCli
 
 pytestmark = pytest.mark.kafka
 
 TOPIC = "fuzzed"
-GROUP = "g"
+GROUP = group_of(TOPIC)
 
 numbers = st.sampled_from(
     ["0", "1", "-1", "3", "0.5", "nan", "NaN", "inf", "-inf", "1e308", "-1e308", "1e-320",
@@ -225,7 +225,7 @@ def test_send_refuses_arguments_that_are_not_utf8_naming_the_option_and_sends_no
 
 def test_files_send_arbitrary_bytes_exactly(settings: KmqSettings, tmp_path: Path) -> None:
     topic = f"bytes-{uuid.uuid4().hex[:8]}"
-    new_queue(settings, topic, GROUP)
+    new_queue(settings, topic)
     value, key, header = b"\xff\x00\x1b[2J\n\xfe", b"k\xff", b"\x80h"
     for name, data in (("v.bin", value), ("k.bin", key), ("h.bin", header)):
         (tmp_path / name).write_bytes(data)
@@ -364,9 +364,7 @@ def test_dead_letters_cannot_drive_the_operators_terminal(
 def test_a_markers_topic_deleted_under_a_tracker_and_a_worker_stops_both_with_one_line(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
-    # A group of its own: the fuzz tests above start workers of group "g" on other topics,
-    # and one member of theirs that the broker still counts would hold this group's join.
-    group = f"deleted-{topic_name[-8:]}"
+    group = group_of(topic_name)
     new_queue(settings, topic_name, group, partitions=2)
     markers = f"{topic_name}.{group}.markers"
     handled = tmp_path / "handled.txt"

@@ -32,7 +32,6 @@ from tests.kafka_helpers import (
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-GROUP = "billing"
 #: A cooldown long enough for the calls in flight to end while the breaker is still open.
 CONFIG = BreakerConfig(min_calls=4, consecutive_failures=4, cooldown_ms=15_000, probes=1)
 
@@ -40,7 +39,7 @@ CONFIG = BreakerConfig(min_calls=4, consecutive_failures=4, cooldown_ms=15_000, 
 def test_an_open_breaker_lets_the_calls_in_flight_finish_and_starts_no_new_one(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
-    queue = new_queue(settings, topic_name, GROUP, partitions=2, visibility_timeout_ms=8_000)
+    queue = new_queue(settings, topic_name, partitions=2, visibility_timeout_ms=8_000)
     store = AuditStore(f"sqlite:///{tmp_path / 'audit.db'}")
     first = [f"first-{i}".encode() for i in range(8)]
     rest = [f"rest-{i:02d}".encode() for i in range(40)]
@@ -99,7 +98,7 @@ def test_an_open_breaker_lets_the_calls_in_flight_finish_and_starts_no_new_one(
     assert State.OPEN not in states_at_start, f"calls started while open: {states_at_start}"
     assert states_at_start[State.HALF_OPEN] == 1  # the probe, then the rest once closed
     assert sorted(handled) == sorted(first + rest)  # each once
-    transitions = [(t.from_state, t.to_state) for t in store.transitions(topic_name, GROUP)]
+    transitions = [(t.from_state, t.to_state) for t in store.transitions(topic_name, queue.group)]
     assert transitions == [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]
     copies = [
         record

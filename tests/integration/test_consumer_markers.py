@@ -20,7 +20,6 @@ from tests.unit.fakes import FakeClock
 
 pytestmark = pytest.mark.kafka
 
-GROUP = "workers"
 VISIBILITY_MS = 45_000
 #: Far from the wall clock, so a deadline taken from the wall clock cannot pass for this one.
 FIXED_NOW_MS = 1_700_000_000_000
@@ -84,7 +83,7 @@ def start_markers(settings: KmqSettings, queue: Queue, at_least: int) -> list[St
 def test_start_extend_and_nack_deadlines_are_the_consumers_clock_plus_the_timeout_exactly(
     settings: KmqSettings, topic_name: str
 ) -> None:
-    queue = new_queue(settings, topic_name, GROUP, visibility_timeout_ms=VISIBILITY_MS)
+    queue = new_queue(settings, topic_name, visibility_timeout_ms=VISIBILITY_MS)
     produce(settings, queue.topic, [b"a", b"b", b"c"])
     clock = FakeClock(FIXED_NOW_MS)
     consumer = KmqConsumer(queue, clock_ms=clock)
@@ -114,7 +113,7 @@ def test_a_lost_start_marker_keeps_the_offsets_uncommitted_and_the_batch_is_fetc
     settings: KmqSettings, topic_name: str
 ) -> None:
     # given five messages, and a consumer whose first start marker will be lost
-    queue = new_queue(settings, topic_name, GROUP)
+    queue = new_queue(settings, topic_name)
     produce(settings, queue.topic, [f"m{i}".encode() for i in range(5)])
     losing = LosingProducer(Producer(settings.producer_config()), lose=1)
     consumer = KmqConsumer(queue, producer=losing)  # type: ignore[arg-type]

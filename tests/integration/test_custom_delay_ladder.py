@@ -26,9 +26,9 @@ def _delay_topics(settings: KmqSettings, topic: str) -> set[str]:
 
 
 def test_a_chosen_ladder_is_created_exactly_and_delivers_between_its_levels_not_early(
-    settings: KmqSettings, topic_name: str, capsys: pytest.CaptureFixture[str]
+    settings: KmqSettings, topic_name: str, group: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    provision = ["provision", "-t", topic_name, "-g", "g", "-p", "1", "--delays"]
+    provision = ["provision", "-t", topic_name, "-g", group, "-p", "1", "--delays"]
     ladder = {f"{topic_name}.delay.{name}" for name in ("2s", "5s", "dlq")}
 
     # given the plan of a queue whose delay ladder has the levels 2s and 5s (given unsorted)
@@ -48,7 +48,7 @@ def test_a_chosen_ladder_is_created_exactly_and_delivers_between_its_levels_not_
     # when a message is sent with `kmq send` delayed by 3s, between the two levels, while a
     # forwarder and a worker run (neither is told the levels)
     handled: list[tuple[float, KmqMessage]] = []
-    opened = open_queue(settings, topic_name, "g")
+    opened = open_queue(settings, topic_name, group)
     with (
         running_service(DelayForwarder(settings, topic_name)) as forwarder,
         running_worker(opened, lambda message: handled.append((time.time(), message))),

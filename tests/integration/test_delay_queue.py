@@ -238,7 +238,7 @@ def test_a_queue_provisioned_with_its_delay_queue_keeps_it_when_provisioned_agai
     settings: KmqSettings, topic_name: str
 ) -> None:
     # given a queue provisioned the old way, with its delay queue
-    opened = new_queue(settings, topic_name, "g", delay_queue=True)
+    opened = new_queue(settings, topic_name, delay_queue=True)
     ladder = delay_topics(topic_name, DELAY_LEVELS_MS)
 
     # when it is provisioned again without asking for the delay queue

@@ -53,7 +53,7 @@ def limited(settings: KmqSettings, limit_bytes: int = LIMIT_BYTES) -> KmqSetting
 
 @pytest.fixture
 def queue(settings: KmqSettings, topic_name: str) -> OpenedQueue:
-    return new_queue(settings, topic_name, "g", retry_delays_ms=(RETRY_DELAY_MS,),
+    return new_queue(settings, topic_name, retry_delays_ms=(RETRY_DELAY_MS,),
                      visibility_timeout_ms=1_000)  # fmt: skip
 
 
@@ -267,7 +267,7 @@ def test_a_reference_to_another_queues_topic_is_not_replayed_and_says_why(
     settings: KmqSettings, queue: OpenedQueue, topic_name: str
 ) -> None:
     # given a forged reference pointing at a topic that is not this queue's
-    other = new_queue(settings, f"{topic_name}-other", "g")
+    other = new_queue(settings, f"{topic_name}-other", queue.group)
     produce(settings, other.topic, [b"secret"])
     producer = Producer(settings.producer_config())
     forged: list[tuple[str, str | bytes | None]] = [

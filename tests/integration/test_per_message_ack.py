@@ -40,12 +40,11 @@ from tests.unit.fakes import FakeClock
 pytestmark = pytest.mark.kafka
 
 PARTITIONS = 2
-GROUP = "workers"
 
 
 @pytest.fixture
 def queue(settings: KmqSettings, topic_name: str) -> Queue:
-    return new_queue(settings, topic_name, GROUP, partitions=PARTITIONS).queue
+    return new_queue(settings, topic_name, partitions=PARTITIONS).queue
 
 
 @pytest.fixture

@@ -37,7 +37,6 @@ from tests.processes import kmq_argv, run_kmq
 
 pytestmark = pytest.mark.kafka
 
-GROUP = "g"
 DELAY_MS = 1_000
 PARTITIONS = 2
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +45,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def queue(settings: KmqSettings, topic_name: str) -> OpenedQueue:
     return new_queue(
-        settings, topic_name, GROUP, partitions=PARTITIONS, retry_delays_ms=(DELAY_MS,),
+        settings, topic_name, partitions=PARTITIONS, retry_delays_ms=(DELAY_MS,),
         aux_partitions=PARTITIONS,  # a DLQ of 2 partitions, as the queue's
     )  # fmt: skip
 
@@ -176,7 +175,7 @@ def test_a_replay_killed_mid_way_resumes_where_it_was_done_and_duplicates_at_mos
     dead_letter(settings, queue, [(str(i), "TimeoutError") for i in range(count)])
     target = queue.queue.redelivery_topic
     env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
-    argv = kmq_argv("replay", "--topic", queue.topic, "--group", GROUP, "--rate", "200")
+    argv = kmq_argv("replay", "--topic", queue.topic, "--group", queue.group, "--rate", "200")
     log = (tmp_path / "replay-1.log").open("wb")
     first = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     watcher = assigned_reader(settings, target, dict.fromkeys(range(PARTITIONS), 0))
@@ -201,7 +200,7 @@ def test_a_replay_killed_mid_way_resumes_where_it_was_done_and_duplicates_at_mos
     assert sum(map(len, before.values())) < count, "the kill must land mid-way"
 
     # and run again to the end
-    second = run_kmq("replay", "--topic", queue.topic, "--group", GROUP, env=env)
+    second = run_kmq("replay", "--topic", queue.topic, "--group", queue.group, env=env)
 
     assert second.returncode == 0, second.stderr
     after = copies_by_partition(settings, target, at_least=count, timeout_s=60)
@@ -242,7 +241,7 @@ def test_bad_replay_arguments_are_one_line_errors(
     settings: KmqSettings, queue: OpenedQueue
 ) -> None:
     env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
-    base = ("replay", "--topic", queue.topic, "--group", GROUP)
+    base = ("replay", "--topic", queue.topic, "--group", queue.group)
     cases = {
         ("--offsets", "0:x"): (
             1,
@@ -306,7 +305,7 @@ def test_cli_replay_is_audited_under_its_actor(
     env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
 
     result = run_kmq(
-        "replay", "--topic", queue.topic, "--group", GROUP, "--actor", "oncall", env=env
+        "replay", "--topic", queue.topic, "--group", queue.group, "--actor", "oncall", env=env
     )
 
     assert result.returncode == 0, result.stderr
@@ -320,7 +319,7 @@ def test_discarded_dead_letters_are_skipped_by_replays_and_discards_are_audited(
     dead_letter(settings, queue, [("a", "TimeoutError"), ("b", "TimeoutError"), ("c", "KeyError")])
     store = AuditStore(private_audit_store)
     DlqIngester(queue, store).ingest_available()
-    base = ("discard", "--topic", queue.topic, "--group", GROUP, "--error-type", "KeyError")
+    base = ("discard", "--topic", queue.topic, "--group", queue.group, "--error-type", "KeyError")
 
     dry = run_kmq(*base, "--dry-run", "--actor", "ana")
     real = run_kmq(*base, "--actor", "ana")

@@ -72,7 +72,7 @@ def recording(fail_when: Callable[[KmqMessage], BaseException | None]) -> tuple[
 
 @pytest.fixture
 def queue(settings: KmqSettings, topic_name: str) -> OpenedQueue:
-    return new_queue(settings, topic_name, "g", retry_delays_ms=(DELAY_MS,),
+    return new_queue(settings, topic_name, retry_delays_ms=(DELAY_MS,),
                      visibility_timeout_ms=1_000)  # fmt: skip
 
 
@@ -141,7 +141,7 @@ def test_corrupt_retry_metadata_goes_to_the_dlq_without_calling_the_handler(
 def test_a_waiting_retry_does_not_block_new_messages(
     settings: KmqSettings, topic_name: str
 ) -> None:
-    queue = new_queue(settings, topic_name, "g", retry_delays_ms=(10_000,))
+    queue = new_queue(settings, topic_name, retry_delays_ms=(10_000,))
     produce(settings, queue.topic, [b"first"])
     calls, handler = recording(lambda m: FlakyError("x") if m.value == b"first" else None)
     with running_worker(queue, handler) as worker:
@@ -154,9 +154,12 @@ def test_a_waiting_retry_does_not_block_new_messages(
 
 
 def test_groups_are_isolated_only_the_failing_group_retries(
-    settings: KmqSettings, topic_name: str
+    settings: KmqSettings, topic_name: str, group: str
 ) -> None:
-    a, b = (new_queue(settings, topic_name, group, retry_delays_ms=(DELAY_MS,)) for group in "ab")
+    a, b = (
+        new_queue(settings, topic_name, f"{group}-{name}", retry_delays_ms=(DELAY_MS,))
+        for name in "ab"
+    )
     produce(settings, topic_name, [b"m1", b"m2"])
     calls_a, handler_a = recording(lambda m: None)
     calls_b, handler_b = recording(
@@ -195,7 +198,7 @@ def test_retries_with_equal_delays_share_one_retry_topic(
     settings: KmqSettings, topic_name: str
 ) -> None:
     # given a policy that retries twice after the same delay
-    queue = new_queue(settings, topic_name, "g", retry_delays_ms=(1_000, 1_000))
+    queue = new_queue(settings, topic_name, retry_delays_ms=(1_000, 1_000))
 
     # then the queue has one retry topic, not one per step
     (retry_topic,) = queue.queue.retry_topics.values()

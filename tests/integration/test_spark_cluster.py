@@ -26,7 +26,6 @@ from tests.processes import kmq_argv
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
-GROUP = "cluster"
 MESSAGES = 400
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SPARK_CLASS = Path(sys.executable).parent / "spark-class"
@@ -99,7 +98,7 @@ def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
 def test_kmq_spark_on_a_standalone_cluster_gives_the_same_results_and_guarantees(
     cluster: StandaloneCluster, settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:
-    queue = new_queue(settings, topic_name, GROUP, partitions=2, retry_delays_ms=(1_000,),
+    queue = new_queue(settings, topic_name, partitions=2, retry_delays_ms=(1_000,),
               visibility_timeout_ms=6_000)  # fmt: skip
     produce(settings, topic_name, [str(i).encode() for i in range(MESSAGES)], partitions=2)
     conf_dir = tmp_path / "conf"
@@ -123,7 +122,7 @@ def test_kmq_spark_on_a_standalone_cluster_gives_the_same_results_and_guarantees
             "--topic",
             topic_name,
             "--group",
-            GROUP,
+            queue.group,
             "--function",
             "tests.support.spark_functions:where_it_ran",
             "--output",
@@ -155,10 +154,10 @@ def test_kmq_spark_on_a_standalone_cluster_gives_the_same_results_and_guarantees
     ran_in = {Path(r["cwd"]).relative_to(tmp_path).parts[0] for r in results}
     assert ran_in == {"worker-0", "worker-1"}
     assert len({r["pid"] for r in results}) >= 2
-    dead = read_topic(settings, dlq_topic(topic_name, GROUP), 2, at_least=40)
+    dead = read_topic(settings, dlq_topic(topic_name, queue.group), 2, at_least=40)
     assert sorted(int(r.value() or b"-1") for r in dead) == list(range(0, MESSAGES, 10))
     # everything was acknowledged: past the visibility timeout, nothing comes back
     with running_service(RedeliveryTracker(queue)) as tracker:
         time.sleep(8)
     assert tracker.stats.redelivered == 0
-    assert read_topic(settings, redelivery_topic(topic_name, GROUP), 2, timeout_s=3) == []
+    assert read_topic(settings, redelivery_topic(topic_name, queue.group), 2, timeout_s=3) == []

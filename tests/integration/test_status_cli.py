@@ -16,11 +16,12 @@ pytestmark = pytest.mark.kafka
 
 
 def test_status_shows_lag_in_flight_and_dead_letters_of_each_group(
-    settings: KmqSettings, topic_name: str, kmq_cli: KmqCli
+    settings: KmqSettings, topic_name: str, group: str, kmq_cli: KmqCli
 ) -> None:
     # given 10 messages: group "a" holds 4 of them in flight, group "b" never read any
-    a = new_queue(settings, topic_name, "a", partitions=1)
-    new_queue(settings, topic_name, "b", partitions=1)
+    group_a, group_b = f"{group}-a", f"{group}-b"  # the test's own groups
+    a = new_queue(settings, topic_name, group_a, partitions=1)
+    new_queue(settings, topic_name, group_b, partitions=1)
     produce(settings, topic_name, [str(i).encode() for i in range(10)])
     produce_dead_letters(settings, a, [("x", "TimeoutError")])
     consumer = KmqConsumer(a, batch_size=4)
@@ -35,29 +36,22 @@ def test_status_shows_lag_in_flight_and_dead_letters_of_each_group(
         by_group = {row["group"]: row for row in map(json.loads, printed.split("\n")[:-1])}
 
         # and as a table for one group
-        table = kmq_cli.ok("status", "-t", topic_name, "-g", "a").splitlines()
+        table = kmq_cli.ok("status", "-t", topic_name, "-g", group_a).splitlines()
     finally:
         consumer.close()
 
-    assert (by_group["a"]["lag"], by_group["a"]["inflight"], by_group["a"]["dlq_depth"]) == (
-        6,
-        4,
-        1,
-    )
-    assert by_group["a"]["oldest_unacked_age_ms"] is not None
-    assert (by_group["b"]["lag"], by_group["b"]["inflight"], by_group["b"]["dlq_depth"]) == (
-        10,
-        0,
-        0,
-    )
+    row_a, row_b = by_group[group_a], by_group[group_b]
+    assert (row_a["lag"], row_a["inflight"], row_a["dlq_depth"]) == (6, 4, 1)
+    assert row_a["oldest_unacked_age_ms"] is not None
+    assert (row_b["lag"], row_b["inflight"], row_b["dlq_depth"]) == (10, 0, 0)
     assert table[0].split() == ["QUEUE", "GROUP", "LAG", "IN", "FLIGHT", "OLDEST", "UNACKED",
                                 "RETRIES", "DLQ", "BREAKER", "PARTITIONS"]  # fmt: skip
-    assert table[1].split()[:4] == [topic_name, "a", "6", "4"]
+    assert table[1].split()[:4] == [topic_name, group_a, "6", "4"]
     # the queue's footprint: the queue topic, and a's markers, redelivery, 3 retry topics and
     # DLQ (provisioned without the delay queue), 1 partition each; b's topics are b's
     assert table[1].split()[-4:] == ["7", "in", "7", "topics"]
-    assert by_group["a"]["topic_partitions"] == 7
-    assert by_group["a"]["topics"] == [topic_name, *a.queue.group_topics]
+    assert row_a["topic_partitions"] == 7
+    assert row_a["topics"] == [topic_name, *a.queue.group_topics]
     kmq_cli.fails("status", "-t", f"{topic_name}-nothing")
 
 

@@ -40,7 +40,6 @@ from tests.kafka_helpers import (
 
 pytestmark = pytest.mark.kafka
 
-GROUP = "g"
 DELAY_MS = 1_000
 #: How long a handler's work takes, where the test needs calls to overlap.
 WORK_S = 0.1
@@ -68,7 +67,7 @@ def test_one_trace_follows_a_message_through_retry_dead_letter_and_replay_to_suc
     settings: KmqSettings, topic_name: str, exporter: InMemorySpanExporter
 ) -> None:
     # given a queue with one retry, and a handler that fails twice, then succeeds
-    queue = new_queue(settings, topic_name, GROUP, retry_delays_ms=(DELAY_MS,))
+    queue = new_queue(settings, topic_name, retry_delays_ms=(DELAY_MS,))
     retry_topic = queue.queue.retry_topics[DELAY_MS]
     dlq, redelivery = queue.queue.dlq_topic, queue.queue.redelivery_topic
     calls: list[KmqMessage] = []
@@ -123,14 +122,14 @@ def test_one_trace_follows_a_message_through_retry_dead_letter_and_replay_to_suc
         assert attributes["messaging.destination.name"] == topic
         assert attributes["messaging.destination.partition.id"] == "0"
         assert attributes["messaging.kafka.offset"] == 0
-        assert attributes["messaging.consumer.group.name"] == GROUP
+        assert attributes["messaging.consumer.group.name"] == queue.group
         assert attributes["kmq.attempt"] == attempt
         assert attributes["error.type"] == "TimeoutError"
         assert span.status.status_code is StatusCode.ERROR
         assert not span.events  # error text is data: no exception event with its message
     assert dict(retry.attributes or {})["kmq.attempt"] == 2
     assert dict(dead.attributes or {})["error.type"] == "TimeoutError"
-    assert dict(replay.attributes or {})["messaging.consumer.group.name"] == GROUP
+    assert dict(replay.attributes or {})["messaging.consumer.group.name"] == queue.group
     assert "error.type" not in dict(success.attributes or {})
     assert success.status.status_code is StatusCode.UNSET
     assert [m.value for m in calls] == [b"order-1"] * 3
@@ -140,7 +139,7 @@ def test_a_redelivery_by_the_tracker_continues_the_message_trace(
     settings: KmqSettings, topic_name: str, exporter: InMemorySpanExporter
 ) -> None:
     # given a message sent with tracing, taken by a consumer that never acknowledges it
-    queue = new_queue(settings, topic_name, GROUP, visibility_timeout_ms=1_000)
+    queue = new_queue(settings, topic_name, visibility_timeout_ms=1_000)
     producer = KmqProducer(settings)
     producer.send(queue.topic, b"order-2")
     assert producer.flush() == 0
@@ -180,7 +179,7 @@ def test_the_handler_runs_inside_its_process_span_at_every_concurrency(
     is_async: bool,
 ) -> None:
     # given a handler that fails its first call and notes the span current in each call
-    queue = new_queue(settings, topic_name, GROUP, retry_delays_ms=(DELAY_MS,))
+    queue = new_queue(settings, topic_name, retry_delays_ms=(DELAY_MS,))
     current: list[int] = []
 
     def note_and_fail_once() -> None:
@@ -225,7 +224,7 @@ def test_a_message_waiting_for_its_key_shows_the_wait_on_its_process_span(
 ) -> None:
     # given three messages of key a and one of key b on one partition, and a handler whose
     # work takes 100 ms
-    queue = new_queue(settings, topic_name, GROUP)
+    queue = new_queue(settings, topic_name)
     producer = KmqProducer(settings)
     for key in (b"a", b"a", b"a", b"b"):
         producer.send(queue.topic, key, key=key)
@@ -262,7 +261,7 @@ def test_a_delayed_message_stays_in_its_trace_through_every_hop_of_the_delay_lad
     settings: KmqSettings, topic_name: str, exporter: InMemorySpanExporter
 ) -> None:
     # given a queue with delay topics, its forwarder and a worker
-    queue = new_queue(settings, topic_name, GROUP, delay_queue=True)
+    queue = new_queue(settings, topic_name, delay_queue=True)
     level_topic = delay_topic(queue.topic, DELAY_LEVELS_MS[0])
     seen: list[KmqMessage] = []
     with running_service(DelayForwarder(settings, queue.topic)) as forwarder:
@@ -328,7 +327,7 @@ def test_without_a_tracer_provider_nothing_of_opentelemetry_is_imported_or_writt
     settings: KmqSettings, topic_name: str
 ) -> None:
     # given a queue, and a process that installed OpenTelemetry but configured no tracing
-    queue = new_queue(settings, topic_name, GROUP)
+    queue = new_queue(settings, topic_name)
 
     # when it sends a message and calls a handler
     output, headers = _sent_by_script(settings, queue.topic, OFF_SCRIPT)
@@ -357,7 +356,7 @@ def test_kmq_send_writes_the_trace_context_of_the_application_span(
     settings: KmqSettings, topic_name: str
 ) -> None:
     # given a process whose application configured a global tracer provider
-    queue = new_queue(settings, topic_name, GROUP)
+    queue = new_queue(settings, topic_name)
 
     # when `kmq send` runs in it, inside a span
     output, headers = _sent_by_script(settings, queue.topic, SEND_SCRIPT)
@@ -381,7 +380,7 @@ def test_tracing_never_stops_on_a_malformed_traceparent(exporter: InMemorySpanEx
     done = threading.Event()
 
     # when a handler is called on it, then the call runs in a fresh trace
-    HandlerCall(lambda m: done.set(), group=GROUP)(message)
+    HandlerCall(lambda m: done.set(), group="g")(message)
     assert done.is_set()
     (span,) = finished(exporter, "process t")
     assert span.parent is None and span.links == ()

@@ -30,7 +30,6 @@ from tests.unit.fakes import FakeClock
 
 pytestmark = pytest.mark.kafka
 
-GROUP = "workers"
 PARTITIONS = 2
 VISIBILITY_MS = 30_000
 #: Acknowledgements of other messages between a start marker and its end marker: enough that
@@ -69,9 +68,9 @@ def oldest_open_marker_offsets(
 
 
 def queue_holding(settings: KmqSettings, topic: str, messages: int) -> OpenedQueue:
-    """The queue of :data:`GROUP` on ``topic`` (:data:`PARTITIONS` partitions, visibility
-    :data:`VISIBILITY_MS`), holding the messages ``m0`` to ``m<messages - 1>``."""
-    queue = new_queue(settings, topic, GROUP, partitions=PARTITIONS,
+    """The queue of the test's own group on ``topic`` (:data:`PARTITIONS` partitions,
+    visibility :data:`VISIBILITY_MS`), holding the messages ``m0`` to ``m<messages - 1>``."""
+    queue = new_queue(settings, topic, partitions=PARTITIONS,
                       visibility_timeout_ms=VISIBILITY_MS)  # fmt: skip
     produce(settings, queue.topic, [f"m{i}".encode() for i in range(messages)],
             partitions=PARTITIONS)  # fmt: skip
@@ -157,7 +156,7 @@ def test_a_restarted_tracker_redelivers_nothing_on_a_partition_before_it_has_rea
     settings: KmqSettings, topic_name: str
 ) -> None:
     # given two messages in flight, and a tracker that read their start marker and stopped
-    queue = new_queue(settings, topic_name, GROUP, partitions=1,
+    queue = new_queue(settings, topic_name, partitions=1,
                       visibility_timeout_ms=VISIBILITY_MS)  # fmt: skip
     produce(settings, queue.topic, [b"acked-late", b"never-acked"])
     clock = FakeClock(wall_clock_ms())
