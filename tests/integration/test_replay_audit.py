@@ -100,9 +100,10 @@ def wait_for_copies(
 
 
 def copies(settings: KmqSettings, target: str) -> dict[tuple[int, int], bytes]:
-    """Every copy on ``target``: (partition, offset) -> key."""
+    """Every copy on ``target``: (partition, offset) -> key (read to each partition's end:
+    3 s read one partition of two on a loaded machine)."""
     return {(r.partition() or 0, r.offset() or 0): r.key() or b""
-            for r in read_topic(settings, target, PARTITIONS, timeout_s=3)}  # fmt: skip
+            for r in read_topic(settings, target, PARTITIONS, timeout_s=60)}  # fmt: skip
 
 
 def replay_events(url: str) -> list[DeadLetterEvent]:
