@@ -204,7 +204,7 @@ class WorkerLoop:
         consumer, stats, breaker = self.consumer, self.stats, self.breaker
         call = self.runner.handler if tracing_active() else self.runner.handler.run
         metadata_problem = self.router.metadata_problem
-        third_ms = consumer.visibility_timeout_ms // 3
+        visibility_ms = consumer.visibility_timeout_ms
         for index, message in enumerate(fetched):
             if self.stop.is_set() or (breaker is not None and not breaker.allows(self.clock_ms())):
                 return fetched[index:]  # buffered, not started: redelivered if never run
@@ -230,10 +230,10 @@ class WorkerLoop:
             now_ms = self.clock_ms()
             if breaker is not None:
                 breaker.record(True, now_ms)
-            if now_ms - self._extended_at_ms >= third_ms:
+            if now_ms - self._extended_at_ms >= visibility_ms // 3:
                 # The rest of the fetch waits for this thread: keep it from being redelivered.
                 for waiting in fetched[index + 1 :]:
-                    consumer.extend(waiting, third_ms * 3 / 1000)
+                    consumer.extend(waiting, visibility_ms / 1000)
                 self._extended_at_ms = now_ms
         return []
 
