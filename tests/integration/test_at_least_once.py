@@ -1,8 +1,8 @@
 """At-least-once under SIGKILL: real `kmq worker` and `kmq tracker` processes, killed mid-batch.
 
 10,000 messages with unique ids, in three parts; two workers whose handler fails ~10% of calls;
-after each of the first two parts the worker at work is SIGKILLed mid-batch (and replaced), then
-the tracker is SIGKILLed and restarted once. At the end
+after each of the first two parts the worker at work is SIGKILLed mid-batch (and replaced), then,
+once the tracker has redelivered from the killed fetches, it is SIGKILLed and restarted. At the end
 every id was processed at least once or sits in the DLQ with the reason its retries ran out;
 the kills hit messages in flight (the tracker redelivered some), and the DLQ holds no more than
 three failures in a row make likely, so a bug that dead-letters everything cannot pass.
@@ -37,6 +37,18 @@ FAILURE_RATE = 0.1
 #: than 50 has a probability below 1e-16, while a bug that dead-letters failures at once gives
 #: about 1,000.
 MAX_DEAD_LETTERS = 50
+#: Seconds each call takes: a worker's share of a part (~1,700 calls) then lasts >= 3 s, so the
+#: kill lands while the victim has a fetch under way, not after it drained its share (at 0.5 ms
+#: per call a loaded machine once saw the victim idle by the time the kill came, and the tracker
+#: had nothing to redeliver).
+WORK_S = 0.002
+#: Well under the time a replacement takes to start and join the group (>= 4 s: a Python start,
+#: then a join of about half the 6 s session timeout, or the victim's eviction after it), so the
+#: tracker redelivers the killed fetch before the group hands it to another worker (at 5 s the
+#: two raced, and a loaded run saw 2 of ~200 redelivered).
+VISIBILITY_MS = 2_000
+#: Calls a worker has made since its part came when it is killed.
+KILL_AFTER = 100
 #: All waits of the test together (it takes ~40 s): room is left under pytest's 300 s limit for
 #: the setup and for stopping the processes.
 WAIT_BUDGET_S = 200
@@ -56,6 +68,7 @@ class Fleet:
             "KMQ_SESSION_TIMEOUT_MS": "6000",
             "KMQ_TEST_OUTPUT_DIR": str(out_dir),
             "KMQ_TEST_FAILURE_RATE": str(FAILURE_RATE),
+            "KMQ_TEST_WORK_S": str(WORK_S),
         }
         self.processes: list[subprocess.Popen[bytes]] = []
         self.logs: dict[int, Path] = {}
@@ -85,6 +98,9 @@ class Fleet:
 
     def tracker(self) -> subprocess.Popen[bytes]:
         return self.start("tracker")
+
+    def log_has(self, process: subprocess.Popen[bytes], text: bytes) -> bool:
+        return text in self.logs[process.pid].read_bytes()
 
     def stop_all(self) -> None:
         """SIGTERM every process still running and wait for each; one that is still there
@@ -131,13 +147,18 @@ def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
     # holds queue partitions as before, and each victim gets messages to be killed over)
     queue = new_queue(settings, topic_name, group_of(topic_name), partitions=PARTITIONS,
                       aux_partitions=PARTITIONS, retry_delays_ms=RETRY_DELAYS_MS,
-                      visibility_timeout_ms=5_000)  # fmt: skip
+                      visibility_timeout_ms=VISIBILITY_MS)  # fmt: skip
     ids = [f"id-{i:05d}".encode() for i in range(MESSAGES)]
     fleet = Fleet(settings, topic_name, tmp_path)
     budget = WaitBudget(WAIT_BUDGET_S)
     try:
         tracker = fleet.tracker()
         workers = [fleet.worker(), fleet.worker()]
+        # the tracker must follow the markers before the first kill: one still starting (14 s
+        # on a loaded machine) reads the killed batch's start and end markers together and has
+        # nothing to redeliver
+        assert wait_for(lambda: fleet.log_has(tracker, b"tracking markers partitions"),
+                        budget.left_s())  # fmt: skip
         # the ids come in three parts, one before each kill, so each kill finds work under way
         # (at once, a loaded machine's slow group join let one worker drain them all while the
         # replacement waited, and the kill never came)
@@ -148,7 +169,7 @@ def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
         for part in parts[:2]:
             started = {w.pid: processed_by(tmp_path, w.pid) for w in workers}
             produce(settings, topic_name, part, partitions=PARTITIONS)
-            busy = functools.partial(at_work, tmp_path, workers, started, 300)
+            busy = functools.partial(at_work, tmp_path, workers, started, KILL_AFTER)
             assert wait_for(busy, budget.left_s())
             victim = busy()
             assert victim is not None
@@ -156,6 +177,13 @@ def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
             victim.wait()
             workers = [w for w in workers if w is not victim] + [fleet.worker()]
         produce(settings, topic_name, parts[2], partitions=PARTITIONS)
+        # the kills left fetches started and never acknowledged: the tracker redelivers them
+        # when their visibility runs out, before the replacements join (killed at once, on a
+        # loaded machine it died before that, and its slow successor found the replacements had
+        # fetched the uncommitted offsets again and acknowledged them: nothing to redeliver)
+        redelivery = queue.queue.redelivery_topic
+        first = read_topic(settings, redelivery, PARTITIONS, at_least=1, timeout_s=budget.left_s())
+        assert first, "the tracker redelivered nothing of the killed workers' fetches"
         # SIGKILL the tracker and start another
         tracker.send_signal(signal.SIGKILL)
         tracker.wait()
@@ -176,7 +204,7 @@ def test_nothing_is_lost_when_workers_and_tracker_are_sigkilled(
     # topic once, and the run looked as if the tracker had redelivered nothing)
     dead_letters = read_topic(settings, queue.queue.dlq_topic, PARTITIONS, timeout_s=60)
     dead = {m.value() for m in dead_letters}
-    redelivered = read_topic(settings, queue.queue.redelivery_topic, PARTITIONS, timeout_s=60)
+    redelivered = read_topic(settings, redelivery, PARTITIONS, timeout_s=60)
     missing = set(ids) - set(processed) - dead
     duplicates = sum(count - 1 for count in processed.values() if count > 1)
     print(
