@@ -73,6 +73,9 @@ class _InMemoryConsumer:
     """A :class:`~kmq_dagster.worker.loop_types.LoopConsumer` over prepared batches."""
 
     visibility_timeout_ms = 30_000
+    #: Its records carry no headers and come from no retry topic, as a real consumer says of
+    #: such a fetch.
+    fetch_has_metadata = False
 
     def __init__(self, messages: int) -> None:
         records: list[Any] = [_Record(offset) for offset in range(messages)]

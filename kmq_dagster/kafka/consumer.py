@@ -64,6 +64,7 @@ __all__ = ["ConsumerStats", "KmqConsumer", "KmqMessage", "wall_clock_ms"]
 
 
 _error_of = Message.error
+_headers_of = Message.headers
 
 
 def _due_ms_of(record: Message) -> int | None:
@@ -128,6 +129,9 @@ class KmqConsumer:
             on_lost=self._on_revoke,
         )
         self._retry_set = frozenset(self.retry_topics)
+        #: Whether the last fetch may carry retry metadata to check (a record with headers,
+        #: or one from a retry topic); a fetch of neither has none. True until a fetch says.
+        self.fetch_has_metadata = True
         self._fetching_held = False
         self._held_since_s = 0.0
         self._paused = False
@@ -274,6 +278,9 @@ class KmqConsumer:
             runs = record_runs(records)
         if records:
             self._batches.start(runs, deadline_ms)
+        self.fetch_has_metadata = any(map(_headers_of, records)) or bool(
+            self._retry_set and any(source[0] in self._retry_set for source, _, _ in runs)
+        )
         return records, runs
 
     def _hold_back_not_due(self, records: list[Message]) -> list[Message]:

@@ -201,14 +201,17 @@ class WorkerLoop:
         place or a held probe makes the rest of the fetch wait behind it (routed to a retry
         topic, it holds nothing up).
         """
-        consumer, stats, breaker = self.consumer, self.stats, self.breaker
+        consumer, stats, breaker, clock_ms = self.consumer, self.stats, self.breaker, self.clock_ms
+        stopped = self.stop.is_set
         call = self.runner.handler if tracing_active() else self.runner.handler.run
-        metadata_problem = self.router.metadata_problem
+        # A fetch without headers and without retry-topic records has no retry metadata to
+        # check (the common case: one check per fetch, not a header read per message).
+        metadata_problem = self.router.metadata_problem if consumer.fetch_has_metadata else None
         visibility_ms = consumer.visibility_timeout_ms
         for index, message in enumerate(fetched):
-            if self.stop.is_set() or (breaker is not None and not breaker.allows(self.clock_ms())):
+            if stopped() or (breaker is not None and not breaker.allows(clock_ms())):
                 return fetched[index:]  # buffered, not started: redelivered if never run
-            if metadata_problem(message) is not None:
+            if metadata_problem is not None and metadata_problem(message) is not None:
                 return fetched[index:]  # routed to the DLQ by the scheduler's path
             if breaker is not None:
                 breaker.started()
@@ -227,7 +230,7 @@ class WorkerLoop:
             stats.calls_in_flight = 0
             consumer.ack(message)
             stats.handled += 1
-            now_ms = self.clock_ms()
+            now_ms = clock_ms()
             if breaker is not None:
                 breaker.record(True, now_ms)
             if now_ms - self._extended_at_ms >= visibility_ms // 3:

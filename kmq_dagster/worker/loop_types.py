@@ -37,6 +37,10 @@ class LoopConsumer(Protocol):
     @property
     def visibility_timeout_ms(self) -> int: ...
 
+    #: False when no message of the last poll can carry retry metadata (no headers, no
+    #: retry topic): the loop then skips the per-message check.
+    fetch_has_metadata: bool
+
     def poll(self, timeout_s: float = ...) -> list[KmqMessage]: ...
 
     def ack(self, message: KmqMessage) -> None: ...

@@ -138,6 +138,23 @@ def test_corrupt_retry_metadata_goes_to_the_dlq_without_calling_the_handler(
     assert calls.seen == []
 
 
+def test_a_retry_topic_record_without_headers_alone_in_its_fetch_goes_to_the_dlq(
+    settings: KmqSettings, queue: OpenedQueue
+) -> None:
+    # (alone: a fetch with no header at all skips the per-message metadata check unless it
+    # holds a retry-topic record; above, the other records' headers made the fetch checked)
+    producer = Producer(settings.producer_config())
+    producer.produce(queue.queue.retry_topics[DELAY_MS], value=b"bare", partition=0)
+    assert producer.flush(30) == 0
+    calls, handler = recording(lambda m: None)
+    with running_worker(queue, handler):
+        dead = read_topic(settings, queue.queue.dlq_topic, 1, at_least=1, timeout_s=60)
+    assert [m.value() for m in dead] == [b"bare"]
+    reason = header_value(normalize_headers(dead[0].headers()), DLQ_REASON) or b""
+    assert reason.startswith(b"corrupt retry metadata")
+    assert calls.seen == []
+
+
 def test_a_waiting_retry_does_not_block_new_messages(
     settings: KmqSettings, topic_name: str
 ) -> None:

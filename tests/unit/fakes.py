@@ -114,6 +114,8 @@ class FakeConsumer:
         self.extended: list[tuple[KmqMessage, float]] = []
         self.held_fetching: list[bool] = []
         self.closed = False
+        #: The fake cannot tell retry topics: every fetch may carry metadata (checked).
+        self.fetch_has_metadata = True
 
     def poll(self, timeout_s: float = 1.0) -> list[KmqMessage]:
         if self.held_fetching and self.held_fetching[-1]:
