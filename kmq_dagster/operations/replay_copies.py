@@ -23,6 +23,7 @@ from kmq_dagster.core.headers import (
     replace_headers,
 )
 from kmq_dagster.core.oversize import REFERENCE_HEADERS, record_size
+from kmq_dagster.core.pacing import Pacer
 from kmq_dagster.core.replay import TO_RETRY, read_replay_count, replay_headers
 from kmq_dagster.core.replay_request import ReplayRequest
 from kmq_dagster.errors import DeliveryError
@@ -64,8 +65,8 @@ class ReplayCopier:
         limit = settings.producer_config()["message.max.bytes"]
         #: The producer's size limit (``None``: a value librdkafka refused already).
         self.limit_bytes = limit if isinstance(limit, int) else None
-        self._sent = 0
-        self._started = time.monotonic()
+        rate = request.rate_per_s
+        self._pacer = None if rate is None else Pacer(rate)
 
     def refuse_oversize(
         self, records: list[Message], values: dict[tuple[int, int], bytes | None]
@@ -137,7 +138,6 @@ class ReplayCopier:
                     raise
                 raise DeliveryError(_too_large(record, at, value, refusal.str())) from None
             self.producer.poll(0)
-            self._sent += 1
         try:
             copies.wait_all("replayed copies")
         except DeliveryError as exc:
@@ -180,13 +180,12 @@ class ReplayCopier:
         return None if foreign or self.request.to_topic is not None else record.partition() or 0
 
     def _wait_for_rate(self) -> None:
-        rate = self.request.rate_per_s
-        if rate is None:
+        if self._pacer is None:
             return
-        ahead_s = self._sent / rate - (time.monotonic() - self._started)
-        if ahead_s > 0:
+        wait_s = self._pacer.wait_s()
+        if wait_s > 0:
             self.producer.poll(0)
-            time.sleep(ahead_s)
+            time.sleep(wait_s)
 
     def close(self) -> None:
         """Flush what the producer still holds (copies of a chunk that failed)."""
