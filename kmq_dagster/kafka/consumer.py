@@ -273,14 +273,16 @@ class KmqConsumer:
                 self._handle_fetch_error(record)
             records = [record for record in records if record.error() is None]
         runs = fetched_runs(records)
-        if self._retry_set and any(source[0] in self._retry_set for source, _, _ in runs):
+        from_retry_topic = bool(self._retry_set) and any(
+            source[0] in self._retry_set for source, _, _ in runs
+        )
+        if from_retry_topic:
             records = self._hold_back_not_due(records)
             runs = record_runs(records)
         if records:
             self._batches.start(runs, deadline_ms)
-        self.fetch_has_metadata = any(map(_headers_of, records)) or bool(
-            self._retry_set and any(source[0] in self._retry_set for source, _, _ in runs)
-        )
+        # (a retry-topic record held back leaves the flag set: checking more is always safe)
+        self.fetch_has_metadata = from_retry_topic or any(map(_headers_of, records))
         return records, runs
 
     def _hold_back_not_due(self, records: list[Message]) -> list[Message]:

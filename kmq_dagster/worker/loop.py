@@ -208,6 +208,7 @@ class WorkerLoop:
         # check (the common case: one check per fetch, not a header read per message).
         metadata_problem = self.router.metadata_problem if consumer.fetch_has_metadata else None
         visibility_ms = consumer.visibility_timeout_ms
+        third_ms = visibility_ms // 3
         for index, message in enumerate(fetched):
             if stopped() or (breaker is not None and not breaker.allows(clock_ms())):
                 return fetched[index:]  # buffered, not started: redelivered if never run
@@ -233,7 +234,7 @@ class WorkerLoop:
             now_ms = clock_ms()
             if breaker is not None:
                 breaker.record(True, now_ms)
-            if now_ms - self._extended_at_ms >= visibility_ms // 3:
+            if now_ms - self._extended_at_ms >= third_ms:
                 # The rest of the fetch waits for this thread: keep it from being redelivered.
                 for waiting in fetched[index + 1 :]:
                     consumer.extend(waiting, visibility_ms / 1000)
