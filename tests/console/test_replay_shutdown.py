@@ -10,6 +10,7 @@ import collections
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,11 +131,17 @@ def test_a_console_stopped_mid_replay_leaves_the_replay_recorded_with_every_copy
 def _paused_with_copies_in_flight(console: subprocess.Popen[bytes], url: str) -> bool:
     """Stop ``console`` (SIGSTOP) at a moment its replay has copies recorded as being sent and
     not yet confirmed; ``False`` (and running again) if it was caught between two chunks, or
-    in the middle of a write to the store (then the store is locked until it runs again: a
-    loaded CI run caught it there once)."""
+    in the middle of a write to the store.
+
+    Mid-write, what a reader sees is not what the store holds: a confirmation the console has
+    written to SQLite's log but not yet indexed for readers reads as "sending" now, and as
+    "sent" once the console is killed and the log is recovered (a CI run killed it there: no
+    copy was left unconfirmed). So a moment counts only when no write is under way: the
+    store's write lock is free.
+    """
     console.send_signal(signal.SIGSTOP)
     try:
-        if any(event.state == "sending" for event in replay_events(url)):
+        if not _mid_write(url) and any(event.state == "sending" for event in replay_events(url)):
             return True
     except AuditStoreError as exc:
         if "locked" not in str(exc):
@@ -142,6 +149,22 @@ def _paused_with_copies_in_flight(console: subprocess.Popen[bytes], url: str) ->
             raise
     console.send_signal(signal.SIGCONT)
     return False
+
+
+def _mid_write(url: str) -> bool:
+    """Whether a process holds the SQLite store's write lock (a write is under way)."""
+    connection = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=0, isolation_level=None)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc):
+            raise
+        return True
+    else:
+        connection.execute("ROLLBACK")
+        return False
+    finally:
+        connection.close()
 
 
 def _rerun_counts_the_unconfirmed_copies_as_possible_duplicates(
