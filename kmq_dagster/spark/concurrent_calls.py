@@ -7,8 +7,9 @@ partition, in offset order) :class:`ConcurrentCalls` starts what the
 key at once and one key's messages in offset order (a message without a key is a lane of its
 own); ``partition``, one at a time (a chunk is one partition: today's sequential calls);
 ``unordered``, up to ``N``. The calls run on the worker's own call runner
-(:class:`~kmq_dagster.worker.handler_runner.HandlerRunner`): an ``async def`` function as tasks
-on one event loop per Spark task, a sync function on ``N`` threads, each call through
+(:func:`~kmq_dagster.worker.handler_runner.concurrent_runner`): an ``async def`` function as
+tasks on one event loop per Spark task, run by the task's own thread, a sync function on ``N``
+threads, each call through
 :class:`~kmq_dagster.worker.handler_call.HandlerCall` (an awaitable it returns is awaited, a
 generator refused). They are coordinated from the task's own thread, which alone touches the
 scheduler.
@@ -27,7 +28,6 @@ from __future__ import annotations
 import logging
 import time
 from asyncio import CancelledError
-from queue import Empty
 from typing import Any, NamedTuple, Protocol, cast
 
 from kmq_dagster.core.ordering import LaneScheduler, Ordering
@@ -37,7 +37,12 @@ from kmq_dagster.spark.message import SparkMessage
 from kmq_dagster.spark.process import FAILED, Function, MetadataCheck, Outcome, call_function
 from kmq_dagster.tracing import ORDERING_WAIT_MS, tracing_active
 from kmq_dagster.worker.handler_call import HandlerCall
-from kmq_dagster.worker.handler_runner import CallEnd, HandlerRunner, is_async_handler
+from kmq_dagster.worker.handler_runner import (
+    EventLoopRunner,
+    ThreadRunner,
+    concurrent_runner,
+    is_async_handler,
+)
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +128,9 @@ class _SequentialCalls:
 class ConcurrentCalls:
     """``function`` on up to ``concurrency`` messages of a chunk at once, in ``ordering``; one
     per Spark task. The calls run on the worker's
-    :class:`~kmq_dagster.worker.handler_runner.HandlerRunner` (threads, or one event loop for
-    an ``async def`` function), which lives until :meth:`close`.
+    runner (:func:`~kmq_dagster.worker.handler_runner.concurrent_runner`: threads, or an event
+    loop this task's thread runs for an ``async def`` function), which lives until
+    :meth:`close`.
 
     With tracing on, each call is a ``process`` span of ``group`` in its message's trace,
     current while the function runs, with ``kmq.ordering.wait_ms``: how long the message
@@ -144,14 +150,14 @@ class ConcurrentCalls:
         self.call = HandlerCall(function, group=group)
         self.concurrency = concurrency
         self.ordering = Ordering(ordering)
-        self._runner: HandlerRunner | None = None
+        self._runner: ThreadRunner | EventLoopRunner | None = None
 
     def __call__(
         self, messages: list[SparkMessage], stop_at: float, check: MetadataCheck | None = None
     ) -> Outcome:
         """The chunk's outcome; at least its first message is always done."""
         if self._runner is None:
-            self._runner = HandlerRunner(self.call, self.concurrency, name="kmq-spark-call")
+            self._runner = concurrent_runner(self.call, self.concurrency, name="kmq-spark-call")
         try:
             ends = self._run(self._runner, messages, stop_at, check)
         except BaseException:
@@ -169,7 +175,7 @@ class ConcurrentCalls:
 
     def _run(
         self,
-        runner: HandlerRunner,
+        runner: ThreadRunner | EventLoopRunner,
         messages: list[SparkMessage],
         stop_at: float,
         check: MetadataCheck | None,
@@ -203,7 +209,7 @@ class ConcurrentCalls:
                         runner.submit(cast(Any, message))
             if not running:
                 return ends
-            for end in _ready_ends(runner):
+            for end in runner.take_ends(None):
                 index = running.pop(id(end.message))
                 error = end.error
                 if error is not None and not isinstance(error, (Exception, CancelledError)):
@@ -211,16 +217,6 @@ class ConcurrentCalls:
                 ends[index] = end.result if error is None else _Raised(error)
                 scheduler.finish(index)
             starting = starting and time.monotonic() <= stop_at
-
-
-def _ready_ends(runner: HandlerRunner) -> list[CallEnd]:
-    """The next call's end (waiting for it) and every other end ready now."""
-    ready = [runner.ends.get()]
-    try:
-        while True:
-            ready.append(runner.ends.get_nowait())
-    except Empty:
-        return ready
 
 
 def _outcome(messages: list[SparkMessage], ends: list[object]) -> Outcome:

@@ -1,16 +1,24 @@
-"""Runs handler calls for the worker loop and reports each call's end to it.
+"""Runs handler calls for the worker loop (and Spark's chunk caller) and reports their ends.
 
-:class:`InlineRunner` (one call at a time) runs each call on the loop's own thread, at once:
-no thread, no queue, no hand-off. :class:`HandlerRunner` runs calls beside the loop: a sync
-handler on ``N`` daemon threads; an ``async def`` handler runs as tasks on one event
-loop in a thread of its own (no thread per message). How many calls run at once is the caller's
-rule (the :class:`~kmq_dagster.core.ordering.LaneScheduler`'s in-flight limit): a call starts
-as soon as it is submitted. Each end is put on :attr:`HandlerRunner.ends`, read by the loop
-thread only, so only that thread touches the scheduler, the router and the breaker.
+* :class:`InlineRunner` (one call at a time) runs each call on the loop's own thread, at once:
+  no thread, no queue, no hand-off.
+* :class:`EventLoopRunner` runs an ``async def`` handler's calls as tasks on an event loop that
+  the caller's thread drives itself while it waits for ends: starting a call is creating a
+  task, its end is a list append, and nothing crosses a thread. The calls make progress only
+  while the caller waits for ends (the loop waits up to 50 ms at a time, between fetches), so
+  a handler that blocks instead of awaiting holds up the whole worker, as it would hold up any
+  event loop.
+* :class:`ThreadRunner` runs a sync handler's calls on ``N`` daemon threads; each end is put on
+  :attr:`ThreadRunner.ends`, read by the caller's thread only, so only that thread touches the
+  scheduler, the router and the breaker.
 
-The threads are daemons, and :meth:`HandlerRunner.close` does not wait for a call that is still
-running: a hung handler must not keep a stopped worker alive. Its message is not acknowledged,
-so the tracker redelivers it after the visibility timeout (invariant 1).
+How many calls run at once is the caller's rule (the
+:class:`~kmq_dagster.core.ordering.LaneScheduler`'s in-flight limit): a call starts as soon as
+it is submitted (on the event loop: at the caller's next wait for ends).
+
+:meth:`close` does not wait for a call that is still running (threads are daemons; tasks are
+cancelled and given a second): a hung handler must not keep a stopped worker alive. Its message
+is not acknowledged, so the tracker redelivers it after the visibility timeout (invariant 1).
 """
 
 from __future__ import annotations
@@ -19,7 +27,6 @@ import asyncio
 import inspect
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,55 +60,33 @@ def is_async_handler(handler: Callable[..., object]) -> bool:
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
 
 
-class HandlerRunner:
-    """Start calls of ``handler`` on ``threads`` threads, or on one event loop if it is async."""
+class ThreadRunner:
+    """Start calls of a sync ``handler`` on ``threads`` daemon threads."""
 
     def __init__(self, handler: HandlerCall, threads: int, *, name: str = "kmq-handler") -> None:
         self.handler = handler
         #: Ends of calls, in the order they ended.
         self.ends: queue.SimpleQueue[CallEnd] = queue.SimpleQueue()
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-        self._async = is_async_handler(handler.handler)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        #: Calls running on the event loop (touched on its thread only).
-        self._tasks: set[asyncio.Task[None]] = set()
-        #: Submitted, not yet started on the event loop; a deque, whose ends are thread-safe.
-        self._to_start: deque[Job] = deque()
-        self._wake_scheduled = False
-        self._threads: list[threading.Thread] = []
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"{name}-{index}", daemon=True)
+            for index in range(threads)
+        ]
         self._closed = False
-        if self._async:
-            self._loop = asyncio.new_event_loop()
-            self._threads.append(
-                threading.Thread(target=self._loop.run_forever, name=f"{name}-loop", daemon=True)
-            )
-        else:
-            self._threads += [
-                threading.Thread(target=self._serve, name=f"{name}-{index}", daemon=True)
-                for index in range(threads)
-            ]
         for thread in self._threads:
             thread.start()
 
-    #: Calls run beside the loop: :meth:`submit` returns before the call ends.
+    #: Calls run beside the caller: :meth:`submit` returns before the call ends.
     inline = False
 
     def submit(self, message: KmqMessage, attributes: Attributes = None) -> None:
         """Start a call on ``message`` now; its end comes back on :attr:`ends`. With tracing
         on, its ``process`` span carries ``attributes`` too."""
-        if self._loop is None:
-            self._jobs.put((message, attributes))
-            return
-        # One wake-up of the event loop per burst of submits, not one per call: each writes to
-        # the loop's self-pipe, and at 1,000 calls at once those writes took most of the time of
-        # the thread that submits.
-        self._to_start.append((message, attributes))
-        if not self._wake_scheduled:
-            self._wake_scheduled = True
-            self._loop.call_soon_threadsafe(self._start_submitted)
+        self._jobs.put((message, attributes))
 
-    def take_ends(self, timeout_s: float) -> list[CallEnd]:
-        """The ends ready now, all at once; if none, wait up to ``timeout_s`` for one."""
+    def take_ends(self, timeout_s: float | None) -> list[CallEnd]:
+        """The ends ready now, all at once; if none, wait up to ``timeout_s`` (``None``: as
+        long as it takes) for one."""
         try:
             ends = [self.ends.get(timeout=timeout_s)]
         except queue.Empty:
@@ -117,38 +102,8 @@ class HandlerRunner:
         if self._closed:
             return
         self._closed = True
-        if self._loop is None:
-            for _ in self._threads:
-                self._jobs.put(None)
-            return
-        asyncio.run_coroutine_threadsafe(self._cancel_running(), self._loop)
-        self._threads[0].join(timeout=CANCEL_WAIT_S + 1.0)
-        if not self._loop.is_running():
-            self._loop.close()
-
-    def _start_submitted(self) -> None:
-        # On the event loop. Cleared before draining: a submit after this line schedules
-        # another wake-up, and one before it is drained here; none is left unstarted.
-        self._wake_scheduled = False
-        loop = asyncio.get_running_loop()
-        while self._to_start:
-            task = loop.create_task(self._call_async(*self._to_start.popleft()))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _cancel_running(self) -> None:
-        # On the event loop: each call running is cancelled and gets CANCEL_WAIT_S to end, then
-        # the loop stops. Stopping at once left every cancellation undelivered and each task
-        # pending, which asyncio reports as "Task was destroyed but it is pending!" when it is
-        # collected: at every stop of a worker with calls running.
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=CANCEL_WAIT_S)
-            for task in pending:  # a call that ignores its cancellation: abandoned, on purpose
-                task._log_destroy_pending = False  # type: ignore[attr-defined]
-        asyncio.get_running_loop().stop()
+        for _ in self._threads:
+            self._jobs.put(None)
 
     def _serve(self) -> None:
         # One HandlerCall per thread: an awaitable a plain function returns is run on this
@@ -160,7 +115,65 @@ class HandlerRunner:
         finally:
             call.close()
 
-    async def _call_async(self, message: KmqMessage, attributes: Attributes) -> None:
+
+class EventLoopRunner:
+    """Run calls of an ``async def`` ``handler`` as tasks on an event loop of its own, driven
+    by the caller's thread in :meth:`take_ends` (never by a thread of the runner's)."""
+
+    #: Calls run while the caller waits for ends: :meth:`submit` returns before they start.
+    inline = False
+
+    def __init__(self, handler: HandlerCall) -> None:
+        self.handler = handler
+        self._loop = asyncio.new_event_loop()
+        #: Calls submitted or running, until they end.
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ends: list[CallEnd] = []
+        #: Set by the first end while :meth:`take_ends` waits for one.
+        self._waiter: asyncio.Future[None] | None = None
+        self._closed = False
+
+    def submit(self, message: KmqMessage, attributes: Attributes = None) -> None:
+        """Make a task of the call on ``message``; it starts when :meth:`take_ends` next runs
+        the event loop. With tracing on, its ``process`` span carries ``attributes`` too."""
+        task = self._loop.create_task(self._call(message, attributes))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def take_ends(self, timeout_s: float | None) -> list[CallEnd]:
+        """Run the calls until at least one has ended or ``timeout_s`` has passed (``None``: as
+        long as it takes); the ends of that run, all at once."""
+        if self._tasks and not self._ends:
+            waiter = self._waiter = self._loop.create_future()
+            timer = None if timeout_s is None else self._loop.call_later(timeout_s, _wake, waiter)
+            try:
+                self._loop.run_until_complete(waiter)
+            finally:
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
+        ends, self._ends = self._ends, []
+        return ends
+
+    def close(self) -> None:
+        """Cancel the calls still running, give them ``CANCEL_WAIT_S`` to end, and close the
+        event loop; a call that ignores its cancellation is abandoned, on purpose."""
+        if self._closed:
+            return
+        self._closed = True
+        # Cancelled and allowed to end: closing with them pending made asyncio report "Task
+        # was destroyed but it is pending!" when they were collected, at every stop of a
+        # worker with calls running.
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, pending = self._loop.run_until_complete(asyncio.wait(tasks, timeout=CANCEL_WAIT_S))
+            for task in pending:
+                task._log_destroy_pending = False  # type: ignore[attr-defined]
+        self._loop.close()
+
+    async def _call(self, message: KmqMessage, attributes: Attributes) -> None:
         error: BaseException | None = None
         result: object = None
         try:
@@ -174,9 +187,21 @@ class HandlerRunner:
             if self._closed:
                 raise  # the worker stops: this call's end no longer matters
             error = exc  # the handler's own: a failure like any other, never a silent end
-        except BaseException as exc:  # reported, not raised: the loop thread decides
+        except BaseException as exc:  # reported, not raised: the caller decides
             error = exc
-        self.ends.put(CallEnd(message, error, result))
+        self._ends.append(CallEnd(message, error, result))
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+def concurrent_runner(
+    handler: HandlerCall, concurrency: int, *, name: str = "kmq-handler"
+) -> ThreadRunner | EventLoopRunner:
+    """The runner for calls beside the caller: an event loop for an ``async def`` handler,
+    ``concurrency`` threads for a sync one."""
+    if is_async_handler(handler.handler):
+        return EventLoopRunner(handler)
+    return ThreadRunner(handler, concurrency, name=name)
 
 
 class InlineRunner:
@@ -205,13 +230,18 @@ class InlineRunner:
         else:
             self._ends.append(CallEnd(message, None))
 
-    def take_ends(self, timeout_s: float) -> list[CallEnd]:
+    def take_ends(self, timeout_s: float | None) -> list[CallEnd]:
         """The ends of the calls run since the last take (nothing runs meanwhile: no wait)."""
         ends, self._ends = self._ends, []
         return ends
 
     def close(self) -> None:
         """Nothing to stop: no call runs once :meth:`submit` has returned."""
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _end(call: Any, message: KmqMessage, attributes: Attributes) -> CallEnd:

@@ -10,8 +10,9 @@ handled before the next call starts. While nothing waits in the scheduler (no re
 nothing held for the breaker), a fetch runs *straight*: in fetch order, which keeps every
 ordering when calls run one at a time, without entering the scheduler (its bookkeeping tripled
 the CPU per message); the first message that needs the scheduler, and all after it, go there.
-Above 1 it is a :class:`~kmq_dagster.worker.handler_runner.HandlerRunner` (threads, or one
-event loop).
+Above 1 it is a :class:`~kmq_dagster.worker.handler_runner.ThreadRunner` (threads) for a sync
+handler, and an :class:`~kmq_dagster.worker.handler_runner.EventLoopRunner` for an ``async def``
+one (tasks on an event loop that this thread runs while it waits for ends).
 
 * Returned: acknowledged. Raised, ``unordered`` or ``partition``: copied to its retry topic (or
   the DLQ), acknowledged once the copy is durable, redelivered now if the copy failed.
@@ -54,7 +55,13 @@ from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.retry_router import GiveUp, RetryRouter, failure_of, logged_error_text
 from kmq_dagster.tracing import ORDERING_WAIT_MS, tracing_active
 from kmq_dagster.worker.handler_call import HandlerCall
-from kmq_dagster.worker.handler_runner import CallEnd, HandlerRunner, InlineRunner
+from kmq_dagster.worker.handler_runner import (
+    CallEnd,
+    EventLoopRunner,
+    InlineRunner,
+    ThreadRunner,
+    concurrent_runner,
+)
 from kmq_dagster.worker.loop_types import LoopConsumer, WorkerStats
 
 log = logging.getLogger(__name__)
@@ -111,8 +118,8 @@ class WorkerLoop:
         self.ordering = Ordering(ordering)
         self.max_buffered = max_buffered or default_max_buffered(concurrency)
         self.scheduler: LaneScheduler[KmqMessage] = LaneScheduler(self.ordering, concurrency)
-        self.runner: HandlerRunner | InlineRunner = (
-            InlineRunner(handler) if concurrency == 1 else HandlerRunner(handler, concurrency)
+        self.runner: InlineRunner | ThreadRunner | EventLoopRunner = (
+            InlineRunner(handler) if concurrency == 1 else concurrent_runner(handler, concurrency)
         )
         #: Waits from fetch to call start: at 1 a call starts when the one before it ends.
         self.stats = WorkerStats(waits=WaitHistogram() if concurrency > 1 else None)

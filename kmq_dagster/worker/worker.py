@@ -104,7 +104,8 @@ class Worker:
         batch_size: messages per fetch; default ``settings.batch_size``.
         concurrency: handler calls at once. 1 (the default) calls one at a time on the
             worker's own thread, in fetch order per partition. Above 1, a sync handler runs on
-            that many threads and an ``async def`` handler as that many tasks on one event loop.
+            that many threads and an ``async def`` handler as that many tasks on an event loop
+            the worker's thread runs while it waits for calls to end (it must await, not block).
             One loop runs every concurrency (:mod:`kmq_dagster.worker.loop` says
             what each ordering keeps, through failures and crashes).
         ordering: ``partition`` (one call per partition at a time), ``key`` (never two calls
