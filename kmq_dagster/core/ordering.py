@@ -45,13 +45,17 @@ class Ordering(enum.StrEnum):
 
 
 class _Lane(Generic[T]):
-    """Messages that start one at a time, head first."""
+    """Messages that start one at a time, head first. A lane exists while it holds a message:
+    its head, and the rest behind it (no deque until there is a second: in ``unordered``
+    order every message is a lane of its own, and building a deque for each was a tenth of a
+    concurrent worker's loop)."""
 
-    __slots__ = ("busy", "items", "lane_id", "retry_seq")
+    __slots__ = ("busy", "head", "lane_id", "rest", "retry_seq")
 
-    def __init__(self, lane_id: tuple[Source, bytes | int | None]) -> None:
+    def __init__(self, lane_id: tuple[Source, bytes | int | None], head: T) -> None:
         self.lane_id = lane_id
-        self.items: deque[T] = deque()
+        self.head = head
+        self.rest: deque[T] | None = None
         #: The head is in flight.
         self.busy = False
         #: The head waits for this retry heap entry (-1: none); other entries are stale.
@@ -127,11 +131,13 @@ class LaneScheduler(Generic[T]):
             lane_id = (source, offset)
         lane = self._lanes.get(lane_id)
         if lane is None:
-            lane = self._lanes[lane_id] = _Lane(lane_id)
-        lane.items.append(item)
-        self._lane_of[item] = lane
-        if len(lane.items) == 1:
+            lane = self._lanes[lane_id] = _Lane(lane_id, item)
             self._ready.append(lane)
+        elif lane.rest is None:
+            lane.rest = deque((item,))
+        else:
+            lane.rest.append(item)
+        self._lane_of[item] = lane
 
     def take(self, now_ms: int, limit: int | None = None) -> list[T]:
         """The messages that may start now (they are then in flight): heads of idle lanes,
@@ -151,7 +157,7 @@ class LaneScheduler(Generic[T]):
         while room > 0 and self._ready:
             lane = self._ready.popleft()
             lane.busy = True
-            head = lane.items[0]
+            head = lane.head
             self._in_flight.add(head)
             started.append(head)
             room -= 1
@@ -161,9 +167,9 @@ class LaneScheduler(Generic[T]):
         """``item``'s call is over (acknowledged, or handed to a retry topic or the DLQ):
         the next message of its lane may start."""
         lane = self._take_back(item)
-        lane.items.popleft()
         del self._lane_of[item]
-        if lane.items:
+        if lane.rest:
+            lane.head = lane.rest.popleft()
             self._ready.append(lane)
         else:
             del self._lanes[lane.lane_id]
@@ -190,17 +196,16 @@ class LaneScheduler(Generic[T]):
         for lane_id, lane in list(self._lanes.items()):
             if lane_id[0] not in revoked:
                 continue
-            kept = lane.items.popleft() if lane.busy else None
-            dropped.extend(lane.items)
-            lane.items.clear()
-            lane.retry_seq = -1
-            if kept is None:
+            if not lane.busy:  # the head waits too (a retried head included)
+                dropped.append(lane.head)
                 del self._lanes[lane_id]
-            else:
-                lane.items.append(kept)
+            dropped.extend(lane.rest or ())
+            lane.rest = None
+            lane.retry_seq = -1
         for item in dropped:
             del self._lane_of[item]
-        self._ready = deque(lane for lane in self._ready if lane.items and not lane.busy)
+        lanes = self._lanes
+        self._ready = deque(lane for lane in self._ready if lanes.get(lane.lane_id) is lane)
         for source in revoked:
             self._last_offset.pop(source, None)
         return dropped

@@ -149,8 +149,7 @@ class WorkerLoop:
         fetched_ms = self.clock_ms()  # one read per fetch: its messages came in together
         if fetched and self.runner.inline and not self.scheduler.holds_any:
             fetched = self._run_straight(fetched, fetched_ms)
-        for message in fetched:
-            self._add(message, fetched_ms)
+        self._add_all(fetched, fetched_ms)
         self._start(fetched_ms)
         self._handle_ends(self._wait_for_ends(END_WAIT_S))
         # Calls that ended free their lanes: start what waits now, not after a fetch's wait
@@ -172,8 +171,9 @@ class WorkerLoop:
         deadline = time.monotonic() + timeout_s
         while self.scheduler.in_flight and (left := deadline - time.monotonic()) > 0:
             self._handle_ends(self._wait_for_ends(min(left, END_WAIT_S)))
-            for message in self.consumer.poll(timeout_s=0.0):  # stay in the group, write acks
-                self._add(message, self.clock_ms())  # fetched before the hold: never started
+            # Stay in the group and write acks; what comes was fetched before the hold: never
+            # started.
+            self._add_all(self.consumer.poll(timeout_s=0.0), self.clock_ms())
             self._keep_visible()
             self._count_held()
         if self.scheduler.in_flight:
@@ -183,6 +183,21 @@ class WorkerLoop:
     def close(self) -> None:
         """Stop the runner (after :meth:`drain`, or after an error in :meth:`step`)."""
         self.runner.close()
+
+    def _add_all(self, fetched: list[KmqMessage], fetched_ms: int) -> None:
+        """Buffer a fetch's messages (one bookkeeping pass for the fetch, not per message)."""
+        add = self.scheduler.add
+        for index, message in enumerate(fetched):
+            try:
+                add(message, (message.topic, message.partition), message.offset, message.key)
+            except ValueError:  # fetched again from an earlier offset: rare, one at a time
+                self._held.update(dict.fromkeys(fetched[:index]))
+                self._fetched_at_ms.update(dict.fromkeys(fetched[:index], fetched_ms))
+                for rest in fetched[index:]:
+                    self._add(rest, fetched_ms)
+                return
+        self._held.update(dict.fromkeys(fetched))
+        self._fetched_at_ms.update(dict.fromkeys(fetched, fetched_ms))
 
     def _add(self, message: KmqMessage, fetched_ms: int) -> None:
         source = (message.topic, message.partition)

@@ -502,3 +502,34 @@ def test_key_order_retries_in_place_are_counted_and_the_dlq_copy_keeps_the_first
     assert dead.header(FIRST_FAILURE_MS) == str(first_failed_ms).encode()
     assert loop.stats.retried_in_place == 1  # the give-up is no retry
     assert loop.router.stats.retried == 0  # nothing went through a retry topic
+
+
+def test_a_partition_fetched_again_from_an_earlier_offset_runs_the_new_copies_only() -> None:
+    # given offsets 0-2 of a partition buffered in partition order, 0 running and slow
+    release = threading.Event()
+    ran: list[KmqMessage] = []
+
+    def handler(msg: KmqMessage) -> None:
+        if msg.offset == 0:
+            assert release.wait(30)
+        ran.append(msg)
+
+    first = [message("orders", offset) for offset in range(3)]
+    again = [message("orders", offset) for offset in (5, 1, 2)]  # 5 first: added before the seek
+    loop, consumer, _ = loop_for([first, again], handler, ordering=Ordering.PARTITION)
+    loop.step()
+    # when the partition comes back from offset 1 (after a rebalance) while 0 still runs
+    loop.step()
+    release.set()
+    step_until(loop, lambda: len(consumer.acked) == 3)
+    loop.step()
+
+    # then 0 and the new copies of 1 and 2 ran (the earlier ones were left for redelivery,
+    # never run and no longer kept visible); 5 went with the old copies, added before them
+    new = [any(m is a for a in again) for m in ran]
+    assert [m.offset for m in ran] == [0, 1, 2] and new == [False, True, True]
+    assert set(map(id, consumer.acked)) == {id(first[0]), id(again[1]), id(again[2])}
+    consumer.extended.clear()
+    loop.clock_ms.advance(9_000)  # type: ignore[attr-defined]
+    loop.step()
+    assert consumer.extended == []  # nothing is held any more: the dropped copies are not
