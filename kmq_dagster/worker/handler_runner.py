@@ -126,8 +126,9 @@ class EventLoopRunner:
     def __init__(self, handler: HandlerCall) -> None:
         self.handler = handler
         self._loop = asyncio.new_event_loop()
-        #: Calls submitted or running, until they end.
-        self._tasks: set[asyncio.Task[None]] = set()
+        #: Calls submitted or running, by their message's id, until they end (a message runs
+        #: once at a time; a call removes itself as it ends: no done callback to schedule).
+        self._tasks: dict[int, asyncio.Task[None]] = {}
         self._ends: list[CallEnd] = []
         #: Set by the first end while :meth:`take_ends` waits for one.
         self._waiter: asyncio.Future[None] | None = None
@@ -136,9 +137,7 @@ class EventLoopRunner:
     def submit(self, message: KmqMessage, attributes: Attributes = None) -> None:
         """Make a task of the call on ``message``; it starts when :meth:`take_ends` next runs
         the event loop. With tracing on, its ``process`` span carries ``attributes`` too."""
-        task = self._loop.create_task(self._call(message, attributes))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[id(message)] = self._loop.create_task(self._call(message, attributes))
 
     def take_ends(self, timeout_s: float | None) -> list[CallEnd]:
         """Run the calls until at least one has ended or ``timeout_s`` has passed (``None``: as
@@ -164,7 +163,7 @@ class EventLoopRunner:
         # Cancelled and allowed to end: closing with them pending made asyncio report "Task
         # was destroyed but it is pending!" when they were collected, at every stop of a
         # worker with calls running.
-        tasks = list(self._tasks)
+        tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         if tasks:
@@ -189,6 +188,7 @@ class EventLoopRunner:
             error = exc  # the handler's own: a failure like any other, never a silent end
         except BaseException as exc:  # reported, not raised: the caller decides
             error = exc
+        del self._tasks[id(message)]
         self._ends.append(CallEnd(message, error, result))
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
