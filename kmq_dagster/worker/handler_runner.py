@@ -84,6 +84,9 @@ class ThreadRunner:
         on, its ``process`` span carries ``attributes`` too."""
         self._jobs.put((message, attributes))
 
+    def begin(self) -> None:
+        """Nothing to do: a call starts on a thread as it is submitted."""
+
     def take_ends(self, timeout_s: float | None) -> list[CallEnd]:
         """The ends ready now, all at once; if none, wait up to ``timeout_s`` (``None``: as
         long as it takes) for one."""
@@ -132,17 +135,29 @@ class EventLoopRunner:
         self._ends: list[CallEnd] = []
         #: Set by the first end while :meth:`take_ends` waits for one.
         self._waiter: asyncio.Future[None] | None = None
+        #: Calls were submitted since the event loop last ran.
+        self._unstarted = False
         self._closed = False
 
     def submit(self, message: KmqMessage, attributes: Attributes = None) -> None:
         """Make a task of the call on ``message``; it starts when :meth:`take_ends` next runs
         the event loop. With tracing on, its ``process`` span carries ``attributes`` too."""
         self._tasks[id(message)] = self._loop.create_task(self._call(message, attributes))
+        self._unstarted = True
+
+    def begin(self) -> None:
+        """Run the calls submitted since the last run up to their first wait (the ones that
+        need none end here), so that they wait while the caller goes on with its own work."""
+        if self._unstarted:
+            self._unstarted = False
+            self._loop.call_soon(self._loop.stop)
+            self._loop.run_forever()
 
     def take_ends(self, timeout_s: float | None) -> list[CallEnd]:
         """Run the calls until at least one has ended or ``timeout_s`` has passed (``None``: as
         long as it takes); the ends of that run, all at once."""
         if self._tasks and not self._ends:
+            self._unstarted = False  # what was submitted starts in this run
             waiter = self._waiter = self._loop.create_future()
             timer = None if timeout_s is None else self._loop.call_later(timeout_s, _wake, waiter)
             try:
@@ -229,6 +244,9 @@ class InlineRunner:
             self._ends.append(CallEnd(message, exc))
         else:
             self._ends.append(CallEnd(message, None))
+
+    def begin(self) -> None:
+        """Nothing to do: each call ran as it was submitted."""
 
     def take_ends(self, timeout_s: float | None) -> list[CallEnd]:
         """The ends of the calls run since the last take (nothing runs meanwhile: no wait)."""

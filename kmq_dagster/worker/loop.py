@@ -264,6 +264,10 @@ class WorkerLoop:
         return []
 
     def _start(self, now_ms: int) -> None:
+        self._start_calls(now_ms)
+        self.runner.begin()  # an event loop starts what was submitted now, not at the next wait
+
+    def _start_calls(self, now_ms: int) -> None:
         # With a breaker, one at a time: a half-open breaker allows a single probe.
         limit = None if self.breaker is None else 1
         inline = self.runner.inline

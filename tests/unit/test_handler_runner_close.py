@@ -79,3 +79,23 @@ def test_calls_on_the_callers_event_loop_wait_together_and_each_end_is_taken_onc
     failed = [end for end in ends if end.error is not None]
     assert [(end.message.offset, str(end.error)) for end in failed] == [(3, "offset 3")]
     assert all(end.result == 1 for end in ends if end.error is None)
+
+
+def test_begin_starts_the_calls_submitted_so_they_wait_while_the_caller_works() -> None:
+    started: list[int] = []
+
+    async def waits(msg: object) -> None:
+        started.append(getattr(msg, "offset", -1))
+        await asyncio.sleep(0.01)
+
+    runner = EventLoopRunner(HandlerCall(waits))
+    runner.submit(message("orders", 0))
+    runner.submit(message("orders", 1))
+    runner.begin()
+    assert started == [0, 1]  # both are waiting now, before any wait for ends
+    runner.begin()  # nothing new: no run
+    ends: list[CallEnd] = []
+    while len(ends) < 2:
+        ends += runner.take_ends(1.0)
+    runner.close()
+    assert [end.error for end in ends] == [None, None]
