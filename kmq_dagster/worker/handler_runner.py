@@ -121,7 +121,8 @@ class ThreadRunner:
 
 class EventLoopRunner:
     """Run calls of an ``async def`` ``handler`` as tasks on an event loop of its own, driven
-    by the caller's thread in :meth:`take_ends` (never by a thread of the runner's)."""
+    by the caller's thread in :meth:`begin` and :meth:`take_ends` (never by a thread of the
+    runner's)."""
 
     #: Calls run while the caller waits for ends: :meth:`submit` returns before they start.
     inline = False
@@ -140,8 +141,9 @@ class EventLoopRunner:
         self._closed = False
 
     def submit(self, message: KmqMessage, attributes: Attributes = None) -> None:
-        """Make a task of the call on ``message``; it starts when :meth:`take_ends` next runs
-        the event loop. With tracing on, its ``process`` span carries ``attributes`` too."""
+        """Make a task of the call on ``message``; it starts when :meth:`begin` or
+        :meth:`take_ends` next runs the event loop. With tracing on, its ``process`` span
+        carries ``attributes`` too."""
         self._tasks[id(message)] = self._loop.create_task(self._call(message, attributes))
         self._unstarted = True
 
