@@ -30,15 +30,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.functions import lit
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.core.queue_settings import CONCURRENCY, setting_named
@@ -50,7 +42,7 @@ from kmq_dagster.kafka.marker_writer import MarkerWriter
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.slice_reader import Slice
 from kmq_dagster.spark.concurrent_calls import check_concurrency
-from kmq_dagster.spark.sink import ParquetSink
+from kmq_dagster.spark.sink import INPUT_COLUMNS, OUTPUT_COLUMNS, ParquetSink
 from kmq_dagster.spark.tasks import (
     BatchPlan,
     Function,
@@ -66,34 +58,10 @@ log = logging.getLogger(__name__)
 #: covers the sink commit, the acknowledgements and Spark's scheduling.
 BATCH_SHARE_OF_VISIBILITY = 1 / 3
 
-#: Columns of the output: where each message was first produced, its key, the function's result.
-OUTPUT_SCHEMA = StructType(
-    [
-        StructField("topic", StringType(), nullable=False),
-        StructField("partition", IntegerType(), nullable=False),
-        StructField("offset", LongType(), nullable=False),
-        StructField("key", BinaryType()),
-        StructField("result", StringType()),
-        StructField("batch_id", StringType(), nullable=False),
-    ]
-)
-#: Columns of the DataFrame a transform gets: one row per message of the batch.
-INPUT_SCHEMA = StructType(
-    [
-        StructField("topic", StringType(), nullable=False),
-        StructField("partition", IntegerType(), nullable=False),
-        StructField("offset", LongType(), nullable=False),
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("timestamp_ms", LongType(), nullable=False),
-        StructField(
-            "headers",
-            ArrayType(
-                StructType([StructField("name", StringType()), StructField("value", BinaryType())])
-            ),
-        ),
-    ]
-)
+#: The output's columns and those a transform gets, as Spark types: the Parquet sink's, which
+#: the tasks write (sink.py describes each column once).
+OUTPUT_SCHEMA = from_arrow_schema(OUTPUT_COLUMNS)
+INPUT_SCHEMA = from_arrow_schema(INPUT_COLUMNS)
 #: A transform must keep these, so that its output can be deduplicated.
 COORDINATES = ("topic", "partition", "offset")
 

@@ -27,24 +27,21 @@ from pyarrow import fs
 
 from kmq_dagster.errors import ConfigError
 
-#: Columns of the output: where each message was first produced, its key, the function's result.
+#: The columns every row starts with: where its message was first produced, and its key.
+_ORIGIN = [
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("partition", pa.int32(), nullable=False),
+    pa.field("offset", pa.int64(), nullable=False),
+    pa.field("key", pa.binary()),
+]
+#: Columns of the output: the origin, the function's result, the batch that wrote it.
 OUTPUT_COLUMNS = pa.schema(
-    [
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("key", pa.binary()),
-        pa.field("result", pa.string()),
-        pa.field("batch_id", pa.string(), nullable=False),
-    ]
+    [*_ORIGIN, pa.field("result", pa.string()), pa.field("batch_id", pa.string(), nullable=False)]
 )
 #: Columns a DataFrame transform gets: one row per message of the batch.
 INPUT_COLUMNS = pa.schema(
     [
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("key", pa.binary()),
+        *_ORIGIN,
         pa.field("value", pa.binary()),
         pa.field("timestamp_ms", pa.int64(), nullable=False),
         pa.field(
