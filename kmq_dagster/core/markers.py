@@ -36,42 +36,42 @@ _DEADLINE = struct.Struct(">q")
 _TOPIC_LENGTH = struct.Struct(">H")
 
 
-def _check_fields(topic: str, partition: int, first_offset: int, count: int) -> None:
-    if not topic or len(topic.encode()) > MAX_TOPIC_BYTES:
-        raise ValueError(f"topic must have 1 to {MAX_TOPIC_BYTES} UTF-8 bytes: {topic[:40]!r}")
-    if partition < 0 or first_offset < 0:
-        raise ValueError(f"negative partition or offset: {partition}, {first_offset}")
-    if not 1 <= count <= MAX_COUNT:
-        raise ValueError(f"count must be 1 to {MAX_COUNT}, got {count}")
-
-
 @dataclass(frozen=True, slots=True)
-class StartMarker:
-    """Offsets ``first_offset .. first_offset+count-1`` are in flight until ``deadline_ms``."""
+class _OffsetRun:
+    """What both kinds of marker say: offsets ``first_offset .. first_offset+count-1`` of
+    ``topic``'s ``partition``."""
 
     topic: str
     partition: int
     first_offset: int
     count: int
+
+    def __post_init__(self) -> None:
+        if not self.topic or len(self.topic.encode()) > MAX_TOPIC_BYTES:
+            raise ValueError(
+                f"topic must have 1 to {MAX_TOPIC_BYTES} UTF-8 bytes: {self.topic[:40]!r}"
+            )
+        if self.partition < 0 or self.first_offset < 0:
+            raise ValueError(f"negative partition or offset: {self.partition}, {self.first_offset}")
+        if not 1 <= self.count <= MAX_COUNT:
+            raise ValueError(f"count must be 1 to {MAX_COUNT}, got {self.count}")
+
+
+@dataclass(frozen=True, slots=True)
+class StartMarker(_OffsetRun):
+    """Offsets ``first_offset .. first_offset+count-1`` are in flight until ``deadline_ms``."""
+
     deadline_ms: int
 
     def __post_init__(self) -> None:
-        _check_fields(self.topic, self.partition, self.first_offset, self.count)
+        _OffsetRun.__post_init__(self)  # (slots: the class is rebuilt, so no bare super())
         if not MIN_DEADLINE_MS <= self.deadline_ms <= MAX_DEADLINE_MS:
             raise ValueError(f"deadline_ms does not fit 64 bits: {self.deadline_ms}")
 
 
 @dataclass(frozen=True, slots=True)
-class EndMarker:
+class EndMarker(_OffsetRun):
     """Offsets ``first_offset .. first_offset+count-1`` are acknowledged."""
-
-    topic: str
-    partition: int
-    first_offset: int
-    count: int
-
-    def __post_init__(self) -> None:
-        _check_fields(self.topic, self.partition, self.first_offset, self.count)
 
 
 Marker = StartMarker | EndMarker
