@@ -256,6 +256,15 @@ class Queue:
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"unreadable queue definition ({exc!r})") from None
 
+    def fixed_settings(self) -> dict[str, Any]:
+        """The settings provisioning fixes, by name: what :meth:`contradictions` and
+        ``open_queue`` take besides the partition count (which is the cluster's to say)."""
+        return {
+            setting.name: getattr(self, setting.name)
+            for setting in QUEUE_SETTINGS
+            if setting.name not in _NOT_FIXED
+        }
+
     def contradictions(self, **given: Any) -> list[str]:
         """How the given settings (by name, e.g. ``visibility_timeout_ms``; ``None``: not
         given) contradict this queue, one phrase each, e.g. ``visibility timeout 30s (given:
@@ -283,6 +292,11 @@ class Queue:
                 words = setting.name.removesuffix("_ms").replace("_", " ")
                 found.append(f"{words} {shown(mine)} (given: {shown(value)})")
         return found
+
+
+#: Settings of a queue that are not fixed by its definition: its name, and the partition counts
+#: the cluster's topics have.
+_NOT_FIXED = frozenset({"topic", "group", "partitions", "aux_partitions"})
 
 
 def policy_definition(policy: RetryPolicy) -> dict[str, Any]:

@@ -122,13 +122,7 @@ def _plan_queue(
     registered = load_registry(settings)
     stored = registered.queues.get((queue.topic, queue.group))
     if stored is not None and not redefine:
-        differences = stored.contradictions(
-            retry_policy=queue.retry_policy,
-            visibility_timeout_ms=queue.visibility_timeout_ms,
-            max_redeliveries=queue.max_redeliveries,
-            value_format=queue.value_format,
-            key_format=queue.key_format,
-        )
+        differences = stored.contradictions(**queue.fixed_settings())
         if differences:
             raise QueueConflictError(
                 f"queue {queue} is already defined with other settings: {'; '.join(differences)}"

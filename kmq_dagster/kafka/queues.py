@@ -82,12 +82,8 @@ def open_declared_queue(settings: KmqSettings, declared: Queue) -> OpenedQueue:
         settings,
         declared.topic,
         declared.group,
-        retry_policy=declared.retry_policy,
-        visibility_timeout_ms=declared.visibility_timeout_ms,
-        max_redeliveries=declared.max_redeliveries,
         partitions=declared.partitions,
-        value_format=declared.value_format,
-        key_format=declared.key_format,
+        **declared.fixed_settings(),
     )
 
 

@@ -44,3 +44,21 @@ def test_equal_unknown_or_left_out_values_never_contradict() -> None:
 def test_a_name_that_is_no_setting_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="visibility_timeout"):
         STORED.contradictions(visibility_timeout=30_000)
+
+
+def test_a_declared_queue_is_compared_on_every_setting_its_definition_fixes() -> None:
+    # What provisioning and open_declared_queue compare: all but the name and partition counts.
+    declared = STORED.replace(
+        partitions=16,
+        aux_partitions=2,
+        visibility_timeout_ms=60_000,
+        max_redeliveries=7,
+        key_format=ValueFormat.JSON,
+    )
+
+    assert STORED.contradictions(**STORED.fixed_settings()) == []
+    assert STORED.contradictions(**declared.fixed_settings()) == [
+        "visibility timeout 30s (given: 1m)",
+        "max redeliveries 3 (given: 7)",
+        "key format bytes (given: json)",
+    ]
