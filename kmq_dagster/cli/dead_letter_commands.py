@@ -14,6 +14,7 @@ import click
 
 from kmq_dagster.cli.app import cli, configure_logging, connection_options, settings_of, verbose
 from kmq_dagster.cli.options import (
+    DeadLetterSource,
     actor_option,
     audit_url_option,
     dead_letter_selection_options,
@@ -125,10 +126,7 @@ def _quiet_logs(ctx: click.Context, command: str) -> None:
 @click.pass_context
 def replay(
     ctx: click.Context,
-    topic: str | None,
-    group: str | None,
-    dlq_topic: str | None,
-    dead_letter_format: str,
+    source: DeadLetterSource,
     selection: ReplaySelection,
     target: str | None,
     to_topic: str | None,
@@ -142,12 +140,11 @@ def replay(
     """Send GROUP's dead letters of TOPIC (or those of --dlq-topic) back; run the same command
     again to resume."""
     from kmq_dagster.audit.store import AuditStore
-    from kmq_dagster.kafka.foreign_dlq import open_dead_letters
     from kmq_dagster.operations.replay import replay_dead_letters, target_topic
 
     _quiet_logs(ctx, "replay")
     settings = settings_of(ctx)
-    target = target or ("original" if dlq_topic else "retry")
+    target = target or ("original" if source.dlq_topic else "retry")
     request = ReplayRequest(
         selection,
         target=target,
@@ -157,10 +154,7 @@ def replay(
         max_replays=max_replays,
         replay_id=replay_id,
     )
-    opened = open_dead_letters(
-        settings, topic=topic, group=group, dlq_topic=dlq_topic,
-        dead_letter_format=dead_letter_format,
-    )  # fmt: skip
+    opened = source.open(settings)
     queue = opened.queue
     goes_to = target if to_topic is None else target_topic(queue, request)
     progress = LiveLine()
@@ -221,27 +215,20 @@ def _print_report(report: ReplayReport) -> None:
 @click.pass_context
 def ingest(
     ctx: click.Context,
-    topic: str | None,
-    group: str | None,
-    dlq_topic: str | None,
-    dead_letter_format: str,
+    source: DeadLetterSource,
     once: bool,
     audit_url: str | None,
 ) -> None:
     """Copy GROUP's dead letters of TOPIC (or those of --dlq-topic, in its --format) into the
     audit store (idempotent; resumable)."""
     from kmq_dagster.audit.store import AuditStore
-    from kmq_dagster.kafka.foreign_dlq import open_dead_letters
     from kmq_dagster.operations.audited_ingest import run_ingest
     from kmq_dagster.operations.dlq_ingester import DlqIngester
 
     if once:
         _quiet_logs(ctx, "ingest")
     settings = settings_of(ctx)
-    opened = open_dead_letters(
-        settings, topic=topic, group=group, dlq_topic=dlq_topic,
-        dead_letter_format=dead_letter_format,
-    )  # fmt: skip
+    opened = source.open(settings)
     store = AuditStore(audit_url)
     ingester = DlqIngester(opened, store)
     try:

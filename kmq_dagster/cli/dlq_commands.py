@@ -10,7 +10,11 @@ from typing import Any
 import click
 
 from kmq_dagster.cli.app import cli, connection_options, settings_of
-from kmq_dagster.cli.options import dead_letter_selection_options, dead_letter_source_options
+from kmq_dagster.cli.options import (
+    DeadLetterSource,
+    dead_letter_selection_options,
+    dead_letter_source_options,
+)
 from kmq_dagster.core.replay import ReplaySelection
 from kmq_dagster.core.terminal_text import escape_control
 from kmq_dagster.core.wording import counted
@@ -30,23 +34,16 @@ def dlq() -> None:
 @click.pass_context
 def dlq_list(
     ctx: click.Context,
-    topic: str | None,
-    group: str | None,
-    dlq_topic: str | None,
-    dead_letter_format: str,
+    source: DeadLetterSource,
     selection: ReplaySelection,
     limit: int,
     as_json: bool,
 ) -> None:
     """The first dead letters of GROUP's DLQ (or of --dlq-topic) that the filters select,
     partition by partition."""
-    from kmq_dagster.kafka.foreign_dlq import open_dead_letters
     from kmq_dagster.operations.dead_letter_reader import list_dead_letters
 
-    opened = open_dead_letters(
-        settings_of(ctx), topic=topic, group=group, dlq_topic=dlq_topic,
-        dead_letter_format=dead_letter_format,
-    )  # fmt: skip
+    opened = source.open(settings_of(ctx))
     page = list_dead_letters(opened, selection, limit=limit)
     for letter in page.letters:
         summary = _summary(letter.partition, letter.offset, letter.key, letter.row)
@@ -66,26 +63,19 @@ def dlq_list(
 @click.pass_context
 def dlq_show(
     ctx: click.Context,
-    topic: str | None,
-    group: str | None,
-    dlq_topic: str | None,
-    dead_letter_format: str,
+    source: DeadLetterSource,
     where: str,
     as_json: bool,
 ) -> None:
     """One dead letter in full: its error, headers, traceback and value."""
     from kmq_dagster.core.masking import masker_from_env
     from kmq_dagster.core.rendering import render_bytes
-    from kmq_dagster.kafka.foreign_dlq import open_dead_letters
     from kmq_dagster.operations.dead_letter_reader import show_dead_letter
 
     partition, _, offset = where.partition(":")
     if not (partition.isdigit() and offset.isdigit()):
         raise click.BadParameter(f"expected PARTITION:OFFSET, got {where!r}", param_hint="WHERE")
-    opened = open_dead_letters(
-        settings_of(ctx), topic=topic, group=group, dlq_topic=dlq_topic,
-        dead_letter_format=dead_letter_format,
-    )  # fmt: skip
+    opened = source.open(settings_of(ctx))
     letter = show_dead_letter(opened, int(partition), int(offset))
     masker = masker_from_env(os.environ)
     kind, value = render_bytes(letter.value, masker=masker)

@@ -13,8 +13,9 @@ import functools
 import signal
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -24,6 +25,10 @@ from kmq_dagster.core.dead_letter_formats import FORMATS
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.core.queue_settings import CONCURRENCY, NON_RETRYABLE, ORDERING
 from kmq_dagster.core.replay import ReplaySelection, TimeBound, parse_offsets
+
+if TYPE_CHECKING:
+    from kmq_dagster.kafka.opened_queue import OpenedQueue
+    from kmq_dagster.settings import KmqSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,8 +67,34 @@ def gathered_options(
 topic_option = click.option("--topic", "-t", required=True, help="The queue topic.")
 group_option = click.option("--group", "-g", required=True, help="Consumer group.")
 queue_options = add_options([topic_option, group_option])
-#: Where dead letters are read: a kmq queue's DLQ, or a dead-letter topic of its own.
-dead_letter_source_options = add_options(
+
+
+@dataclass(frozen=True)
+class DeadLetterSource:
+    """Where a command reads dead letters: a queue's DLQ (``topic`` and ``group``) or a
+    dead-letter topic of its own (``dlq_topic``, in ``dead_letter_format``)."""
+
+    topic: str | None
+    group: str | None
+    dlq_topic: str | None
+    dead_letter_format: str
+
+    def open(self, settings: KmqSettings) -> OpenedQueue:
+        """The dead letters opened (see ``open_dead_letters`` for the errors)."""
+        from kmq_dagster.kafka.foreign_dlq import open_dead_letters
+
+        return open_dead_letters(
+            settings, topic=self.topic, group=self.group, dlq_topic=self.dlq_topic,
+            dead_letter_format=self.dead_letter_format,
+        )  # fmt: skip
+
+
+#: ``--topic``/``--group`` or ``--dlq-topic``/``--format``: the command receives them as one
+#: ``source: DeadLetterSource``.
+dead_letter_source_options = gathered_options(
+    "source",
+    DeadLetterSource,
+    ("topic", "group", "dlq_topic", "dead_letter_format"),
     [
         click.option("--topic", "-t", help="The queue topic (with --group)."),
         click.option("--group", "-g", help="Consumer group (with --topic)."),
@@ -81,7 +112,7 @@ dead_letter_source_options = add_options(
             help="How --dlq-topic's headers name the original and the error: kmq (ours) or "
             "spring (Spring Kafka's kafka_dlt-* headers).",
         ),
-    ]
+    ],
 )
 audit_url_option = click.option(
     "--audit-url",
