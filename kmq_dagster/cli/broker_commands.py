@@ -8,19 +8,13 @@ from pathlib import Path
 import click
 
 from kmq_dagster.cli.app import cli
-from kmq_dagster.cli.options import stop_on_signals
+from kmq_dagster.cli.options import port_option, stop_on_signals
 from kmq_dagster.errors import BrokerError
 from kmq_dagster.settings import DEFAULT_BROKER_PORT
 
 
 @cli.command()
-@click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=DEFAULT_BROKER_PORT,
-    show_default=True,
-    help="Loopback port to serve Kafka on; 0 picks a free one.",
-)
+@port_option("--port", DEFAULT_BROKER_PORT, "Loopback port to serve Kafka on; 0 picks a free one.")
 @click.option(
     "--data-dir",
     metavar="DIRECTORY",

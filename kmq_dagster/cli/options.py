@@ -114,6 +114,15 @@ dead_letter_source_options = gathered_options(
         ),
     ],
 )
+
+
+def port_option(flag: str, default: int, help: str) -> Callable[[F], F]:
+    """A TCP port to listen on (0: a free one, which the command reports)."""
+    return click.option(
+        flag, type=click.IntRange(0, 65535), default=default, show_default=True, help=help
+    )
+
+
 audit_url_option = click.option(
     "--audit-url",
     metavar="URL",

@@ -16,6 +16,7 @@ from kmq_dagster.cli.options import (
     first_stop_signal,
     metrics_port_option,
     non_retryable_option,
+    port_option,
     queue_options,
     serve_metrics_of,
     stop_on_signals,
@@ -153,20 +154,8 @@ def _show_batch(report: BatchReport) -> None:
     help="Run the demo in Dagster (webserver and daemon) and the console, with a trickle of "
     "orders and a scripted downstream outage, until Ctrl-C.",
 )
-@click.option(
-    "--dagster-port",
-    type=click.IntRange(0, 65535),
-    default=3000,
-    show_default=True,
-    help="With --ui: the Dagster webserver's port (0: a free one).",
-)
-@click.option(
-    "--console-port",
-    type=click.IntRange(0, 65535),
-    default=8501,
-    show_default=True,
-    help="With --ui: the console's port (0: a free one).",
-)
+@port_option("--dagster-port", 3000, "With --ui: the Dagster webserver's port (0: a free one).")
+@port_option("--console-port", 8501, "With --ui: the console's port (0: a free one).")
 @connection_options
 @click.pass_context
 def demo(
