@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Annotated
 
 from sqlalchemy import (
     BigInteger,
@@ -26,7 +27,13 @@ STATUSES = ("new", "replayed", "discarded")
 
 
 class Base(DeclarativeBase):
-    pass
+    # Every moment is stored with its time zone.
+    type_annotation_map = {datetime: DateTime(timezone=True)}
+
+
+#: A Kafka topic name (249 characters at most) and a consumer group id, as columns.
+TopicName = Annotated[str, mapped_column(String(249))]
+GroupId = Annotated[str, mapped_column(String(255))]
 
 
 def as_utc(moment: datetime) -> datetime:
@@ -60,11 +67,11 @@ class DeadLetter(Base):
     )  # fmt: skip
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    dlq_topic: Mapped[str] = mapped_column(String(249))
+    dlq_topic: Mapped[TopicName]
     dlq_partition: Mapped[int] = mapped_column(Integer)
     dlq_offset: Mapped[int] = mapped_column(BigInteger)
-    queue_topic: Mapped[str] = mapped_column(String(249))
-    group_id: Mapped[str] = mapped_column(String(255))
+    queue_topic: Mapped[TopicName]
+    group_id: Mapped[GroupId]
     key: Mapped[bytes | None] = mapped_column(LargeBinary)
     value: Mapped[bytes | None] = mapped_column(LargeBinary)
     value_size: Mapped[int] = mapped_column(Integer)
@@ -80,10 +87,10 @@ class DeadLetter(Base):
     original_topic: Mapped[str | None] = mapped_column(String(249))
     original_partition: Mapped[int | None] = mapped_column(Integer)
     original_offset: Mapped[int | None] = mapped_column(BigInteger)
-    first_failure_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    last_failure_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    first_failure_at: Mapped[datetime]
+    last_failure_at: Mapped[datetime]
     status: Mapped[str] = mapped_column(String(16), default="new")
-    ingested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ingested_at: Mapped[datetime]
     # A Schema Registry value (migration 0005; see kmq_dagster.audit.stored_values): ``value``
     # then holds its decoded, masked JSON; all empty for any other value.
     #: ``avro``, ``protobuf`` or ``json-schema`` (empty when unknown or not framed).
@@ -113,20 +120,20 @@ class Action(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     kind: Mapped[str] = mapped_column(String(32))
     actor: Mapped[str] = mapped_column(String(255))
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    queue_topic: Mapped[str] = mapped_column(String(249))
-    group_id: Mapped[str] = mapped_column(String(255))
+    at: Mapped[datetime]
+    queue_topic: Mapped[TopicName]
+    group_id: Mapped[GroupId]
     selection: Mapped[str] = mapped_column(Text)
     count: Mapped[int] = mapped_column(Integer)
     target: Mapped[str | None] = mapped_column(String(249))
     dry_run: Mapped[bool] = mapped_column(Boolean)
     outcome: Mapped[str] = mapped_column(Text)
     state: Mapped[str] = mapped_column(String(16), default="succeeded")
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None]
     #: ``host:pid`` of the process running it.
     owner: Mapped[str | None] = mapped_column(String(255))
     #: While running: the owner's heartbeat reaches this far; past it, the owner is gone.
-    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime | None]
 
 
 class ActionLease(Base):
@@ -139,18 +146,18 @@ class ActionLease(Base):
     __tablename__ = "action_leases"
 
     action_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    queue_topic: Mapped[str] = mapped_column(String(249))
-    group_id: Mapped[str] = mapped_column(String(255))
-    acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    queue_topic: Mapped[TopicName]
+    group_id: Mapped[GroupId]
+    acquired_at: Mapped[datetime]
 
 
 class BreakerTransition(Base):
     __tablename__ = "breaker_transitions"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    queue_topic: Mapped[str] = mapped_column(String(249))
-    group_id: Mapped[str] = mapped_column(String(255))
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    queue_topic: Mapped[TopicName]
+    group_id: Mapped[GroupId]
+    at: Mapped[datetime]
     from_state: Mapped[str] = mapped_column(String(16))
     to_state: Mapped[str] = mapped_column(String(16))
     error_rate: Mapped[float] = mapped_column(Float)
@@ -177,9 +184,9 @@ class Alert(Base):
     __tablename__ = "alerts"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    queue_topic: Mapped[str] = mapped_column(String(249))
-    group_id: Mapped[str] = mapped_column(String(255))
+    at: Mapped[datetime]
+    queue_topic: Mapped[TopicName]
+    group_id: Mapped[GroupId]
     severity: Mapped[str] = mapped_column(String(16))
     message: Mapped[str] = mapped_column(Text)
 
@@ -189,9 +196,9 @@ class QueueSnapshot(Base):
     __table_args__ = (Index("ix_queue_snapshots_queue", "queue_topic", "group_id", "at"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    queue_topic: Mapped[str] = mapped_column(String(249))
-    group_id: Mapped[str] = mapped_column(String(255))
+    at: Mapped[datetime]
+    queue_topic: Mapped[TopicName]
+    group_id: Mapped[GroupId]
     lag: Mapped[int] = mapped_column(BigInteger)
     inflight: Mapped[int] = mapped_column(BigInteger)
     oldest_unacked_age_ms: Mapped[int | None] = mapped_column(BigInteger)
@@ -238,11 +245,11 @@ class DeadLetterEvent(Base):
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    dlq_topic: Mapped[str] = mapped_column(String(249))
+    dlq_topic: Mapped[TopicName]
     dlq_partition: Mapped[int] = mapped_column(Integer)
     dlq_offset: Mapped[int] = mapped_column(BigInteger)
     kind: Mapped[str] = mapped_column(String(32))
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    at: Mapped[datetime]
     actor: Mapped[str] = mapped_column(String(255))
     #: The discard's reason, or the replay's id.
     detail: Mapped[str] = mapped_column(Text)
