@@ -9,9 +9,8 @@ those, so replay and discard act on the same dead letters the page shows.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kmq_dagster.audit.browse import DlqSelection, dlq_selection
 from kmq_dagster.audit.filters import DeadLetterFilter
@@ -19,7 +18,6 @@ from kmq_dagster.audit.models import Action
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.console import jobs
 from kmq_dagster.console.auth import OPERATOR, Principal, require_role
-from kmq_dagster.core.headers import Headers
 from kmq_dagster.core.replay import DEFAULT_MAX_REPLAYS, TO_RETRY, ReplaySelection
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.foreign_dlq import open_stored_dead_letters
@@ -35,32 +33,18 @@ from kmq_dagster.settings import KmqSettings
 
 @dataclass(frozen=True)
 class OffsetsSelection(ReplaySelection):
-    """Exactly the DLQ offsets a console filter resolved to, however many: matched by binary
-    search, and described by the filter and a digest (the same rows give the same replay id,
-    so a replay that is started twice or interrupted resumes instead of repeating)."""
+    """Exactly the DLQ offsets a console filter resolved to, however many, described by the
+    filter and a digest (the same rows give the same replay id, so a replay that is started
+    twice or interrupted resumes instead of repeating)."""
 
     label: str = ""
-    _starts: dict[int, list[int]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, selection: DlqSelection, where: DeadLetterFilter) -> OffsetsSelection:
         spans = {p: _spans(offsets) for p, offsets in selection.offsets.items()}
         digest = hashlib.sha256(repr(sorted(spans.items())).encode()).hexdigest()[:12]
         label = f"console filter {where.describe()}: {selection.count} dead letters ({digest})"
-        starts = {p: [first for first, _ in ranges] for p, ranges in spans.items()}
-        return cls(offsets=spans, label=label, _starts=starts)
-
-    def matches(
-        self,
-        partition: int,
-        offset: int,
-        key: bytes | None,
-        headers: Headers | None,
-        dead_lettered_ms: int,
-    ) -> bool:
-        starts = self._starts.get(partition, [])
-        index = bisect.bisect_right(starts, offset) - 1
-        return index >= 0 and offset <= self.offsets[partition][index][1]
+        return cls(offsets=spans, label=label)
 
     def describe(self) -> str:
         return self.label

@@ -8,7 +8,9 @@ between the DLQ and the queue for ever.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -175,6 +177,22 @@ class ReplaySelection:
             until=None if self.until is None else resolve_time(self.until, now_ms),
         )  # __post_init__ checks the resolved range
 
+    @functools.cached_property
+    def _offset_index(self) -> dict[int, tuple[list[int], list[int]]]:
+        """Per partition, the offset ranges merged and sorted, as their firsts and their lasts:
+        one binary search per dead letter, however many ranges (a console selection has one
+        per stretch of selected rows). ``offsets`` itself stays as given: it is in the id."""
+        index = {}
+        for partition, spans in self.offsets.items():
+            merged: list[list[int]] = []
+            for first, last in sorted(spans):
+                if merged and first <= merged[-1][1] + 1:
+                    merged[-1][1] = max(merged[-1][1], last)
+                else:
+                    merged.append([first, last])
+            index[partition] = ([first for first, _ in merged], [last for _, last in merged])
+        return index
+
     def matches(
         self,
         partition: int,
@@ -186,8 +204,9 @@ class ReplaySelection:
         """Whether the dead letter at ``partition``/``offset`` is selected (call on a
         :meth:`resolved` selection)."""
         if self.offsets:
-            spans = self.offsets.get(partition, ())
-            if not any(first <= offset <= last for first, last in spans):
+            firsts, lasts = self._offset_index.get(partition, ([], []))
+            at = bisect.bisect_right(firsts, offset) - 1
+            if at < 0 or offset > lasts[at]:
                 return False
         if self.key is not None and key != self.key:
             return False

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kmq_dagster.cli import main
 from kmq_dagster.core.headers import DLQ_REASON, ERROR_TYPE, ORIGINAL_TOPIC, REDELIVERY_COUNT
@@ -93,6 +95,25 @@ def test_the_edges_of_an_offset_range_and_the_since_time_are_selected() -> None:
     assert not selection.matches(0, 9, None, None, 150)
     assert selection.matches(0, 15, None, None, 100)  # dead-lettered exactly at --since
     assert selection.matches(0, 15, None, None, 199)
+
+
+_SPANS = st.lists(
+    st.tuples(st.integers(0, 60), st.integers(0, 15)).map(lambda s: (s[0], s[0] + s[1])),
+    max_size=8,
+)
+
+
+@given(
+    st.dictionaries(st.integers(0, 2), _SPANS, min_size=1), st.integers(0, 2), st.integers(0, 80)
+)
+def test_an_offset_is_selected_exactly_when_one_of_its_partitions_ranges_holds_it(
+    spans: dict[int, list[tuple[int, int]]], partition: int, offset: int
+) -> None:
+    # Ranges as an operator may type them: in any order, overlapping, touching.
+    selection = ReplaySelection(offsets={p: tuple(ranges) for p, ranges in spans.items()})
+    held = any(first <= offset <= last for first, last in spans.get(partition, []))
+
+    assert selection.matches(partition, offset, None, None, 0) is held
 
 
 def test_no_filter_selects_everything_and_a_quoted_key_or_error_type_matches_only_itself() -> None:
