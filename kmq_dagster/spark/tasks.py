@@ -23,15 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kmq_dagster.core.ordering import Ordering
-from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.ranges import extend_runs, offset_runs, source_runs
-from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.marker_writer import MarkerWriter
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.record_columns import Record, record_columns
 from kmq_dagster.kafka.slice_reader import Slice, SliceReader
-from kmq_dagster.settings import KmqSettings
 from kmq_dagster.spark.concurrent_calls import ChunkCaller, chunk_caller
 from kmq_dagster.spark.message import SparkMessage, spark_message_class, spark_messages
 from kmq_dagster.spark.process import Function, message_rows, output_columns
@@ -56,20 +53,8 @@ class TaskConfig:
     ordering: Ordering = Ordering.PARTITION
 
     @property
-    def settings(self) -> KmqSettings:
-        return self.opened.settings
-
-    @property
-    def queue(self) -> Queue:
-        return self.opened.queue
-
-    @property
-    def policy(self) -> RetryPolicy:
-        return self.opened.queue.retry_policy
-
-    @property
     def visibility_timeout_ms(self) -> int:
-        return self.queue.visibility_timeout_ms
+        return self.opened.queue.visibility_timeout_ms
 
 
 @dataclass(frozen=True)
@@ -135,13 +120,13 @@ class _Task:
         )
         self.timings = dict.fromkeys(("read", "function", "start_markers", "route", "write"), 0.0)
         self.report.timings_s = self.timings
-        self.markers = MarkerWriter(config.settings, config.queue.markers_topic)
+        self.markers = MarkerWriter(config.opened.settings, config.opened.queue.markers_topic)
         #: Messages of a queue with a declared format can decode themselves.
         self._message_type = spark_message_class(config.opened.codecs)
 
     def run(self, function: Function | None) -> TaskReport:
         began = time.perf_counter()
-        reader = SliceReader(self.config.settings, self.slices, self.stop_at)
+        reader = SliceReader(self.config.opened.settings, self.slices, self.stop_at)
         self.timings["read"] += time.perf_counter() - began
         rows = StagedFile(
             self.plan.sink,
@@ -153,7 +138,7 @@ class _Task:
         calls = (
             None
             if function is None
-            else chunk_caller(function, config.concurrency, config.ordering, config.queue.group)
+            else chunk_caller(function, config.concurrency, config.ordering, config.opened.group)
         )
         try:
             for work, records in self._timed(reader.chunks(), "read"):
@@ -263,7 +248,11 @@ def _router(config: TaskConfig) -> Any:
     from kmq_dagster.kafka.retry_router import RetryRouter
 
     key = json.dumps(
-        [config.settings.producer_config(), repr(config.queue), repr(config.policy)],
+        [
+            config.opened.settings.producer_config(),
+            repr(config.opened.queue),
+            repr(config.opened.queue.retry_policy),
+        ],
         sort_keys=True,
         default=str,
     )

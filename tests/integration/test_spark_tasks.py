@@ -37,8 +37,8 @@ def plan(tmp_path: Path, seconds: float = 30) -> BatchPlan:
 
 def topic_holding(settings: KmqSettings, config: TaskConfig, messages: int) -> str:
     """The queue topic, once the messages ``0`` to ``messages - 1`` are on it."""
-    produce(settings, config.queue.topic, [str(i).encode() for i in range(messages)])
-    return config.queue.topic
+    produce(settings, config.opened.topic, [str(i).encode() for i in range(messages)])
+    return config.opened.topic
 
 
 def markers(settings: KmqSettings, topic: str) -> list[StartMarker | EndMarker]:
