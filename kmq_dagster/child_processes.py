@@ -10,8 +10,6 @@ import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 
 def spawn_in_group(
@@ -44,33 +42,6 @@ def stop_groups(processes: Iterable[subprocess.Popen[bytes]], timeout_s: float =
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(10)
-
-
-class GroupService:
-    """A service made of child process groups, used as a context manager: whatever
-    :meth:`start` spawned is stopped however the start or the ``with`` body ends (a start that
-    fails half-way must not leave a webserver or a daemon behind)."""
-
-    def start(self) -> Self:
-        raise NotImplementedError
-
-    def stop(self, timeout_s: float = 30) -> None:
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class Lifeline:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from kmq_dagster.broker.ports import free_port
 from kmq_dagster.broker.process import ManagedProcess
+from kmq_dagster.core.lifecycle import Service
 from kmq_dagster.errors import AuditStoreError
 
 USER = "kmq"
@@ -46,7 +47,7 @@ def fresh_database(server_url: str) -> str:
     return f"{base}/{name}"
 
 
-class PostgresServer:
+class PostgresServer(Service):
     """One throwaway cluster in its own temporary directory (removed by :meth:`stop`)."""
 
     def __init__(self) -> None:
@@ -142,13 +143,6 @@ class PostgresServer:
                     log = (self.base_dir / "postgres.log").read_text(errors="replace")[-2000:]
                     raise AuditStoreError(f"PostgreSQL did not start again:\n{log}") from None
                 time.sleep(0.2)
-
-    def __enter__(self) -> PostgresServer:
-        self.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
 
     def stop(self) -> None:
         if self._process is not None:

@@ -16,13 +16,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from kmq_dagster.bench import fault_handler
 from kmq_dagster.bench.common import Report
 from kmq_dagster.bench.fleet import BrokerRun, Fleet, KmqProcess
 from kmq_dagster.bench.tally import Ledger
 from kmq_dagster.broker.ports import free_port
+from kmq_dagster.core.lifecycle import Service
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.errors import KmqError
@@ -60,7 +60,7 @@ class Workload:
     retry_delays_ms: tuple[int, ...] = (1_000, 2_000)
 
 
-class Scenario:
+class Scenario(Service):
     """One scenario's broker, queue, fleet and scratch folder."""
 
     def __init__(self, name: str, workload: Workload, report: Report, *, durable: bool = False):
@@ -95,25 +95,12 @@ class Scenario:
         )
         self.ledger: Ledger | None = None
 
-    def __enter__(self) -> Scenario:
-        try:
-            self.broker.start()
-            report = provision_queue(self.settings, self.queue, delay_queue=True)
-            self.queue = report.opened.queue  # with its auxiliary partition count
-        except BaseException:
-            self.close()
-            raise
-        return self
+    def start(self) -> None:
+        self.broker.start()
+        report = provision_queue(self.settings, self.queue, delay_queue=True)
+        self.queue = report.opened.queue  # with its auxiliary partition count
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
+    def stop(self) -> None:
         self.fleet.stop_all()
         if os.environ.get(KEEP_ENV):
             self.report(f"{self.name}: logs and data kept in {self.dir}")

@@ -13,7 +13,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 
 from kmq_dagster.broker.binaries import tansu_binary
@@ -21,6 +20,7 @@ from kmq_dagster.broker.ports import free_port, port_is_free
 from kmq_dagster.broker.probe import kafka_answers
 from kmq_dagster.broker.process import ManagedProcess
 from kmq_dagster.broker.seaweed import BUCKET, SeaweedS3
+from kmq_dagster.core.lifecycle import Service
 from kmq_dagster.errors import BrokerError
 
 #: Cluster id Tansu is started with; fixed so a durable data dir restarts as the same cluster.
@@ -28,7 +28,7 @@ CLUSTER_ID = "kmq-embedded"
 _LOCK_FILE = "kmq-broker.lock"
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(Service):
     """Start and stop the embedded Kafka-compatible broker.
 
     Args:
@@ -156,15 +156,3 @@ class EmbeddedBroker:
         if self._scratch_dir is not None:
             shutil.rmtree(self._scratch_dir, ignore_errors=True)
             self._scratch_dir = None
-
-    def __enter__(self) -> EmbeddedBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -17,15 +17,16 @@ import urllib.request
 from pathlib import Path
 
 from kmq_dagster.broker.ports import free_port
-from kmq_dagster.child_processes import GroupService, spawn_in_group, stop_groups
+from kmq_dagster.child_processes import spawn_in_group, stop_groups
 from kmq_dagster.console.launcher import LaunchOptions, check, environment, streamlit_argv
+from kmq_dagster.core.lifecycle import Service
 from kmq_dagster.errors import KmqError, KmqTimeoutError
 from kmq_dagster.settings import KmqSettings
 
 LOOPBACK = "127.0.0.1"
 
 
-class ConsoleService(GroupService):
+class ConsoleService(Service):
     """The console on ``127.0.0.1`` without login, reading ``audit_url``."""
 
     def __init__(

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from kmq_dagster.broker.ports import free_port
-from kmq_dagster.child_processes import GroupService, spawn_in_group, stop_groups
+from kmq_dagster.child_processes import spawn_in_group, stop_groups
+from kmq_dagster.core.lifecycle import Service
 from kmq_dagster.errors import KmqError, KmqTimeoutError
 
 #: The instance configuration: runs are monitored (a run worker that never starts is failed),
@@ -41,7 +42,7 @@ sensors:
 """
 
 
-class DagsterService(GroupService):
+class DagsterService(Service):
     """``dagster-webserver`` and ``dagster-daemon`` on ``workspace``.
 
     Args:

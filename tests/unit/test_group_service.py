@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from kmq_dagster.child_processes import GroupService, spawn_in_group, stop_groups
+from kmq_dagster.child_processes import spawn_in_group, stop_groups
+from kmq_dagster.core.lifecycle import Service
 
 
-class HalfStarted(GroupService):
+class HalfStarted(Service):
     """Spawns one child, then fails as a service whose second process does not come up."""
 
     def __init__(self, log_file: Path) -> None:
