@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kmq_dagster.bench.common import Cluster, Report, rotated
+from kmq_dagster.bench.parallel_bare import bare_asyncio_s, bare_threads_s
 from kmq_dagster.bench.parallel_memory import SAMPLE_EVERY_S, RssFigures, drain_with_rss
 from kmq_dagster.bench.parallel_runs import (
     CallLog,
@@ -81,6 +82,9 @@ class ParallelFigures:
     runs: dict[str, list[Drain]] = field(default_factory=dict)
     #: The shape's floor with unlimited fetch speed and free CPU, per ordering.
     floors_s: dict[str, float] = field(default_factory=dict)
+    #: Python alone on the same waits (no Kafka, no kmq), seconds per round: the floor this
+    #: interpreter sets on this machine (:mod:`~kmq_dagster.bench.parallel_bare`).
+    python_alone_s: dict[str, list[float]] = field(default_factory=dict)
     #: The backlog run's memory, when asked for.
     rss: RssFigures | None = None
 
@@ -117,6 +121,13 @@ class ParallelFigures:
                 f"{name:<22} {self.rate(name) / 1000:>6.1f}k/s {rounds:>26} {'':>8} "
                 f"{self.cpu_share(name):>8.2f}"
             )
+        alone = self.python_alone()
+        lines.append(
+            "python alone, same waits (no Kafka, no kmq): threads key "
+            f"{alone['threads_key']:.2f} s, unordered {alone['threads_unordered']:.2f} s; asyncio "
+            f"key {alone['asyncio_key']:.2f} s, unordered {alone['asyncio_unordered']:.2f} s; "
+            f"the I/O run's awaits {self.io_python_alone_rate() / 1000:.1f}k/s"
+        )
         if self.rss is not None:
             rss = self.rss
             lines.append(
@@ -131,6 +142,13 @@ class ParallelFigures:
             )
         return lines
 
+    def python_alone(self) -> dict[str, float]:
+        """Median seconds of each of Python's own runs."""
+        return {name: statistics.median(runs) for name, runs in self.python_alone_s.items()}
+
+    def io_python_alone_rate(self) -> float:
+        return self.sizes.io_messages / self.python_alone()["asyncio_io"]
+
     def as_json(self) -> str:
         figures: dict[str, Any] = {
             f"seconds_{name}": round(self.seconds(name), 3) for name in SHAPES
@@ -143,6 +161,10 @@ class ParallelFigures:
             "noop_n1_ratio": round(serial / direct, 3) if direct else 0.0,
             "noop_concurrent_loop_msgs_per_s": round(self.rate("noop_concurrent_loop")),
             "floor_seconds": {name: round(s, 3) for name, s in self.floors_s.items()},
+            "python_alone_seconds": {
+                name: round(seconds, 3) for name, seconds in self.python_alone().items()
+            },
+            "io_python_alone_msgs_per_s": round(self.io_python_alone_rate()),
             "cpu_per_wall": {name: round(self.cpu_share(name), 2) for name in self.runs},
             "handled": {name: self.handled(name) for name in self.runs},
             "messages": {name: self._messages(name) for name in self.runs},
@@ -197,10 +219,29 @@ def run_parallel_benchmark(
                 f"({drain.msgs_per_s:,.0f} msg/s, handled {drain.handled:,}, "
                 f"acked {drain.acked:,}, cpu {drain.cpu_s:.2f} s)"
             )
+        for name, measure in _python_alone(sizes, waits_s).items():
+            figures.python_alone_s.setdefault(name, []).append(measure())
+            report(
+                f"round {round_number}/{sizes.rounds}: python alone, {name:<17} "
+                f"{figures.python_alone_s[name][-1]:7.2f} s"
+            )
     if rss_backlog:
         with cluster() as settings:
             figures.rss = drain_with_rss(settings, rss_backlog, report)
     return figures
+
+
+def _python_alone(sizes: ParallelSizes, waits_s: list[float]) -> dict[str, Callable[[], float]]:
+    """Python's own runs of the shape's waits and of the I/O run's, by name."""
+    keys, concurrency = sizes.keys, sizes.concurrency
+    io_waits_s = [sizes.io_wait_ms / 1000] * sizes.io_messages
+    return {
+        "threads_key": lambda: bare_threads_s(waits_s, keys, concurrency, keyed=True),
+        "threads_unordered": lambda: bare_threads_s(waits_s, keys, concurrency, keyed=False),
+        "asyncio_key": lambda: bare_asyncio_s(waits_s, keys, concurrency, keyed=True),
+        "asyncio_unordered": lambda: bare_asyncio_s(waits_s, keys, concurrency, keyed=False),
+        "asyncio_io": lambda: bare_asyncio_s(io_waits_s, keys, sizes.io_concurrency, keyed=False),
+    }
 
 
 def _plan(sizes: ParallelSizes, waits_s: list[float]) -> dict[str, Callable[[KmqSettings], Drain]]:

@@ -52,6 +52,8 @@ def test_bench_parallel_prints_every_figure_and_handles_every_message_in_every_r
         "rss_peak_mb",
         "rss_end_mb",
         "rss_slope_mb_per_min",
+        "python_alone_seconds",
+        "io_python_alone_msgs_per_s",
     } <= set(figures)
     # every run handled (the handler returned) and acknowledged every message it was given
     assert figures["messages"] == RUNS
@@ -60,6 +62,12 @@ def test_bench_parallel_prints_every_figure_and_handles_every_message_in_every_r
     assert figures["noop_n1_ratio"] == pytest.approx(
         figures["noop_n1_msgs_per_s"] / figures["noop_n1_direct_msgs_per_s"], abs=0.002
     )
+    # Python alone on the same waits, the floor each figure is read against
+    assert set(figures["python_alone_seconds"]) == {
+        "threads_key", "threads_unordered", "asyncio_key", "asyncio_unordered", "asyncio_io"
+    }  # fmt: skip
+    assert figures["io_python_alone_msgs_per_s"] > 0
+    assert "python alone, same waits" in result.stderr
     # the peak is the highest RSS seen, the kernel's high-water mark or a sample above it
     assert 0 < figures["rss_start_mb"] <= figures["rss_peak_mb"]
     assert max(figures["rss_samples_mb"]) <= figures["rss_peak_mb"]
