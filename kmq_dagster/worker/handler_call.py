@@ -70,6 +70,16 @@ class HandlerCall:
             return None
         return self.settle(result)
 
+    def hot_call(self) -> tuple[Handler, Callable[[object], object]]:
+        """What a loop calling once per message calls instead of :meth:`run`, checking
+        tracing once rather than per call: the handler, and what a result that is not ``None``
+        still needs (an awaitable, a generator). Without tracing, the user's function itself and
+        :meth:`settle`, one Python frame less per message than :meth:`run`; with it, the span
+        call, which settles its result itself."""
+        if tracing_active():
+            return self, _as_is
+        return self.handler, self.settle
+
     def settle(self, result: object) -> object:
         """What a call's return value still needs for its work to have run: an awaitable is
         awaited (on this call's own event loop) and its result returned; a generator is refused.
@@ -99,6 +109,10 @@ class HandlerCall:
             self._loop = asyncio.new_event_loop()
         coroutine: Coroutine[Any, Any, object] = _await(awaitable)
         return self._loop.run_until_complete(coroutine)
+
+
+def _as_is(result: object) -> object:
+    return result
 
 
 async def _await(awaitable: Any) -> object:

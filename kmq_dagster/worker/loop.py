@@ -225,43 +225,60 @@ class WorkerLoop:
         """
         consumer, stats, breaker, clock_ms = self.consumer, self.stats, self.breaker, self.clock_ms
         stopped = self.stop.is_set
-        call = self.runner.handler if tracing_active() else self.runner.handler.run
+        call, settle = self.runner.handler.hot_call()
         # A fetch without headers and without retry-topic records has no retry metadata to
         # check (the common case: one check per fetch, not a header read per message).
         metadata_problem = self.router.metadata_problem if consumer.fetch_has_metadata else None
         visibility_ms = consumer.visibility_timeout_ms
         third_ms = visibility_ms // 3
-        for index, message in enumerate(fetched):
-            if stopped() or (breaker is not None and not breaker.allows(clock_ms())):
-                return fetched[index:]  # buffered, not started: redelivered if never run
-            if metadata_problem is not None and metadata_problem(message) is not None:
-                return fetched[index:]  # routed to the DLQ by the scheduler's path
-            if breaker is not None:
-                breaker.started()
-            stats.calls_in_flight = 1  # read by ``kmq worker``'s stop deadline meanwhile
-            try:
-                call(message)
-            except BaseException as exc:  # every end but a return: the one after-call path
-                stats.calls_in_flight = 0
-                self._add(message, fetched_ms)
-                self._fetched_at_ms.pop(message)  # started: a retry in place waits its delay
-                self.scheduler.take(self.clock_ms(), 1)  # the only message: now in flight
-                self._handle_ends([CallEnd(message, exc)])
-                if self.scheduler.holds_any:  # retried in place, or held for the breaker
-                    return fetched[index + 1 :]
-                continue  # routed to its retry topic (or the DLQ): nothing waits for it
+        extend_at_ms = self._extended_at_ms + third_ms
+        # Read by ``kmq worker``'s stop deadline: a call runs, or is about to, until this
+        # returns (between two calls the loop only acknowledges and reads the clock).
+        stats.calls_in_flight = 1
+        try:
+            for index, message in enumerate(fetched):
+                if stopped() or (breaker is not None and not breaker.allows(clock_ms())):
+                    return fetched[index:]  # buffered, not started: redelivered if never run
+                if metadata_problem is not None and metadata_problem(message) is not None:
+                    return fetched[index:]  # routed to the DLQ by the scheduler's path
+                if breaker is not None:
+                    breaker.started()
+                try:
+                    result = call(message)
+                    if result is not None:
+                        settle(result)
+                except BaseException as exc:  # every end but a return: the one after-call path
+                    if not self._handle_failure(message, exc, fetched_ms):
+                        return fetched[index + 1 :]  # retried in place, or held for the breaker
+                    stats.calls_in_flight = 1
+                    continue  # routed to its retry topic (or the DLQ): nothing waits for it
+                consumer.ack(message)
+                stats.handled += 1
+                now_ms = clock_ms()
+                if breaker is not None:
+                    breaker.record(True, now_ms)
+                if now_ms >= extend_at_ms:
+                    # The rest of the fetch waits for this thread: keep it from being
+                    # redelivered.
+                    for waiting in fetched[index + 1 :]:
+                        consumer.extend(waiting, visibility_ms / 1000)
+                    self._extended_at_ms = now_ms
+                    extend_at_ms = now_ms + third_ms
+            return []
+        finally:
             stats.calls_in_flight = 0
-            consumer.ack(message)
-            stats.handled += 1
-            now_ms = clock_ms()
-            if breaker is not None:
-                breaker.record(True, now_ms)
-            if now_ms - self._extended_at_ms >= third_ms:
-                # The rest of the fetch waits for this thread: keep it from being redelivered.
-                for waiting in fetched[index + 1 :]:
-                    consumer.extend(waiting, visibility_ms / 1000)
-                self._extended_at_ms = now_ms
-        return []
+
+    def _handle_failure(self, message: KmqMessage, exc: BaseException, fetched_ms: int) -> bool:
+        """A straight call that did not return: its end takes the scheduler's path (its message
+        enters it as the call in flight). Returns whether the rest of the fetch may go on
+        straight (False: it was retried in place, or held for the breaker, and the rest waits
+        behind it)."""
+        self.stats.calls_in_flight = 0
+        self._add(message, fetched_ms)
+        self._fetched_at_ms.pop(message)  # started: a retry in place waits its delay
+        self.scheduler.take(self.clock_ms(), 1)  # the only message: now in flight
+        self._handle_ends([CallEnd(message, exc)])
+        return not self.scheduler.holds_any
 
     def _start(self, now_ms: int) -> None:
         self._start_calls(now_ms)

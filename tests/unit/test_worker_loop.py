@@ -427,6 +427,29 @@ def test_messages_waiting_behind_slow_calls_have_their_visibility_extended() -> 
     assert len(consumer.acked) == 4
 
 
+def test_messages_waiting_behind_calls_are_extended_once_every_third_of_the_timeout() -> None:
+    # given a fetch of six messages whose calls take 2 s each (fake clock), visibility 9 s:
+    # a third of it is 3 s
+    clock = FakeClock()
+
+    def handler(msg: KmqMessage) -> None:
+        clock.advance(2_000)
+
+    batch = [message("orders", i, b"%d" % i) for i in range(6)]
+    loop, consumer, _ = loop_for([batch], handler, clock=clock)
+
+    # when the worker runs the whole fetch in one step (12 s)
+    loop.step()
+
+    # then what waits is extended after the calls ending at 4 s and 8 s (the first ends 3 s
+    # or more after the last extension), by the whole timeout each time, and at no other call
+    assert [(m.value, seconds) for m, seconds in consumer.extended] == [
+        (b"2", 9.0), (b"3", 9.0), (b"4", 9.0), (b"5", 9.0),
+        (b"4", 9.0), (b"5", 9.0),
+    ]  # fmt: skip
+    assert len(consumer.acked) == 6
+
+
 def test_a_key_ordered_failure_is_retried_in_place_and_holds_only_its_own_key() -> None:
     # given key order, one call at a time, and a fetch where the first of key "a" fails once
     clock = FakeClock()
