@@ -19,12 +19,13 @@ from kmq_dagster.core.queue import Queue
 from kmq_dagster.core.retry import RetryPolicy
 from kmq_dagster.core.retry_headers import ATTEMPT, DUE_MS
 from kmq_dagster.errors import ConfigError
+from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.opened_queue import vouch_for
 from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.worker.handler_call import HandlerCall
-from kmq_dagster.worker.loop import WorkerLoop
+from kmq_dagster.worker.loop import WorkerLoop, per_message_clock
 from tests.unit.fakes import FakeClock, FakeConsumer, FakeProducer, message
 
 QUEUE = Queue("orders", "billing", partitions=1, retry_policy=RetryPolicy.fixed([5_000]))
@@ -425,6 +426,29 @@ def test_messages_waiting_behind_slow_calls_have_their_visibility_extended() -> 
     extended = [m.value for m, seconds in consumer.extended if seconds == 9.0]
     assert b"3" in extended and b"0" not in extended
     assert len(consumer.acked) == 4
+
+
+def test_the_per_message_clock_moves_as_the_real_clock_does() -> None:
+    # given the clock the loop reads once a message in place of the real wall clock
+    tick, ticks_per_ms = per_message_clock(wall_clock_ms)
+
+    # when 50 ms pass on the wall clock, read inside (tick read after the wall clock at the
+    # start, before it at the end) and around (the other way round) the ticks
+    outer_tick = tick()
+    start_ms = wall_clock_ms()
+    inner_tick = tick()
+    while wall_clock_ms() - start_ms < 50:
+        pass
+    inner_ticks = tick() - inner_tick
+    passed_ms = wall_clock_ms() - start_ms
+    outer_ticks = tick() - outer_tick
+
+    # then the ticks passed are those milliseconds, to the wall clock's rounding
+    assert inner_ticks / ticks_per_ms <= passed_ms + 1
+    assert outer_ticks / ticks_per_ms >= passed_ms - 1
+    # and a test's fake clock is read itself, so the loop's comparisons run on it
+    fake = FakeClock()
+    assert per_message_clock(fake) == (fake, 1)
 
 
 def test_messages_waiting_behind_calls_are_extended_once_every_third_of_the_timeout() -> None:
