@@ -51,10 +51,10 @@ from kmq_dagster.core.ordering import LaneScheduler, Ordering
 from kmq_dagster.core.retry import DeadLetter
 from kmq_dagster.core.retry_headers import Failure, read_attempt, read_first_failure_ms
 from kmq_dagster.core.wait_histogram import WaitHistogram
-from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.retry_router import GiveUp, RetryRouter, failure_of, logged_error_text
 from kmq_dagster.tracing import ORDERING_WAIT_MS, tracing_active
+from kmq_dagster.worker.deadline_alarm import EveryMessage, alarm_for
 from kmq_dagster.worker.handler_call import HandlerCall
 from kmq_dagster.worker.handler_runner import (
     CallEnd,
@@ -81,18 +81,6 @@ class InPlace:
 
 #: Longest wait for a call's end before the loop polls (and extends) again.
 END_WAIT_S = 0.05
-
-
-def per_message_clock(clock_ms: Callable[[], int]) -> tuple[Callable[[], float], float]:
-    """A clock read once a message to compare with a deadline, and its ticks in a millisecond.
-
-    For the real clock, :func:`time.monotonic` (seconds): a C call, where :func:`wall_clock_ms` is a
-    Python frame that cost a no-op handler's loop 15% of its instructions a message. Any
-    other clock (a test's fake) is read itself, so the same comparisons run on it.
-    """
-    if clock_ms is wall_clock_ms:
-        return time.monotonic, 0.001
-    return clock_ms, 1
 
 
 def default_max_buffered(concurrency: int) -> int:
@@ -136,6 +124,12 @@ class WorkerLoop:
         )
         #: Waits from fetch to call start: at 1 a call starts when the one before it ends.
         self.stats = WorkerStats(waits=WaitHistogram() if concurrency > 1 else None)
+        #: When the straight path's calls must stop to extend what waits behind them.
+        self._alarm = (
+            alarm_for(clock_ms, thread_name="kmq-extension-alarm")
+            if self.runner.inline
+            else EveryMessage()
+        )
         self.exit_code: int | None = None
         #: Every message held (waiting or running): what visibility extensions cover.
         self._held: dict[KmqMessage, None] = {}
@@ -191,11 +185,12 @@ class WorkerLoop:
             self._count_held()
         if self.scheduler.in_flight:
             log.warning("%d calls still running; left for redelivery", self.scheduler.in_flight)
-        self.runner.close()
+        self.close()
 
     def close(self) -> None:
-        """Stop the runner (after :meth:`drain`, or after an error in :meth:`step`)."""
+        """Stop the runner and the alarm (after :meth:`drain`, or an error in :meth:`step`)."""
         self.runner.close()
+        self._alarm.close()
 
     def _add_all(self, fetched: list[KmqMessage], fetched_ms: int) -> None:
         """Buffer a fetch's messages (one bookkeeping pass for the fetch, not per message)."""
@@ -238,18 +233,18 @@ class WorkerLoop:
         """
         consumer, stats, breaker, clock_ms = self.consumer, self.stats, self.breaker, self.clock_ms
         stopped = self.stop.is_set
-        tick, ticks_per_ms = per_message_clock(clock_ms)
+        alarm = self._alarm
+        rung = alarm.rung  # non-empty once the extension is due (always, on a test's clock)
         call, settle = self.runner.handler.hot_call()
         # A fetch without headers and without retry-topic records has no retry metadata to
         # check (the common case: one check per fetch, not a header read per message).
         metadata_problem = self.router.metadata_problem if consumer.fetch_has_metadata else None
         visibility_ms = consumer.visibility_timeout_ms
         third_ms = visibility_ms // 3
-        # The extension deadline on the per-message clock: the fetch's messages came in at
-        # ``fetched_ms``, read on both clocks (a tick apart at most).
-        extend_at = tick() + (self._extended_at_ms + third_ms - fetched_ms) * ticks_per_ms
+        extend_at_ms = self._extended_at_ms + third_ms
+        alarm.arm(extend_at_ms - fetched_ms)
         # Read by ``kmq worker``'s stop deadline: a call runs, or is about to, until this
-        # returns (between two calls the loop only acknowledges and reads the clock).
+        # returns (between two calls the loop only acknowledges, and extends once rung).
         stats.calls_in_flight = 1
         try:
             for index, message in enumerate(fetched):
@@ -272,13 +267,16 @@ class WorkerLoop:
                 stats.handled += 1
                 if breaker is not None:
                     breaker.record(True, clock_ms())
-                if tick() >= extend_at:
-                    # The rest of the fetch waits for this thread: keep it from being
-                    # redelivered.
-                    for waiting in fetched[index + 1 :]:
-                        consumer.extend(waiting, visibility_ms / 1000)
-                    self._extended_at_ms = clock_ms()
-                    extend_at = tick() + third_ms * ticks_per_ms
+                if rung:
+                    now_ms = clock_ms()
+                    if now_ms >= extend_at_ms:
+                        # The rest of the fetch waits for this thread: keep it from being
+                        # redelivered.
+                        for waiting in fetched[index + 1 :]:
+                            consumer.extend(waiting, visibility_ms / 1000)
+                        self._extended_at_ms = now_ms
+                        extend_at_ms = now_ms + third_ms
+                    alarm.arm(extend_at_ms - now_ms)
             return []
         finally:
             stats.calls_in_flight = 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterator
 
 import pytest
@@ -25,7 +26,7 @@ from kmq_dagster.kafka.opened_queue import vouch_for
 from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.worker.handler_call import HandlerCall
-from kmq_dagster.worker.loop import WorkerLoop, per_message_clock
+from kmq_dagster.worker.loop import WorkerLoop
 from tests.unit.fakes import FakeClock, FakeConsumer, FakeProducer, message
 
 QUEUE = Queue("orders", "billing", partitions=1, retry_policy=RetryPolicy.fixed([5_000]))
@@ -43,8 +44,9 @@ def loop_for(
     producer: FakeProducer | None = None,
     breaker: SharedBreaker | None = None,
     policy: RetryPolicy | None = None,
-    clock: FakeClock | None = None,
+    clock: Callable[[], int] | None = None,
     ordering: Ordering = Ordering.PARTITION,
+    visibility_timeout_ms: int = 9_000,
 ) -> tuple[WorkerLoop, FakeConsumer, FakeProducer]:
     clock = clock or FakeClock()
     producer = producer or FakeProducer()
@@ -53,7 +55,7 @@ def loop_for(
     router = RetryRouter(
         opened, clock_ms=clock, rng=random.Random(1), producer=producer,  # type: ignore[arg-type]
     )  # fmt: skip
-    consumer = FakeConsumer(batches, visibility_timeout_ms=9_000)
+    consumer = FakeConsumer(batches, visibility_timeout_ms=visibility_timeout_ms)
     loop = WorkerLoop(
         consumer,  # checked against the LoopConsumer protocol
         HandlerCall(handler),
@@ -428,27 +430,32 @@ def test_messages_waiting_behind_slow_calls_have_their_visibility_extended() -> 
     assert len(consumer.acked) == 4
 
 
-def test_the_per_message_clock_moves_as_the_real_clock_does() -> None:
-    # given the clock the loop reads once a message in place of the real wall clock
-    tick, ticks_per_ms = per_message_clock(wall_clock_ms)
+def test_on_the_real_clock_the_calls_waiting_behind_a_slow_one_are_extended_after_it() -> None:
+    # given a fetch of three messages, visibility 3 s (a third: 1 s), on the real clock: the
+    # first call lasts until the loop's extension alarm has rung
+    loop: WorkerLoop | None = None
 
-    # when 50 ms pass on the wall clock, read inside (tick read after the wall clock at the
-    # start, before it at the end) and around (the other way round) the ticks
-    outer_tick = tick()
-    start_ms = wall_clock_ms()
-    inner_tick = tick()
-    while wall_clock_ms() - start_ms < 50:
-        pass
-    inner_ticks = tick() - inner_tick
-    passed_ms = wall_clock_ms() - start_ms
-    outer_ticks = tick() - outer_tick
+    def handler(msg: KmqMessage) -> None:
+        assert loop is not None
+        started = time.monotonic()
+        while msg.value == b"0" and not loop._alarm.rung:
+            assert time.monotonic() - started < 10, "the extension alarm never rang"
+            time.sleep(0.001)
 
-    # then the ticks passed are those milliseconds, to the wall clock's rounding
-    assert inner_ticks / ticks_per_ms <= passed_ms + 1
-    assert outer_ticks / ticks_per_ms >= passed_ms - 1
-    # and a test's fake clock is read itself, so the loop's comparisons run on it
-    fake = FakeClock()
-    assert per_message_clock(fake) == (fake, 1)
+    batch = [message("orders", i, b"%d" % i) for i in range(3)]
+    loop, consumer, _ = loop_for([batch], handler, clock=wall_clock_ms, visibility_timeout_ms=3_000)
+
+    # when the worker runs the fetch
+    try:
+        loop.step()
+    finally:
+        loop.close()
+
+    # then the two waiting behind the slow call were extended after it, by the whole timeout
+    assert [(m.value, seconds) for m, seconds in consumer.extended][:2] == [
+        (b"1", 3.0), (b"2", 3.0),
+    ]  # fmt: skip
+    assert len(consumer.acked) == 3
 
 
 def test_messages_waiting_behind_calls_are_extended_once_every_third_of_the_timeout() -> None:
