@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from kmq_dagster.kafka.clients import ClientErrors, new_consumer
+from kmq_dagster.kafka.group_offsets import read_committed
 from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
@@ -73,12 +74,14 @@ class GroupLease:
             return set(self._owned)
 
     def committed(self, sources: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """The group's committed offset per partition (0 where none)."""
+        """The group's committed offset per partition (0 where none).
+
+        Raises:
+            KafkaUnavailableError: the offsets could not be read (never guessed as 0).
+        """
         with self._lock:
-            found = self._consumer.committed(
-                [TopicPartition(topic, p) for topic, p in sources], timeout=30
-            )
-        return {(tp.topic, tp.partition): max(tp.offset, 0) for tp in found}
+            found = read_committed(self._consumer, sources, timeout_s=30)
+        return {source: offset or 0 for source, offset in found.items()}
 
     def commit(self, offsets: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
         """Commit offsets of partitions still owned; returns those no longer owned (skipped)."""

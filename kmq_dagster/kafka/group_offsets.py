@@ -4,6 +4,8 @@ member's offsets as a :class:`~kmq_dagster.core.commits.CommitQueue` decided."""
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Sequence
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -13,6 +15,48 @@ from kmq_dagster.kafka.clients import CLIENT_LOGGER
 from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
+
+
+#: Pause between two reads of committed offsets while the group's coordinator answers with
+#: an error for some partition (it is moving, or loading the group's offsets).
+COMMITTED_RETRY_S = 0.2
+
+
+def read_committed(
+    consumer: Consumer, partitions: Sequence[tuple[str, int]], timeout_s: float
+) -> dict[tuple[str, int], int | None]:
+    """``consumer``'s group's committed offset on each (topic, partition); ``None`` where the
+    group has none.
+
+    A partition the coordinator answers with an error for is asked again until ``timeout_s``
+    has passed; it is never read as "nothing committed" (a replay or a Spark job would start
+    that partition over from its beginning).
+
+    Raises:
+        KafkaUnavailableError: no answer, or still an error for some partition, within
+            ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left_s = max(0.001, deadline - time.monotonic())
+        try:
+            found = consumer.committed(
+                [TopicPartition(topic, partition) for topic, partition in partitions],
+                timeout=left_s,
+            )
+        except KafkaException as exc:
+            problem = exc.args[0].str() if exc.args else str(exc)
+        else:
+            failed = [f"{tp.topic}[{tp.partition}]: {tp.error.str()}" for tp in found if tp.error]
+            if not failed:
+                return {
+                    (tp.topic, tp.partition): tp.offset if tp.offset >= 0 else None for tp in found
+                }
+            problem = "; ".join(failed)
+        if time.monotonic() + COMMITTED_RETRY_S >= deadline:
+            raise KafkaUnavailableError(f"cannot read committed offsets: {problem}")
+        log.info("committed offsets not read yet (%s); asking again", problem)
+        time.sleep(COMMITTED_RETRY_S)
 
 
 def committed_offsets(
@@ -29,18 +73,13 @@ def committed_offsets(
         return {}
     consumer = Consumer(settings.consumer_config(group, logger=CLIENT_LOGGER))
     try:
-        found = consumer.committed(
-            [TopicPartition(topic, partition) for topic, partition in partitions],
-            timeout=settings.request_timeout_ms / 1000,
-        )
-    except KafkaException as exc:
+        return read_committed(consumer, partitions, settings.request_timeout_ms / 1000)
+    except KafkaUnavailableError as exc:
         raise KafkaUnavailableError(
-            f"cannot read the committed offsets of {group} at {settings.bootstrap_servers}: "
-            f"{exc.args[0].str() if exc.args else exc}"
+            f"group {group} at {settings.bootstrap_servers}: {exc}"
         ) from exc
     finally:
         consumer.close()
-    return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else None for tp in found}
 
 
 def apply_ready_offsets(

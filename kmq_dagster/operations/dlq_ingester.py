@@ -23,6 +23,7 @@ from kmq_dagster.core.headers import normalize_headers
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.errors import KmqTimeoutError
 from kmq_dagster.kafka.clients import ClientErrors, new_consumer, positions_after
+from kmq_dagster.kafka.group_offsets import read_committed
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.topic_reader import read_to_end, records_and_ends
 
@@ -221,10 +222,10 @@ def ingest_dead_letters(
     partitions = range(opened.dlq_partitions)
     consumer = new_consumer(settings, ingester_group(queue), **{"enable.partition.eof": True})
     try:
-        sources = [TopicPartition(queue.dlq_topic, p) for p in partitions]
-        committed = consumer.committed(sources, timeout=settings.request_timeout_ms / 1000)
+        sources = [(queue.dlq_topic, p) for p in partitions]
+        committed = read_committed(consumer, sources, settings.request_timeout_ms / 1000)
         consumer.assign(
-            [TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)) for tp in committed]
+            [TopicPartition(topic, p, offset or 0) for (topic, p), offset in committed.items()]
         )
         records: list[Message] = []
         try:

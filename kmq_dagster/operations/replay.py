@@ -60,6 +60,7 @@ from kmq_dagster.core.replay_request import (
 )
 from kmq_dagster.errors import AuditStoreError, ConfigError
 from kmq_dagster.kafka.clients import new_consumer, positions_after, wall_clock_ms
+from kmq_dagster.kafka.group_offsets import read_committed
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.reference_resolver import ReferenceResolver
 from kmq_dagster.kafka.topic_reader import read_to_end
@@ -398,11 +399,13 @@ class _ReplayRun:
         return chunk_records(self.audit, self.source, offsets)
 
     def _committed(self, consumer: Consumer, timeout_s: float) -> dict[int, int]:
-        """Committed offset per DLQ partition (0 where nothing is committed)."""
-        found = consumer.committed(
-            [TopicPartition(self.source, p) for p in self.partitions], timeout=timeout_s
-        )
-        return {tp.partition: max(tp.offset, 0) for tp in found}
+        """Committed offset per DLQ partition (0 where nothing is committed).
+
+        Raises:
+            KafkaUnavailableError: the progress could not be read (never guessed as 0).
+        """
+        found = read_committed(consumer, [(self.source, p) for p in self.partitions], timeout_s)
+        return {partition: offset or 0 for (_, partition), offset in found.items()}
 
     def close(self) -> None:
         self.copier.close()
