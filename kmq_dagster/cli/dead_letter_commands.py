@@ -30,10 +30,10 @@ from kmq_dagster.core.replay import ReplaySelection, TimeBound, resolve_time
 from kmq_dagster.core.replay_request import StopRequest
 from kmq_dagster.core.terminal_text import escape_control
 from kmq_dagster.core.wording import counted
-from kmq_dagster.operations.replay import ReplayReport, ReplayRequest
 
 if TYPE_CHECKING:
     from kmq_dagster.audit.models import Action
+    from kmq_dagster.operations.replay import ReplayReport
 
 #: Exit codes after a stop asked for by a signal: 128 + the signal's number.
 EXIT_FOR_SIGNAL = {"SIGTERM": 128 + signal.SIGTERM, "Ctrl-C": 128 + signal.SIGINT}
@@ -140,7 +140,7 @@ def replay(
     """Send GROUP's dead letters of TOPIC (or those of --dlq-topic) back; run the same command
     again to resume."""
     from kmq_dagster.audit.store import AuditStore
-    from kmq_dagster.operations.replay import replay_dead_letters, target_topic
+    from kmq_dagster.operations.replay import ReplayRequest, replay_dead_letters, target_topic
 
     _quiet_logs(ctx, "replay")
     settings = settings_of(ctx)

@@ -31,6 +31,29 @@ def test_importing_the_worker_loads_no_audit_store_and_no_sqlalchemy() -> None:
     assert result.stdout.strip() == "", f"a worker import loaded: {result.stdout.strip()}"
 
 
+COMMAND_LOADED = """
+import sys
+import kmq_dagster.cli
+sql = [m for m in sys.modules if m == "sqlalchemy" or m.startswith("kmq_dagster.audit")]
+print(",".join(sorted(sql)))
+"""
+
+
+def test_the_kmq_command_loads_no_audit_store_until_a_command_needs_it() -> None:
+    """Every ``kmq tracker``, ``kmq worker`` and ``kmq delayer`` process loads the command first:
+    SQLAlchemy and the store models cost ~35 MB of resident memory and over a second of start
+    (a tracker with 100,000 messages in flight peaked at 94 MB with them, 61 MB without).
+    Only the commands that use the store (replay, ingest, dlq, console) import it, when run."""
+    result = subprocess.run(
+        [sys.executable, "-c", COMMAND_LOADED],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert result.stdout.strip() == "", f"importing the kmq command loaded: {result.stdout.strip()}"
+
+
 @pytest.mark.parametrize(
     "package", [kmq_dagster.kafka, kmq_dagster.worker], ids=["kafka", "worker"]
 )
