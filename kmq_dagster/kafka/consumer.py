@@ -29,7 +29,7 @@ from kmq_dagster.core.ranges import OffsetRun
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.ack_flusher import AckFlusher
 from kmq_dagster.kafka.batch_commits import BatchCommits
-from kmq_dagster.kafka.clients import new_consumer, new_producer, wall_clock_ms
+from kmq_dagster.kafka.clients import admin_client, new_consumer, new_producer, wall_clock_ms
 from kmq_dagster.kafka.consumer_stats import ConsumerStats
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S
 from kmq_dagster.kafka.due_gate import DueGate, group_by_source
@@ -146,9 +146,10 @@ class KmqConsumer:
         # ack() appends here, from any thread (see AckFlusher): one lookup less per message.
         self._acks = self._ack_flusher.acks
         # Without its markers topic no message could be started: stop rather than go on. (A
-        # consumed topic deleted shows as fetch errors, checked then: one request per check.)
+        # consumed topic deleted shows as fetch errors, checked then.) The watch asks with a
+        # client of its own, so the loop never waits behind its own fetch for the answer.
         self._topic_watch = TopicWatch(
-            self._consumer,
+            admin_client(settings),
             watched_topics(queue),
             fix=f"kmq provision --topic {queue.topic} --group {queue.group}",
         )

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from kmq_dagster.core.markers import StartMarker, decode_marker
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.errors import MarkerDecodeError
-from kmq_dagster.kafka.clients import new_consumer, wall_clock_ms
+from kmq_dagster.kafka.clients import admin_client, new_consumer, wall_clock_ms
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.record_reader import FETCH_MAX_BYTES
 from kmq_dagster.kafka.redelivery import Redeliverer
@@ -103,7 +103,7 @@ class RedeliveryTracker:
         )
         self._redeliverer = Redeliverer(settings, queue, self.stats)
         self._topic_watch = TopicWatch(
-            self._consumer,
+            admin_client(settings),
             watched_topics(queue),
             fix=f"kmq provision --topic {queue.topic} --group {queue.group}",
         )

@@ -1,43 +1,56 @@
-"""A running component notices that a topic it needs was deleted, from its client's metadata,
-and is not fooled by a broker that does not answer."""
+"""A running component notices that a topic it needs was deleted, from the cluster's metadata,
+without its loop ever waiting for the answer, and is not fooled by a broker that does not
+answer."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
 from kmq_dagster.errors import TopicDeletedError
 from kmq_dagster.kafka.topic_watch import TopicWatch, means_topic_gone
 
 
-@dataclass
-class TopicMetadata:
-    error: KafkaError | None = None
-
-
-@dataclass
-class Metadata:
-    topics: dict[str, TopicMetadata] = field(default_factory=dict)
-
-
-class MetadataConsumer:
-    """Answers metadata requests from a set of existing topics (or not at all)."""
+class MetadataAdmin:
+    """Answers ``describe_topics`` from a set of existing topics; while ``holding``, the
+    answers wait until :meth:`answer` is called (a slow broker)."""
 
     def __init__(self, existing: set[str]) -> None:
         self.existing = existing
+        self.holding = False
         self.answering = True
-        self.requests: list[str] = []
+        self.requests: list[list[str]] = []
+        self._held: list[tuple[Future[Any], str]] = []
 
-    def list_topics(self, topic: str, timeout: float) -> Metadata:
-        self.requests.append(topic)
+    def describe_topics(self, topics: TopicCollection, request_timeout: float) -> dict[str, Any]:
+        names = list(topics.topic_names)
+        self.requests.append(names)
+        asked: dict[str, Future[Any]] = {name: Future() for name in names}
+        for name, future in asked.items():
+            if self.holding:
+                self._held.append((future, name))
+            else:
+                self._settle(future, name)
+        return asked
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def answer(self) -> None:
+        for future, name in self._held:
+            self._settle(future, name)
+        self._held.clear()
+
+    def _settle(self, future: Future[Any], name: str) -> None:
         if not self.answering:
-            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
-        if topic in self.existing:
-            return Metadata({topic: TopicMetadata()})
-        return Metadata({topic: TopicMetadata(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))})
+            future.set_exception(KafkaException(KafkaError(KafkaError._TIMED_OUT)))
+        elif name in self.existing:
+            future.set_result(object())
+        else:
+            future.set_exception(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
 
 
 class FakeClock:
@@ -48,37 +61,60 @@ class FakeClock:
         return self.now_s
 
 
-def watch(consumer: Any, clock: FakeClock) -> TopicWatch:
+def watch(admin: Any, clock: FakeClock) -> TopicWatch:
     return TopicWatch(
-        consumer, ["q", "q.g.markers"], fix="kmq provision --topic q --group g", clock_s=clock
+        admin, ["q", "q.g.markers"], fix="kmq provision --topic q --group g", clock_s=clock
     )
 
 
-def test_a_deleted_topic_is_reported_at_the_next_due_check_with_the_fix() -> None:
+def test_a_deleted_topic_is_reported_once_the_answer_to_a_due_check_came_with_the_fix() -> None:
     # given a watch over two topics that both exist
-    consumer, clock = MetadataConsumer({"q", "q.g.markers"}), FakeClock()
-    watched = watch(consumer, clock)
+    admin, clock = MetadataAdmin({"q", "q.g.markers"}), FakeClock()
+    watched = watch(admin, clock)
     clock.now_s = 5
-    watched.check_due()
+    watched.check_due()  # asks (one request for both topics)
+    watched.check_due()  # reads the answer: both there
     # when the markers topic is deleted
-    consumer.existing.discard("q.g.markers")
+    admin.existing.discard("q.g.markers")
     clock.now_s = 6
     watched.check_due()  # not due yet: no request
-    assert consumer.requests == ["q", "q.g.markers"]
+    assert admin.requests == [["q", "q.g.markers"]]
     clock.now_s = 10
-    # then the next due check raises, naming the topic and the fix
+    watched.check_due()  # asks
+    # then the check after the answer raises, naming the topic and the fix
     with pytest.raises(TopicDeletedError, match=r"q\.g\.markers was deleted.*kmq provision"):
         watched.check_due()
 
 
+def test_the_loop_never_waits_for_an_answer_and_asks_nothing_more_until_it_came() -> None:
+    # given a broker slow to answer, and the markers topic deleted
+    admin, clock = MetadataAdmin({"q"}), FakeClock()
+    admin.holding = True
+    watched = watch(admin, clock)
+    clock.now_s = 5
+    watched.check_due()
+    # when checks come while the answer has not: they return at once, and ask nothing more
+    clock.now_s = 11
+    watched.check_due()
+    watched.check_due()
+    assert admin.requests == [["q", "q.g.markers"]]
+    # then the first check after the answer raises
+    admin.answer()
+    with pytest.raises(TopicDeletedError, match=r"q\.g\.markers was deleted"):
+        watched.check_due()
+
+
 def test_a_broker_that_does_not_answer_is_not_a_deleted_topic() -> None:
-    consumer, clock = MetadataConsumer(set()), FakeClock()
-    consumer.answering = False
-    watched = watch(consumer, clock)
+    admin, clock = MetadataAdmin(set()), FakeClock()
+    admin.answering = False
+    watched = watch(admin, clock)
 
     watched.check_now()
+    clock.now_s = 5
+    watched.check_due()
+    watched.check_due()
 
-    assert consumer.requests == ["q"]  # gave up at the first unanswered request
+    assert admin.requests == [["q", "q.g.markers"], ["q", "q.g.markers"]]
 
 
 def test_only_unknown_topic_errors_mean_gone() -> None:
@@ -88,10 +124,10 @@ def test_only_unknown_topic_errors_mean_gone() -> None:
 
 
 def test_a_fetch_error_checks_the_topic_it_names_at_once() -> None:
-    consumer, clock = MetadataConsumer({"q.g.markers"}), FakeClock()
-    watched = watch(consumer, clock)
+    admin, clock = MetadataAdmin({"q.g.markers"}), FakeClock()
+    watched = watch(admin, clock)
 
     with pytest.raises(TopicDeletedError, match=r"topic q was deleted"):
         watched.check_now(["q"])
 
-    assert consumer.requests == ["q"]
+    assert admin.requests == [["q"]]
