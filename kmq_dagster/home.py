@@ -15,6 +15,7 @@ is not changed, but one that exposes the store gets a warning (once per process)
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import logging
 import os
@@ -65,13 +66,27 @@ def private_file(path: Path) -> Path:
         return path
     except FileExistsError:
         pass
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077 and path.stat().st_uid == os.getuid():
+    _tighten(path)
+    return path
+
+
+def private_if_present(path: Path) -> None:
+    """Make ``path`` ``0600`` as :func:`private_file` does, but only if it exists, and never
+    create it: for files another process may delete at any moment, such as SQLite's WAL and
+    shared-memory files, which go when the last connection to the store closes. One that goes
+    while it is checked is no error."""
+    with contextlib.suppress(FileNotFoundError):
+        _tighten(path)
+
+
+def _tighten(path: Path) -> None:
+    found = path.stat()
+    mode = stat.S_IMODE(found.st_mode)
+    if mode & 0o077 and found.st_uid == os.getuid():
         log.warning(
             "%s was readable by other users (mode %o); made it %o", path, mode, PRIVATE_FILE_MODE
         )
         os.chmod(path, PRIVATE_FILE_MODE)
-    return path
 
 
 def warn_if_shared(folder: Path) -> None:

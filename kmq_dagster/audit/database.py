@@ -30,6 +30,7 @@ from kmq_dagster.home import (
     kmq_home,
     private_file,
     private_folder,
+    private_if_present,
     warn_if_shared,
 )
 from kmq_dagster.secrets import mask_text, mask_url
@@ -169,9 +170,7 @@ def _private_sqlite_files(database: Path) -> None:
     warn_if_shared(database.parent)
     private_file(database)
     for companion in ("-wal", "-shm"):
-        beside = database.with_name(database.name + companion)
-        if beside.exists():
-            private_file(beside)
+        private_if_present(database.with_name(database.name + companion))
 
 
 def _sqlite_engine(url: str) -> Engine:
