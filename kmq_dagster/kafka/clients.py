@@ -67,6 +67,20 @@ class ClientErrors:
         log.warning("Kafka client error: %s", error.str())
 
 
+def kafka_error_of(exc: BaseException) -> KafkaError | None:
+    """The ``KafkaError`` a confluent-kafka exception carries (its first argument), or
+    ``None`` if it carries none."""
+    error = exc.args[0] if exc.args else None
+    return error if isinstance(error, KafkaError) else None
+
+
+def kafka_error_text(exc: BaseException) -> str:
+    """What went wrong in librdkafka's words: the carried ``KafkaError``'s text, else the
+    exception's own."""
+    error = kafka_error_of(exc)
+    return error.str() if error is not None else str(exc)
+
+
 def new_producer(settings: KmqSettings, **extra: Any) -> Producer:
     """A producer (acks from every in-sync replica; see ``producer_config``) plus ``extra``.
 
@@ -98,10 +112,9 @@ def _built(kind: type[T], config: dict[str, Any]) -> T:
     try:
         return kind(config)
     except KafkaException as exc:
-        error = exc.args[0] if exc.args else exc
-        text = error.str() if isinstance(error, KafkaError) else str(error)
         raise ConfigError(
-            f"the Kafka client refused its settings: {mask_text(text)}", setting="client_config"
+            f"the Kafka client refused its settings: {mask_text(kafka_error_text(exc))}",
+            setting="client_config",
         ) from None
 
 
@@ -152,18 +165,15 @@ def cluster_metadata(settings: KmqSettings) -> ClusterMetadata:
 
 
 def _is_auth_failure(exc: KafkaException) -> bool:
-    return (
-        bool(exc.args)
-        and isinstance(exc.args[0], KafkaError)
-        and exc.args[0].code() in (_AUTH_ERRORS)
-    )
+    error = kafka_error_of(exc)
+    return error is not None and error.code() in _AUTH_ERRORS
 
 
 def _metadata_error(
     settings: KmqSettings, exc: KafkaException, problems: list[str], timeout_s: float
 ) -> KafkaAuthError | KafkaUnavailableError:
     """The error a failed metadata request is reported as."""
-    detail = exc.args[0].str() if exc.args else str(exc)
+    detail = kafka_error_text(exc)
     if problems or _is_auth_failure(exc):
         reason = problems[0] if problems else detail
         return KafkaAuthError(

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from kmq_dagster.core.commits import ReadyOffsets
 from kmq_dagster.errors import KafkaUnavailableError
-from kmq_dagster.kafka.clients import CLIENT_LOGGER
+from kmq_dagster.kafka.clients import CLIENT_LOGGER, kafka_error_text
 from kmq_dagster.settings import KmqSettings
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def read_committed(
                 timeout=left_s,
             )
         except KafkaException as exc:
-            problem = exc.args[0].str() if exc.args else str(exc)
+            problem = kafka_error_text(exc)
         else:
             failed = [f"{tp.topic}[{tp.partition}]: {tp.error.str()}" for tp in found if tp.error]
             if not failed:

@@ -23,6 +23,7 @@ from kmq_dagster.core.oversize import (
     reference_updates,
 )
 from kmq_dagster.core.retry_headers import DUE_MS
+from kmq_dagster.kafka.clients import kafka_error_of, kafka_error_text
 from kmq_dagster.kafka.delivery import COPY_ANSWER_TIMEOUT_S, Deliveries
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,8 @@ def is_size_refusal(error: KafkaError) -> bool:
 
 def size_refusal(exc: KafkaException) -> KafkaError | None:
     """The size refusal ``exc`` carries (``produce()`` raised it), or ``None``."""
-    error = exc.args[0] if exc.args else None
-    return error if isinstance(error, KafkaError) and is_size_refusal(error) else None
+    error = kafka_error_of(exc)
+    return error if error is not None and is_size_refusal(error) else None
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ class References(Generic[T]):
                 "cannot dead-letter even a reference to %s: its key and headers are over "
                 "the producer's limit (%s); it stays unacknowledged",
                 refused.source.describe(),
-                exc.args[0].str(),
+                kafka_error_text(exc),
             )
             return
         self._tags[index] = tag

@@ -27,7 +27,7 @@ from kmq_dagster.core.queue import (
 )
 from kmq_dagster.core.queue_settings import PARTITIONS, check_settings
 from kmq_dagster.errors import ProvisionError, QueueConflictError
-from kmq_dagster.kafka.clients import admin_client
+from kmq_dagster.kafka.clients import admin_client, kafka_error_of, kafka_error_text
 from kmq_dagster.kafka.opened_queue import OpenedQueue, vouch_for
 from kmq_dagster.kafka.provision_plan import (
     BROKER_DEFAULT_REPLICATION,
@@ -348,11 +348,11 @@ def _create(admin: AdminClient, settings: KmqSettings, new: Sequence[PlannedTopi
         try:
             future.result()
         except KafkaException as exc:
-            error = exc.args[0]
-            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            error = kafka_error_of(exc)
+            if error is not None and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 raced.append(name)
             else:
-                failures.append(f"{name}: {error.str()}")
+                failures.append(f"{name}: {kafka_error_text(exc)}")
     if failures:
         raise ProvisionError("could not create " + "; ".join(failures))
     return raced

@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient
 
 from kmq_dagster.core.queue import Queue
 from kmq_dagster.errors import TopicDeletedError
+from kmq_dagster.kafka.clients import kafka_error_of
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,9 @@ class TopicWatch:
                 return
             self._asked = None
             self._judge(asked)
-        if self._clock_s() - self._checked_at >= self._interval_s:
-            self._checked_at = self._clock_s()
+        now_s = self._clock_s()
+        if now_s - self._checked_at >= self._interval_s:
+            self._checked_at = now_s
             self._asked = self._ask(self.topics)
 
     def check_now(self, topics: Sequence[str] | None = None) -> None:
@@ -139,7 +141,7 @@ class TopicWatch:
             error = answer.exception()
             if error is None:
                 continue
-            kafka_error = error.args[0] if error.args else None
-            if isinstance(kafka_error, KafkaError) and means_topic_gone(kafka_error):
+            kafka_error = kafka_error_of(error)
+            if kafka_error is not None and means_topic_gone(kafka_error):
                 self.report_gone(topic)
             log.debug("metadata of %s not read: %s", topic, error)
