@@ -9,9 +9,9 @@ wait for the next poll and miss their deadline.
 A poll that does not wait flushes only if the last flush is ``ACK_FLUSH_GAP_S`` old: a
 worker whose calls end one or two at a time polls between every two of them, and one end
 marker (a produce, and serving the producer) per message, with a ``sleep(0)`` in each such
-poll, held a no-op handler at concurrency 2 to 4-7k msg/s (34-47k without both). So
-acknowledgements wait at most that long for a busy loop's next poll; a poll that is about
-to wait writes them first.
+poll, held a no-op handler at concurrency 2 to 7.5k msg/s quiet and 4-7k loaded (13-15k and
+34-47k without both: docs/benchmarks.md, stop 49). So acknowledgements wait at most that
+long for a busy loop's next poll; a poll that is about to wait writes them first.
 """
 
 from __future__ import annotations
