@@ -149,3 +149,13 @@ class FakeClock:
 
     def advance(self, ms: int) -> None:
         self.now_ms += ms
+
+
+class FakeSecondsClock:
+    """Monotonic seconds that move only when a test sets ``now_s``."""
+
+    def __init__(self, now_s: float = 0.0) -> None:
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s

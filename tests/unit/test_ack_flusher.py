@@ -14,24 +14,16 @@ from kmq_dagster.kafka.ack_flusher import ACK_FLUSH_GAP_S, AckFlusher
 from kmq_dagster.kafka.consumer_stats import ConsumerStats
 from kmq_dagster.kafka.marker_writer import MarkerWriter
 from kmq_dagster.settings import KmqSettings
-from tests.unit.fakes import FakeProducer, FakeRecord
+from tests.unit.fakes import FakeProducer, FakeRecord, FakeSecondsClock
 
 MARKERS = "orders.billing.markers"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 100.0
-
-    def __call__(self) -> float:
-        return self.now_s
 
 
 class Flushing:
     """An ack flusher over a fake producer and a fake clock, with messages handed out."""
 
     def __init__(self) -> None:
-        self.clock = Clock()
+        self.clock = FakeSecondsClock(100.0)
         self.producer = FakeProducer()
         self.handouts: HandoutLedger[FakeRecord] = HandoutLedger()
         writer = MarkerWriter(KmqSettings(), MARKERS, producer=self.producer)  # type: ignore[arg-type]

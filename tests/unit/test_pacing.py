@@ -5,18 +5,11 @@ from __future__ import annotations
 import pytest
 
 from kmq_dagster.core.pacing import Pacer
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 100.0
-
-    def __call__(self) -> float:
-        return self.now_s
+from tests.unit.fakes import FakeSecondsClock
 
 
 def send_times(
-    pacer: Pacer, clock: Clock, count: int, stall_before: dict[int, float]
+    pacer: Pacer, clock: FakeSecondsClock, count: int, stall_before: dict[int, float]
 ) -> list[float]:
     """When each of ``count`` sends goes out, the caller sleeping what the pacer says (and
     ``stall_before[i]`` seconds of other work before send ``i``)."""
@@ -33,7 +26,7 @@ def most_in_any_window(times: list[float], window_s: float) -> int:
 
 
 def test_sends_are_one_interval_apart() -> None:
-    clock = Clock()
+    clock = FakeSecondsClock(100.0)
     times = send_times(Pacer(4, clock_s=clock), clock, 9, {})
     assert times[-1] - times[0] == pytest.approx(2.0)
     assert most_in_any_window(times, 1.0) == 4
@@ -42,7 +35,7 @@ def test_sends_are_one_interval_apart() -> None:
 def test_a_slow_start_earns_no_burst() -> None:
     # the pacer made, then a second of reading before the first copy: the copies still go
     # out one interval apart (a budget from the start sent three at once here)
-    clock = Clock()
+    clock = FakeSecondsClock(100.0)
     pacer = Pacer(4, clock_s=clock)
     clock.now_s += 1.0
     times = send_times(pacer, clock, 9, {})
@@ -51,14 +44,14 @@ def test_a_slow_start_earns_no_burst() -> None:
 
 
 def test_a_stall_mid_way_is_not_made_up() -> None:
-    clock = Clock()
+    clock = FakeSecondsClock(100.0)
     times = send_times(Pacer(4, clock_s=clock), clock, 12, {4: 3.0})
     assert most_in_any_window(times, 1.0) == 4
     assert times[5] - times[4] == pytest.approx(0.25)  # after the stall: the interval again
 
 
 def test_a_late_wake_up_does_not_slow_the_rate() -> None:
-    clock = Clock()
+    clock = FakeSecondsClock(100.0)
     pacer = Pacer(100, clock_s=clock)
     times = []
     for _ in range(101):

@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
 from kmq_dagster.errors import TopicDeletedError
 from kmq_dagster.kafka.topic_watch import TopicWatch, means_topic_gone
+from tests.unit.fakes import FakeSecondsClock
 
 
 class MetadataAdmin:
@@ -53,15 +54,7 @@ class MetadataAdmin:
             future.set_exception(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
-def watch(admin: Any, clock: FakeClock) -> TopicWatch:
+def watch(admin: Any, clock: FakeSecondsClock) -> TopicWatch:
     return TopicWatch(
         admin, ["q", "q.g.markers"], fix="kmq provision --topic q --group g", clock_s=clock
     )
@@ -69,7 +62,7 @@ def watch(admin: Any, clock: FakeClock) -> TopicWatch:
 
 def test_a_deleted_topic_is_reported_once_the_answer_to_a_due_check_came_with_the_fix() -> None:
     # given a watch over two topics that both exist
-    admin, clock = MetadataAdmin({"q", "q.g.markers"}), FakeClock()
+    admin, clock = MetadataAdmin({"q", "q.g.markers"}), FakeSecondsClock()
     watched = watch(admin, clock)
     clock.now_s = 5
     watched.check_due()  # asks (one request for both topics)
@@ -88,7 +81,7 @@ def test_a_deleted_topic_is_reported_once_the_answer_to_a_due_check_came_with_th
 
 def test_the_loop_never_waits_for_an_answer_and_asks_nothing_more_until_it_came() -> None:
     # given a broker slow to answer, and the markers topic deleted
-    admin, clock = MetadataAdmin({"q"}), FakeClock()
+    admin, clock = MetadataAdmin({"q"}), FakeSecondsClock()
     admin.holding = True
     watched = watch(admin, clock)
     clock.now_s = 5
@@ -105,7 +98,7 @@ def test_the_loop_never_waits_for_an_answer_and_asks_nothing_more_until_it_came(
 
 
 def test_a_broker_that_does_not_answer_is_not_a_deleted_topic() -> None:
-    admin, clock = MetadataAdmin(set()), FakeClock()
+    admin, clock = MetadataAdmin(set()), FakeSecondsClock()
     admin.answering = False
     watched = watch(admin, clock)
 
@@ -124,7 +117,7 @@ def test_only_unknown_topic_errors_mean_gone() -> None:
 
 
 def test_a_fetch_error_checks_the_topic_it_names_at_once() -> None:
-    admin, clock = MetadataAdmin({"q.g.markers"}), FakeClock()
+    admin, clock = MetadataAdmin({"q.g.markers"}), FakeSecondsClock()
     watched = watch(admin, clock)
 
     with pytest.raises(TopicDeletedError, match=r"topic q was deleted"):
