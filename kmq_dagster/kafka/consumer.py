@@ -246,15 +246,16 @@ class KmqConsumer:
 
     def _fetch(self, timeout_s: float) -> tuple[list[Message], list[OffsetRun]]:
         """1. Fetch a batch; 2. send its start markers. Returns the records and their runs."""
+        waiting = timeout_s > 0
         self._topic_watch.check_due()
-        self._ack_flusher.flush_before_poll(waiting=timeout_s > 0)
+        self._ack_flusher.flush_before_poll(waiting=waiting)
         self._batches.settle()
         if self._fetching_held and not self._paused:
             held_s = time.monotonic() - self._held_since_s
             if held_s < PAUSE_AFTER_HOLD_S:
                 # As a paused poll waits; one that may not wait returns at once (a sleep(0)
                 # handed the GIL to another thread on every step of a busy loop).
-                if timeout_s > 0:
+                if waiting:
                     time.sleep(min(timeout_s, PAUSE_AFTER_HOLD_S - held_s))
                 return [], []
             self._paused = True
