@@ -3,6 +3,9 @@
 Kept apart from how calls run: a worker adds what it fetched, takes what may start and reports
 each call's end. Messages queue in *lanes*; a lane runs one message at a time in the order
 added, and one retried in place stays at its lane's head, so later ones never overtake it.
+A worker may take a lane's whole queue as one *run* (:meth:`LaneScheduler.take_runs`), to call
+on one thread in turn: its calls still end one at a time, in order, and what the thread did not
+start comes back to the lane's head (:meth:`LaneScheduler.give_back`).
 What a lane is depends on the :class:`Ordering`:
 
 * ``partition``: one lane per source ``(topic, partition)``;
@@ -50,12 +53,14 @@ class _Lane(Generic[T]):
     order every message is a lane of its own, and building a deque for each was a tenth of a
     concurrent worker's loop)."""
 
-    __slots__ = ("busy", "head", "lane_id", "rest", "retry_seq")
+    __slots__ = ("busy", "head", "lane_id", "rest", "retry_seq", "run")
 
     def __init__(self, lane_id: tuple[Source, bytes | int | None], head: T) -> None:
         self.lane_id = lane_id
         self.head = head
         self.rest: deque[T] | None = None
+        #: Taken with the head as one run, after it: in flight, to start once it ends.
+        self.run: deque[T] | None = None
         #: The head is in flight.
         self.busy = False
         #: The head waits for this retry heap entry (-1: none); other entries are stale.
@@ -63,7 +68,8 @@ class _Lane(Generic[T]):
 
 
 class LaneScheduler(Generic[T]):
-    """Buffered messages in lanes, at most ``max_in_flight`` of them in flight.
+    """Buffered messages in lanes, at most ``max_in_flight`` lanes busy: that many calls at
+    once, as each lane runs one message at a time (a run's later messages wait for its head).
 
     Items are the caller's message handles, hashable, each added once. Every item ends finished
     (:meth:`finish`), forgotten (returned by :meth:`forget`), or is still here: none is dropped.
@@ -77,6 +83,8 @@ class LaneScheduler(Generic[T]):
         self._lanes: dict[tuple[Source, bytes | int | None], _Lane[T]] = {}
         self._lane_of: dict[T, _Lane[T]] = {}
         self._in_flight: set[T] = set()
+        #: Lanes whose head is in flight.
+        self._busy = 0
         #: Lanes whose head may start now, oldest first; each lane at most once.
         self._ready: deque[_Lane[T]] = deque()
         #: (due_ms, seq, lane) of heads retried in place; stale entries are skipped.
@@ -88,6 +96,16 @@ class LaneScheduler(Generic[T]):
     def in_flight(self) -> int:
         """Messages taken and neither finished nor retried in place."""
         return len(self._in_flight)
+
+    @property
+    def busy_lanes(self) -> int:
+        """Lanes with a message in flight: the calls that may be running now."""
+        return self._busy
+
+    @property
+    def holding(self) -> int:
+        """Every message here: waiting, in flight, or waiting for its retry in place."""
+        return len(self._lane_of)
 
     @property
     def holds_any(self) -> bool:
@@ -141,8 +159,30 @@ class LaneScheduler(Generic[T]):
 
     def take(self, now_ms: int, limit: int | None = None) -> list[T]:
         """The messages that may start now (they are then in flight): heads of idle lanes,
-        retried heads first once due, never more than ``max_in_flight`` in flight in all,
-        and at most ``limit`` of them."""
+        retried heads first once due, never more than ``max_in_flight`` lanes busy, and at
+        most ``limit`` of them."""
+        return [lane.head for lane in self._start_lanes(now_ms, limit)]
+
+    def take_runs(self, now_ms: int) -> list[list[T]]:
+        """Like :meth:`take`, but each lane that may start gives its whole queue, head first,
+        as one run: all of it in flight, its lane busy until the run's last message ends.
+
+        The caller calls a run's messages in turn and reports their ends in that order; the
+        ones it did not start (it stopped at a failure, or the worker stops) come back with
+        :meth:`give_back` before the end of the failed one is reported."""
+        runs: list[list[T]] = []
+        in_flight = self._in_flight
+        for lane in self._start_lanes(now_ms, None):
+            rest = lane.rest
+            if rest:
+                lane.rest, lane.run = None, rest
+                in_flight.update(rest)
+                runs.append([lane.head, *rest])
+            else:
+                runs.append([lane.head])
+        return runs
+
+    def _start_lanes(self, now_ms: int, limit: int | None) -> list[_Lane[T]]:
         due: list[_Lane[T]] = []
         while self._retries and self._retries[0][0] <= now_ms:
             _, seq, lane = heapq.heappop(self._retries)
@@ -150,17 +190,18 @@ class LaneScheduler(Generic[T]):
                 lane.retry_seq = -1
                 due.append(lane)
         self._ready.extendleft(reversed(due))  # the oldest waits least
-        room = self.max_in_flight - len(self._in_flight)
+        room = self.max_in_flight - self._busy
         if limit is not None:
             room = min(room, limit)
-        started: list[T] = []
-        while room > 0 and self._ready:
-            lane = self._ready.popleft()
+        started: list[_Lane[T]] = []
+        ready, in_flight = self._ready, self._in_flight
+        while room > 0 and ready:
+            lane = ready.popleft()
             lane.busy = True
-            head = lane.head
-            self._in_flight.add(head)
-            started.append(head)
+            in_flight.add(lane.head)
+            started.append(lane)
             room -= 1
+        self._busy += len(started)
         return started
 
     def finish(self, item: T) -> None:
@@ -168,7 +209,13 @@ class LaneScheduler(Generic[T]):
         the next message of its lane may start."""
         lane = self._take_back(item)
         del self._lane_of[item]
-        if lane.rest:
+        if lane.run:  # the run's next message, already in flight, is the head now
+            lane.head = lane.run.popleft()
+            if not lane.run:
+                lane.run = None
+            lane.busy = True
+            self._busy += 1
+        elif lane.rest:
             lane.head = lane.rest.popleft()
             self._ready.append(lane)
         else:
@@ -177,9 +224,54 @@ class LaneScheduler(Generic[T]):
     def retry_in_place(self, item: T, due_ms: int) -> None:
         """``item`` failed and runs again, ahead of the rest of its lane, from ``due_ms`` on
         (never earlier: invariant 4); its lane waits for it."""
+        if item in self._lane_of and self._lane_of[item].run:
+            raise ValueError(f"the rest of {item!r}'s run must be given back first")
         lane = self._take_back(item)
         lane.retry_seq = next(self._seq)
         heapq.heappush(self._retries, (due_ms, lane.retry_seq, lane))
+
+    def give_back(self, items: list[T], *, drop: bool = False) -> None:
+        """The end of a run (from :meth:`take_runs`) that never started, in run order: back
+        at the head of its lane, in that order, ahead of what came after; if the run's head
+        is among them, the lane is idle again and its head may start first. With ``drop``
+        they leave instead (their partition was fetched again: :meth:`in_flight_of`)."""
+        if not items:
+            return
+        lane = self._lane_of[items[0]]
+        head_back = lane.busy and lane.head == items[0]
+        if items != [*((lane.head,) if head_back else ()), *(lane.run or ())]:
+            raise ValueError(f"{items!r} is not the end of a run in flight")
+        for item in items:
+            self._in_flight.remove(item)
+            if drop:
+                del self._lane_of[item]
+        lane.run = None
+        back = items[1:] if head_back else items
+        if head_back:  # the head never started: the lane waits no more
+            lane.busy = False
+            self._busy -= 1
+        if drop:
+            if not head_back:
+                return
+            if not lane.rest:
+                del self._lanes[lane.lane_id]
+                return
+            lane.head = lane.rest.popleft()
+        elif back:
+            lane.rest = deque(back) if not lane.rest else deque((*back, *lane.rest))
+        if head_back:
+            self._ready.appendleft(lane)
+
+    def in_flight_of(self, sources: Iterable[Source]) -> list[T]:
+        """What is in flight of ``sources``' busy lanes, each lane's head and its run in
+        order (a run's messages may not have started yet)."""
+        wanted = set(sources)
+        return [
+            item
+            for lane_id, lane in self._lanes.items()
+            if lane.busy and lane_id[0] in wanted
+            for item in (lane.head, *(lane.run or ()))
+        ]
 
     def next_due_ms(self) -> int | None:
         """When the earliest retry in place is due, for the caller's wait; ``None`` if none."""
@@ -213,7 +305,10 @@ class LaneScheduler(Generic[T]):
     def _take_back(self, item: T) -> _Lane[T]:
         if item not in self._in_flight:
             raise ValueError(f"{item!r} is not in flight")
-        self._in_flight.remove(item)
         lane = self._lane_of[item]
+        if lane.run and lane.head != item:
+            raise ValueError(f"{item!r} ended before {lane.head!r}, which its run started first")
+        self._in_flight.remove(item)
         lane.busy = False
+        self._busy -= 1
         return lane

@@ -1,6 +1,7 @@
 """How long fetched messages waited for their call to start, as Prometheus buckets.
 
-The worker loop observes each wait on its own thread; the metrics server reads the counts on
+The worker observes each wait as its call starts, on the loop's thread or on the handler thread
+running it (a lock keeps concurrent observations whole); the metrics server reads the counts on
 another when scraped. Counts only grow and each is one list slot, so a scrape sees every
 bucket at most one observation behind, and :meth:`WaitHistogram.cumulative` derives the total
 from the same counts it returns (the ``+Inf`` bucket always equals the count reported).
@@ -9,6 +10,7 @@ from the same counts it returns (the ``+Inf`` bucket always equals the count rep
 from __future__ import annotations
 
 import bisect
+import threading
 
 #: Upper bounds of the buckets in seconds: a wait is a poll's hop (ms) up to a hot key's queue
 #: or a breaker's cooldown (minutes).
@@ -25,10 +27,13 @@ class WaitHistogram:
         #: One count per bound, then one for waits above the last bound.
         self._counts = [0] * (len(bounds_s) + 1)
         self.sum_s = 0.0
+        self._lock = threading.Lock()
 
     def observe(self, wait_s: float) -> None:
-        self._counts[bisect.bisect_left(self.bounds_s, wait_s)] += 1
-        self.sum_s += wait_s
+        index = bisect.bisect_left(self.bounds_s, wait_s)
+        with self._lock:
+            self._counts[index] += 1
+            self.sum_s += wait_s
 
     @property
     def count(self) -> int:

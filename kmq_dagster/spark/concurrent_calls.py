@@ -38,6 +38,7 @@ from kmq_dagster.spark.process import FAILED, Function, MetadataCheck, Outcome, 
 from kmq_dagster.tracing import ORDERING_WAIT_MS, tracing_active
 from kmq_dagster.worker.handler_call import HandlerCall
 from kmq_dagster.worker.handler_runner import (
+    CallEnd,
     EventLoopRunner,
     ThreadRunner,
     concurrent_runner,
@@ -209,7 +210,7 @@ class ConcurrentCalls:
                         runner.submit(cast(Any, message))
             if not running:
                 return ends
-            for end in runner.take_ends(None):
+            for end in cast(list[CallEnd], runner.take_ends(None)):  # no runs: all calls' ends
                 index = running.pop(id(end.message))
                 error = end.error
                 if error is not None and not isinstance(error, (Exception, CancelledError)):

@@ -10,7 +10,10 @@
   event loop.
 * :class:`ThreadRunner` runs a sync handler's calls on ``N`` daemon threads; each end is put on
   :attr:`ThreadRunner.ends`, read by the caller's thread only, so only that thread touches the
-  scheduler, the router and the breaker.
+  scheduler, the router and the breaker. It also takes *runs* (:meth:`ThreadRunner.submit_run`):
+  one lane's messages, called in turn on one thread with no hand-off between them; a run stops
+  at its first call that does not return, or once the worker stops, and reports what it did
+  not start as :class:`Unstarted`.
 
 How many calls run at once is the caller's rule (the
 :class:`~kmq_dagster.core.ordering.LaneScheduler`'s in-flight limit): a call starts as soon as
@@ -31,14 +34,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kmq_dagster.core.wait_histogram import WaitHistogram
 from kmq_dagster.kafka.message import KmqMessage
-from kmq_dagster.tracing import processing, tracing_active
+from kmq_dagster.tracing import ORDERING_WAIT_MS, processing, tracing_active
 from kmq_dagster.worker.handler_call import HandlerCall
 
 #: Span attributes of one call (``None``: none beyond the message's own).
 Attributes = Mapping[str, Any] | None
 #: A call to start: the message, and its span's attributes.
 Job = tuple[KmqMessage, Attributes]
+#: A call of a run: the message, and when it was fetched if this is its first call (its wait
+#: from fetch to start is measured as it starts).
+RunJob = tuple[KmqMessage, int | None]
 
 #: How long calls cancelled when the runner closes get to end, in seconds.
 CANCEL_WAIT_S = 1.0
@@ -52,6 +59,16 @@ class CallEnd:
     message: KmqMessage
     error: BaseException | None
     result: object = None
+    #: A run's first call of the message: ms from its fetch to its start (observed already).
+    wait_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Unstarted:
+    """The end of a run that was never started, in run order: it stopped at a failure (this
+    comes before the failed call's end) or because the worker stops."""
+
+    messages: list[KmqMessage]
 
 
 def is_async_handler(handler: Callable[..., object]) -> bool:
@@ -61,13 +78,32 @@ def is_async_handler(handler: Callable[..., object]) -> bool:
 
 
 class ThreadRunner:
-    """Start calls of a sync ``handler`` on ``threads`` daemon threads."""
+    """Start calls of a sync ``handler`` on ``threads`` daemon threads.
 
-    def __init__(self, handler: HandlerCall, threads: int, *, name: str = "kmq-handler") -> None:
+    Runs read ``clock_ms`` (the caller's clock) for each first call's wait (observed in
+    ``waits``), and start no call once ``stop`` is set."""
+
+    def __init__(
+        self,
+        handler: HandlerCall,
+        threads: int,
+        *,
+        name: str = "kmq-handler",
+        clock_ms: Callable[[], int] | None = None,
+        stop: threading.Event | None = None,
+        waits: WaitHistogram | None = None,
+    ) -> None:
         self.handler = handler
-        #: Ends of calls, in the order they ended.
-        self.ends: queue.SimpleQueue[CallEnd] = queue.SimpleQueue()
-        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        #: Where runs observe each first call's wait from fetch to start, as it starts.
+        self.waits = waits
+        #: Ends of calls, in the order they ended (a run's in its order).
+        self.ends: queue.SimpleQueue[CallEnd | Unstarted] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job | list[RunJob] | None] = queue.SimpleQueue()
+        self._clock_ms = clock_ms
+        self._stop = stop or threading.Event()
+        #: Messages of runs not to start (their partition was fetched again): a run reaching
+        #: one stops there. The caller adds and discards; threads only read it.
+        self.cancelled: set[KmqMessage] = set()
         self._threads = [
             threading.Thread(target=self._serve, name=f"{name}-{index}", daemon=True)
             for index in range(threads)
@@ -84,10 +120,15 @@ class ThreadRunner:
         on, its ``process`` span carries ``attributes`` too."""
         self._jobs.put((message, attributes))
 
+    def submit_run(self, run: list[RunJob]) -> None:
+        """Call ``run``'s messages in turn on one thread, as soon as one is free; each end
+        comes back on :attr:`ends`, and what the run did not start as one :class:`Unstarted`."""
+        self._jobs.put(run)
+
     def begin(self) -> None:
         """Nothing to do: a call starts on a thread as it is submitted."""
 
-    def take_ends(self, timeout_s: float | None) -> list[CallEnd]:
+    def take_ends(self, timeout_s: float | None) -> list[CallEnd | Unstarted]:
         """The ends ready now, all at once; if none, wait up to ``timeout_s`` (``None``: as
         long as it takes) for one."""
         try:
@@ -114,9 +155,42 @@ class ThreadRunner:
         call = HandlerCall(self.handler.handler, group=self.handler.group)
         try:
             while (job := self._jobs.get()) is not None:
-                self.ends.put(_end(call, *job))
+                if isinstance(job, list):
+                    self._run(call, job)
+                else:
+                    self.ends.put(_end(call, *job))
         finally:
             call.close()
+
+    def _run(self, call: HandlerCall, run: list[RunJob]) -> None:
+        put, stopped, clock_ms = self.ends.put, self._stop.is_set, self._clock_ms
+        cancelled, waits = self.cancelled, self.waits
+        traced = tracing_active()
+        function, settle = call.hot_call()
+        last = len(run) - 1
+        for index, (message, fetched_ms) in enumerate(run):
+            if stopped() or (cancelled and message in cancelled):
+                put(Unstarted([queued for queued, _ in run[index:]]))
+                return
+            wait_ms = None
+            if fetched_ms is not None and clock_ms is not None:
+                wait_ms = max(0, clock_ms() - fetched_ms)
+                if waits is not None:
+                    waits.observe(wait_ms / 1000)
+            try:
+                if traced:
+                    attributes = None if wait_ms is None else {ORDERING_WAIT_MS: wait_ms}
+                    result = call(message, attributes)
+                else:
+                    result = function(message)
+                    if result is not None:
+                        result = settle(result)
+            except BaseException as exc:  # reported, not raised: the loop thread decides
+                if index < last:  # the rest waits for this one's retry (or its copy)
+                    put(Unstarted([queued for queued, _ in run[index + 1 :]]))
+                put(CallEnd(message, exc, wait_ms=wait_ms))
+                return
+            put(CallEnd(message, None, result, wait_ms))
 
 
 class EventLoopRunner:
@@ -212,13 +286,20 @@ class EventLoopRunner:
 
 
 def concurrent_runner(
-    handler: HandlerCall, concurrency: int, *, name: str = "kmq-handler"
+    handler: HandlerCall,
+    concurrency: int,
+    *,
+    name: str = "kmq-handler",
+    clock_ms: Callable[[], int] | None = None,
+    stop: threading.Event | None = None,
+    waits: WaitHistogram | None = None,
 ) -> ThreadRunner | EventLoopRunner:
     """The runner for calls beside the caller: an event loop for an ``async def`` handler,
-    ``concurrency`` threads for a sync one."""
+    ``concurrency`` threads for a sync one (runs read ``clock_ms``, obey ``stop`` and observe
+    ``waits``)."""
     if is_async_handler(handler.handler):
         return EventLoopRunner(handler)
-    return ThreadRunner(handler, concurrency, name=name)
+    return ThreadRunner(handler, concurrency, name=name, clock_ms=clock_ms, stop=stop, waits=waits)
 
 
 class InlineRunner:

@@ -14,6 +14,16 @@ Above 1 it is a :class:`~kmq_dagster.worker.handler_runner.ThreadRunner` (thread
 handler, and an :class:`~kmq_dagster.worker.handler_runner.EventLoopRunner` for an ``async def``
 one (tasks on an event loop that this thread runs while it waits for ends).
 
+With threads and no breaker, the loop hands out *runs*: each lane that may start gives all it
+holds (a key's, or a partition's, messages in offset order; one message in ``unordered``), and
+one thread calls them in turn, so a key's next message starts without a round trip through
+this loop; up to ``2 * N`` runs are handed out, the ones no thread has taken yet waiting on the
+runner's queue. A run stops at its first call that does not return (the rest comes back to its
+lane's head, behind the failed one's retry) and once the worker stops (the rest is left for
+redelivery). Its messages count as held for the memory bound (fetching pauses at
+``max_buffered`` + ``N`` held), and their waits are measured as they start. With a breaker, calls
+start one at a time as before; with ``extend_running`` off, one message at a time per lane.
+
 * Returned: acknowledged. Raised, ``unordered`` or ``partition``: copied to its retry topic (or
   the DLQ), acknowledged once the copy is durable, redelivered now if the copy failed.
   Raised, ``key``: retried *in place* after the policy's delay for that attempt, at the head of
@@ -43,8 +53,9 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from kmq_dagster.core.breaker import GroupBreaker, State
 from kmq_dagster.core.ordering import LaneScheduler, Ordering
@@ -60,7 +71,9 @@ from kmq_dagster.worker.handler_runner import (
     CallEnd,
     EventLoopRunner,
     InlineRunner,
+    RunJob,
     ThreadRunner,
+    Unstarted,
     concurrent_runner,
 )
 from kmq_dagster.worker.loop_types import LoopConsumer, WorkerStats
@@ -81,6 +94,9 @@ class InPlace:
 
 #: Longest wait for a call's end before the loop polls (and extends) again.
 END_WAIT_S = 0.05
+#: Runs handed to a thread runner per thread: while some run, the rest wait on its queue, so a
+#: thread that ends one starts the next at once.
+RUNS_QUEUED_PER_THREAD = 2
 
 
 def default_max_buffered(concurrency: int) -> int:
@@ -118,12 +134,28 @@ class WorkerLoop:
         self.clock_ms = clock_ms
         self.ordering = Ordering(ordering)
         self.max_buffered = max_buffered or default_max_buffered(concurrency)
-        self.scheduler: LaneScheduler[KmqMessage] = LaneScheduler(self.ordering, concurrency)
-        self.runner: InlineRunner | ThreadRunner | EventLoopRunner = (
-            InlineRunner(handler) if concurrency == 1 else concurrent_runner(handler, concurrency)
-        )
+        self.concurrency = concurrency
         #: Waits from fetch to call start: at 1 a call starts when the one before it ends.
         self.stats = WorkerStats(waits=WaitHistogram() if concurrency > 1 else None)
+        self.runner: InlineRunner | ThreadRunner | EventLoopRunner = (
+            InlineRunner(handler)
+            if concurrency == 1
+            else concurrent_runner(
+                handler, concurrency, clock_ms=clock_ms, stop=stop, waits=self.stats.waits
+            )
+        )
+        #: Threads take a lane's queue as one run, and runs wait on the runner's queue for a
+        #: free thread: no round trip through this loop between two calls. Not with a breaker
+        #: (its calls start one at a time), nor when only waiting messages are extended (a
+        #: run's messages are all in flight).
+        self._runs = isinstance(self.runner, ThreadRunner) and breaker is None and extend_running
+        #: Messages of runs that must not start (the threads read it): see :meth:`_add`.
+        self._cancelled: set[KmqMessage] = (
+            self.runner.cancelled if isinstance(self.runner, ThreadRunner) else set()
+        )
+        self.scheduler: LaneScheduler[KmqMessage] = LaneScheduler(
+            self.ordering, RUNS_QUEUED_PER_THREAD * concurrency if self._runs else concurrency
+        )
         #: When the straight path's calls must stop to extend what waits behind them.
         self._alarm = (
             alarm_for(clock_ms, thread_name="kmq-extension-alarm")
@@ -147,7 +179,12 @@ class WorkerLoop:
         """Fetch if there is room, start what may start, handle the calls that ended."""
         now_ms = self.clock_ms()
         self._allowed = self.breaker is None or self.breaker.allows(now_ms)
-        full = self.scheduler.buffered >= self.max_buffered
+        scheduler = self.scheduler
+        # Runs take messages in flight before their calls: all held count too (invariant 11).
+        full = (
+            scheduler.buffered >= self.max_buffered
+            or scheduler.holding >= self.max_buffered + self.concurrency
+        )
         self.consumer.hold_fetching(full or not self._allowed)
         # Nothing running: nothing can start either (it would have at the end of the last
         # step) until a message comes or a retry in place is due, so the poll may wait.
@@ -173,7 +210,7 @@ class WorkerLoop:
         if self.scheduler.in_flight:
             log.info(
                 "stopping: waiting up to %g s for %d calls running", timeout_s,
-                self.scheduler.in_flight,
+                self._calls_running(),
             )  # fmt: skip
         deadline = time.monotonic() + timeout_s
         while self.scheduler.in_flight and (left := deadline - time.monotonic()) > 0:
@@ -184,7 +221,7 @@ class WorkerLoop:
             self._keep_visible()
             self._count_held()
         if self.scheduler.in_flight:
-            log.warning("%d calls still running; left for redelivery", self.scheduler.in_flight)
+            log.warning("%d calls still running; left for redelivery", self._calls_running())
         self.close()
 
     def close(self) -> None:
@@ -213,7 +250,10 @@ class WorkerLoop:
             self.scheduler.add(message, source, message.offset, message.key)
         except ValueError:
             # Fetched again from an earlier offset (partition reassigned): what waits of the
-            # source is left for redelivery, the new copies are ordered afresh.
+            # source is left for redelivery, the new copies are ordered afresh; so is what a
+            # run of it has not started yet.
+            if self._runs:
+                self._cancelled.update(self.scheduler.in_flight_of([source]))
             for dropped in self.scheduler.forget([source]):
                 self._drop(dropped)
             self.scheduler.add(message, source, message.offset, message.key)
@@ -299,6 +339,11 @@ class WorkerLoop:
 
     def _start_calls(self, now_ms: int) -> None:
         # With a breaker, one at a time: a half-open breaker allows a single probe.
+        if self._runs:
+            if not self.stop.is_set():
+                for run in self.scheduler.take_runs(now_ms):
+                    self._submit_run(run)
+            return
         limit = None if self.breaker is None else 1
         inline = self.runner.inline
         traced = tracing_active()
@@ -338,7 +383,25 @@ class WorkerLoop:
             self._running.add(message)
             self.runner.submit(message, attributes)
 
-    def _wait_for_ends(self, timeout_s: float) -> list[CallEnd]:
+    def _submit_run(self, run: list[KmqMessage]) -> None:
+        """Hand ``run`` to a thread; a message whose retry headers are corrupt goes to the DLQ
+        in its turn: at the run's head now, or, further in, given back to wait for the calls
+        before it."""
+        problem_of, fetched_at_ms = self.router.metadata_problem, self._fetched_at_ms
+        jobs: list[RunJob] = []
+        for index, message in enumerate(run):
+            problem = problem_of(message)
+            if problem is None:
+                jobs.append((message, fetched_at_ms.get(message)))
+            elif jobs:
+                self.scheduler.give_back(run[index:])
+                break
+            else:
+                self._route([(message, problem)])  # its run's next message is the head now
+        if jobs:
+            cast(ThreadRunner, self.runner).submit_run(jobs)
+
+    def _wait_for_ends(self, timeout_s: float) -> Sequence[CallEnd | Unstarted]:
         if not self.scheduler.in_flight:
             return []
         return self.runner.take_ends(self._until_due_s(timeout_s))
@@ -349,11 +412,18 @@ class WorkerLoop:
             return longest_s
         return max(0.0, min(longest_s, (due_ms - self.clock_ms()) / 1000))
 
-    def _handle_ends(self, ends: list[CallEnd]) -> None:
+    def _handle_ends(self, ends: Sequence[CallEnd | Unstarted]) -> None:
         failed: list[ToRoute] = []
         for end in ends:
+            if isinstance(end, Unstarted):
+                self._unstarted(end.messages)
+                continue
             message, error = end.message, end.error
             self._running.discard(message)
+            if self._cancelled:  # it had started: it was no longer to be stopped
+                self._cancelled.discard(message)
+            if end.wait_ms is not None:  # a run's first call of the message
+                del self._fetched_at_ms[message]
             if error is None:
                 self.consumer.ack(message)
                 self.stats.handled += 1
@@ -366,6 +436,16 @@ class WorkerLoop:
                 self._failed(message, error, failed)
         if failed:
             self._route(failed)
+
+    def _unstarted(self, messages: list[KmqMessage]) -> None:
+        """A run's end that never started: back in its lane, or left for redelivery if its
+        partition was fetched again since."""
+        drop = messages[0] in self._cancelled
+        self.scheduler.give_back(messages, drop=drop)
+        if drop:
+            for message in messages:
+                self._cancelled.discard(message)
+                self._drop(message)
 
     def _failed(self, message: KmqMessage, exc: BaseException, failed: list[ToRoute]) -> None:
         self.stats.failed += 1
@@ -426,8 +506,13 @@ class WorkerLoop:
             self._in_place.pop(message, None)
 
     def _count_held(self) -> None:
-        self.stats.calls_in_flight = self.scheduler.in_flight
-        self.stats.held = self.scheduler.buffered
+        self.stats.calls_in_flight = calls = self._calls_running()
+        self.stats.held = self.scheduler.holding - calls
+
+    def _calls_running(self) -> int:
+        """Calls running now: a busy lane runs one (a run's later messages wait for it), and
+        runs beyond the threads wait for one."""
+        return min(self.scheduler.busy_lanes, self.concurrency)
 
     def _keep_visible(self, now_ms: int | None = None) -> None:
         now_ms = self.clock_ms() if now_ms is None else now_ms

@@ -254,7 +254,8 @@ def test_fetching_pauses_while_the_buffer_is_full() -> None:
     for _ in range(3):
         loop.step()
 
-    assert loop.scheduler.buffered == 10 - 1  # one key: one running, the rest wait
+    # one key: one call running, the rest waiting (queued behind it in its run)
+    assert (loop.stats.calls_in_flight, loop.stats.held) == (1, 10 - 1)
     assert consumer.held_fetching[-1] is True
     assert len(consumer.batches) == 1  # the second batch was not fetched
     release.set()
@@ -321,6 +322,51 @@ def test_stopping_acks_calls_that_end_in_time_and_leaves_the_rest() -> None:
     assert consumer.nacked == []  # the rest: redelivered after their timeout
     assert consumer.held_fetching[-1] is True
     never.set()
+
+
+def test_a_stop_starts_no_more_of_a_keys_run_and_leaves_it_for_redelivery() -> None:
+    # given one key's six messages, taken as one run, its first call slow
+    release = threading.Event()
+    called: list[int] = []
+
+    def handler(msg: KmqMessage) -> None:
+        called.append(msg.offset)
+        if msg.offset == 0:
+            assert release.wait(5)
+
+    loop, consumer, _ = loop_for([keyed(6, [b"a"])], handler, ordering=Ordering.KEY)
+    step_until(loop, lambda: called == [0])
+
+    # when the worker stops while the first call runs, and it ends during the drain
+    loop.stop.set()
+    release.set()
+    loop.drain(5.0)
+
+    # then the first is acknowledged and the rest of the run never started
+    assert [m.offset for m in consumer.acked] == [0] and called == [0]
+    assert (loop.stats.calls_in_flight, consumer.nacked) == (0, [])
+
+
+def test_runs_queued_for_a_thread_never_start_once_the_worker_stops() -> None:
+    # given two threads in slow calls, and more runs queued behind them
+    release = threading.Event()
+    called: list[int] = []
+
+    def handler(msg: KmqMessage) -> None:
+        called.append(msg.offset)
+        assert release.wait(5)
+
+    loop, consumer, _ = loop_for([keyed(6, [b"a"])], handler, concurrency=2)
+    step_until(loop, lambda: len(called) == 2)
+
+    # when the worker stops, and the two calls end during the drain
+    loop.stop.set()
+    release.set()
+    loop.drain(5.0)
+
+    # then only they ran and were acknowledged: the queued runs are left for redelivery
+    assert sorted(m.offset for m in consumer.acked) == sorted(called) and len(called) == 2
+    assert loop.scheduler.in_flight == 0
 
 
 def test_an_async_handler_runs_many_calls_at_once_on_one_event_loop_thread() -> None:

@@ -163,12 +163,61 @@ def test_misuse_is_refused() -> None:
         LaneScheduler(Ordering.KEY, max_in_flight=0)
 
 
+def test_a_run_is_a_lanes_whole_queue_and_its_messages_end_in_order() -> None:
+    # given key a three times and key b once
+    scheduler = key_ordered(("a1", P0, b"a"), ("b1", P0, b"b"), ("a2", P0, b"a"), ("a3", P0, b"a"))
+    # when taking runs
+    # then each lane gives its queue, and a run busies one lane however long it is
+    assert scheduler.take_runs(0) == [["a1", "a2", "a3"], ["b1"]]
+    assert (scheduler.in_flight, scheduler.busy_lanes, scheduler.buffered) == (4, 2, 0)
+    with pytest.raises(ValueError, match="ended before"):
+        scheduler.finish("a2")
+    scheduler.finish("a1")
+    assert (scheduler.in_flight, scheduler.busy_lanes) == (3, 2)  # a2 is a's call now
+    scheduler.finish("a2")
+    scheduler.finish("a3")
+    assert (scheduler.in_flight, scheduler.busy_lanes, scheduler.holding) == (1, 1, 1)
+
+
+def test_a_failure_mid_run_gives_the_rest_back_ahead_of_what_came_after() -> None:
+    # given a run a1 a2 a3 taken, and a4 fetched while it runs
+    scheduler = key_ordered(("a1", P0, b"a"), ("a2", P0, b"a"), ("a3", P0, b"a"))
+    assert scheduler.take_runs(0) == [["a1", "a2", "a3"]]
+    scheduler.add("a4", P0, 3, b"a")
+    scheduler.finish("a1")
+    # when a2 fails: the run's thread gives back a3, then a2 is retried in place at 10
+    with pytest.raises(ValueError, match="given back first"):
+        scheduler.retry_in_place("a2", 10)
+    scheduler.give_back(["a3"])
+    scheduler.retry_in_place("a2", 10)
+    # then nothing of the lane starts before a2, and after it a3 comes before a4
+    assert scheduler.take_runs(9) == []
+    assert scheduler.take_runs(10) == [["a2", "a3", "a4"]]
+
+
+def test_a_run_never_started_makes_its_lane_idle_with_its_head_first() -> None:
+    # given a run b1 b2 taken behind a busy run in partition order, and b3 fetched after
+    scheduler: LaneScheduler[str] = LaneScheduler(Ordering.PARTITION, max_in_flight=2)
+    scheduler.add("b1", P0, 0, None)
+    scheduler.add("b2", P0, 1, None)
+    assert scheduler.take_runs(0) == [["b1", "b2"]]
+    scheduler.add("b3", P0, 2, None)
+    # when the worker stops before the run starts: all of it comes back
+    with pytest.raises(ValueError, match="not the end of a run"):
+        scheduler.give_back(["b1"])  # a run's head comes back with all the rest, or not at all
+    scheduler.give_back(["b1", "b2"])
+    # then the lane waits again, in offset order
+    assert (scheduler.in_flight, scheduler.busy_lanes, scheduler.buffered) == (0, 0, 3)
+    assert scheduler.take_runs(0) == [["b1", "b2", "b3"]]
+
+
 SOURCES: list[Source] = [("t", 0), ("t", 1), ("u", 0)]
 
 
 class SchedulerModel(RuleBasedStateMachine):
-    """Random adds, takes, finishes, retries in place, forgets and clock steps against the
-    rules of invariant 10, the in-flight limit, invariant 4 and nothing lost."""
+    """Random adds, takes (one by one and in runs), finishes, retries in place, give-backs,
+    forgets and clock steps against the rules of invariant 10, the in-flight limit,
+    invariant 4 and nothing lost."""
 
     @initialize(ordering=st.sampled_from(Ordering), max_in_flight=st.integers(1, 4))
     def start(self, ordering: Ordering, max_in_flight: int) -> None:
@@ -185,6 +234,13 @@ class SchedulerModel(RuleBasedStateMachine):
         self.forgotten: set[int] = set()
         #: Items retried in place and not yet due at a take since: item -> due_ms.
         self.retry_pending: dict[int, int] = {}
+        #: Runs in flight: the item whose call runs (or is next) -> the rest, in run order.
+        self.runs: dict[int, list[int]] = {}
+
+    def calling(self) -> list[int]:
+        """In-flight items whose end may be reported now: not behind another in a run."""
+        behind = {item for rest in self.runs.values() for item in rest}
+        return sorted(self.in_flight - behind)
 
     def lane(self, item: int) -> object:
         source, _, key = self.meta[item]
@@ -220,42 +276,87 @@ class SchedulerModel(RuleBasedStateMachine):
 
     @rule(limit=st.none() | st.integers(0, 3))
     def take(self, limit: int | None) -> None:
-        for item, due_ms in list(self.retry_pending.items()):
-            if due_ms <= self.now_ms:
-                del self.retry_pending[item]
+        self.due_retries()
         taken = self.scheduler.take(self.now_ms, limit)
         assert len(taken) <= (limit if limit is not None else len(taken))
         for item in taken:
-            assert item in self.waiting
-            assert self.ready(item), f"{item} started out of turn"
-            lane, offset = self.lane(item), self.meta[item][1]
-            assert not any(
-                self.lane(s) == lane and self.meta[s][1] > offset for s in self.started
-            ), f"{item} started after a later message of its lane"
-            self.waiting.remove(item)
-            self.in_flight.add(item)
-            self.started.add(item)
-        assert len(self.in_flight) <= self.max_in_flight
-        if limit is None and len(self.in_flight) < self.max_in_flight:
+            self.starts(item)
+        self.check_room(limit)
+
+    @rule()
+    def take_runs(self) -> None:
+        self.due_retries()
+        for run in self.scheduler.take_runs(self.now_ms):
+            lane = self.lane(run[0])
+            assert self.ready(run[0]), f"{run[0]} started out of turn"
+            queued = [item for item in self.waiting if self.lane(item) == lane]
+            assert run == sorted(queued, key=lambda item: self.meta[item][1]), "not its lane"
+            for item in run:
+                self.starts(item)
+            self.runs[run[0]] = run[1:]
+        self.check_room(None)
+
+    def due_retries(self) -> None:
+        for item, due_ms in list(self.retry_pending.items()):
+            if due_ms <= self.now_ms:
+                del self.retry_pending[item]
+
+    def starts(self, item: int) -> None:
+        assert item in self.waiting
+        lane, offset = self.lane(item), self.meta[item][1]
+        assert not any(self.lane(s) == lane and self.meta[s][1] > offset for s in self.started), (
+            f"{item} started after a later message of its lane"
+        )
+        self.waiting.remove(item)
+        self.in_flight.add(item)
+        self.started.add(item)
+
+    def check_room(self, limit: int | None) -> None:
+        busy = len({self.lane(item) for item in self.in_flight})
+        assert busy <= self.max_in_flight
+        assert self.scheduler.busy_lanes == busy
+        if limit is None and busy < self.max_in_flight:
             stuck = [item for item in self.waiting if self.ready(item)]
             assert not stuck, f"{stuck} could start but did not"
 
     @precondition(lambda self: self.in_flight)
     @rule(data=st.data())
     def finish(self, data: st.DataObject) -> None:
-        item = data.draw(st.sampled_from(sorted(self.in_flight)))
+        item = data.draw(st.sampled_from(self.calling()))
         self.scheduler.finish(item)
         self.in_flight.remove(item)
         self.finished.add(item)
+        rest = self.runs.pop(item, [])
+        if rest:
+            self.runs[rest[0]] = rest[1:]
 
     @precondition(lambda self: self.in_flight)
     @rule(data=st.data(), delay_ms=st.integers(0, 2) | st.integers(0, 50))
     def retry_in_place(self, data: st.DataObject, delay_ms: int) -> None:
-        item = data.draw(st.sampled_from(sorted(self.in_flight)))
+        item = data.draw(st.sampled_from(self.calling()))
+        rest = self.runs.pop(item, [])
+        if rest:  # the call failed mid-run: what the run did not start comes back first
+            with pytest.raises(ValueError, match="given back first"):
+                self.scheduler.retry_in_place(item, self.now_ms + delay_ms)
+            self.scheduler.give_back(rest)
+            self.in_flight -= set(rest)
+            self.started -= set(rest)
+            self.waiting |= set(rest)
         self.scheduler.retry_in_place(item, self.now_ms + delay_ms)
         self.in_flight.remove(item)
         self.waiting.add(item)
         self.retry_pending[item] = self.now_ms + delay_ms
+
+    @precondition(lambda self: self.runs)
+    @rule(data=st.data())
+    def give_back_a_run_never_started(self, data: st.DataObject) -> None:
+        # the worker stops before the run's next call: it and the rest come back
+        item = data.draw(st.sampled_from(sorted(self.runs)))
+        back = [item, *self.runs.pop(item)]
+        self.scheduler.give_back(back)
+        self.in_flight -= set(back)
+        self.started -= set(back)
+        self.waiting |= set(back)
 
     @rule(step_ms=st.integers(0, 2) | st.integers(0, 60))
     def advance(self, step_ms: int) -> None:
@@ -286,11 +387,16 @@ class SchedulerModel(RuleBasedStateMachine):
         if not hasattr(self, "scheduler"):
             return
         # Everything still here ends: finish whatever starts until nothing is left.
-        for _ in range(len(self.meta) + 1):
-            taken = self.scheduler.take(10**12)
-            for item in list(self.in_flight) + taken:
+        for _ in range(2 * len(self.meta) + 1):
+            for run in self.scheduler.take_runs(10**12):
+                self.in_flight.update(run)
+                self.runs[run[0]] = run[1:]
+            for item in self.calling():
                 self.scheduler.finish(item)
-            self.in_flight.clear()
+                self.in_flight.remove(item)
+                rest = self.runs.pop(item, [])
+                if rest:
+                    self.runs[rest[0]] = rest[1:]
         assert (self.scheduler.buffered, self.scheduler.in_flight) == (0, 0)
 
 
