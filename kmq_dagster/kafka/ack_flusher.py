@@ -10,8 +10,11 @@ A poll that does not wait flushes only if the last flush is ``ACK_FLUSH_GAP_S`` 
 worker whose calls end one or two at a time polls between every two of them, and one end
 marker (a produce, and serving the producer) per message, with a ``sleep(0)`` in each such
 poll, held a no-op handler at concurrency 2 to 7.5k msg/s quiet and 4-7k loaded (13-15k and
-34-47k without both: docs/benchmarks.md, stop 49). So acknowledgements wait at most that
-long for a busy loop's next poll; a poll that is about to wait writes them first.
+34-47k without both: docs/benchmarks.md, stop 49). The gap is the background thread's
+interval, 20 ms: at 1 ms, unordered calls ending out of order still made an end marker for
+almost every message (Parallel Consumer's shape unordered took 0.38-0.41 s against
+0.34-0.37 s at 20 ms, stop 50). So acknowledgements wait at most that long for their end
+marker whoever writes it; a poll that is about to wait writes them first.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ log = logging.getLogger("kmq_dagster.kafka.consumer")
 #: How often acknowledgements are turned into end markers when nobody polls.
 ACK_FLUSH_INTERVAL_S = 0.02
 #: A poll that will not wait writes acknowledgements once the last flush is this old.
-ACK_FLUSH_GAP_S = 0.001
+ACK_FLUSH_GAP_S = ACK_FLUSH_INTERVAL_S
 
 
 class AckFlusher:
