@@ -314,7 +314,8 @@ def bench_parallel(
     sizes = ParallelSizes(
         messages=messages, keys=keys, concurrency=concurrency, io_messages=io_messages,
         io_concurrency=io_concurrency, noop_messages=noop_messages,
-        noop_concurrent_messages=min(noop_messages, 20_000), rounds=rounds,
+        noop_concurrent_messages=min(noop_messages, ParallelSizes.noop_concurrent_messages),
+        rounds=rounds,
     )  # fmt: skip
     where = kafka.where("a fresh embedded broker per round")
     report(
@@ -330,7 +331,7 @@ def bench_parallel(
         "through HandlerCall, which awaits what it returns); noop_n1_direct is the same loop "
         "calling the handler directly, as before async handlers: their ratio is the "
         "regression at N = 1. noop_concurrent_loop is the same loop at concurrency 2 "
-        "(a thread hand-off per call), for context."
+        "(one partition: its messages run in runs on one handler thread), for context."
     )
     click.echo(figures.as_json())
 
