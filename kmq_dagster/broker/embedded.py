@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from kmq_dagster.broker.binaries import tansu_binary
-from kmq_dagster.broker.ports import free_port, port_is_free
+from kmq_dagster.broker.ports import free_port, port_is_free, who_listens
 from kmq_dagster.broker.probe import kafka_answers
 from kmq_dagster.broker.process import ManagedProcess
 from kmq_dagster.broker.seaweed import BUCKET, SeaweedS3
@@ -77,8 +77,10 @@ class EmbeddedBroker(Service):
         if self.port == 0:
             self.port = free_port(self.host)
         elif not port_is_free(self.port, self.host):
+            holder = who_listens(self.port)
             raise BrokerError(
                 f"port {self.port} on {self.host} is already in use "
+                f"{f'by {holder} ' if holder else ''}"
                 "(another broker running? pass --port 0 to pick a free port)"
             )
         argv = [
@@ -127,8 +129,13 @@ class EmbeddedBroker(Service):
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not tansu.is_running():
+                tail = tansu.log_tail()
+                taken = ""
+                if "AddrInUse" in tail and (holder := who_listens(self.port)):
+                    # Free when checked, taken before Tansu bound it: say by whom.
+                    taken = f"port {self.port} was taken meanwhile by {holder}\n"
                 raise BrokerError(
-                    f"the broker exited with code {tansu.exit_code()}:\n{tansu.log_tail()}"
+                    f"the broker exited with code {tansu.exit_code()}:\n{taken}{tail}"
                 )
             if kafka_answers(self.host, self.port):
                 return

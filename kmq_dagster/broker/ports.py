@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import errno
+import os
 import random
 import socket
+from pathlib import Path
 
 from kmq_dagster.errors import BrokerError
 
@@ -42,3 +44,56 @@ def free_port(host: str = "127.0.0.1", paired_offset: int = 0) -> int:
         ):
             return port
     raise BrokerError(f"no free port found on {host} in {low}-{high}")
+
+
+#: ``st`` of a listening socket in ``/proc/net/tcp``.
+_TCP_LISTEN = "0A"
+
+
+def who_listens(port: int) -> str | None:
+    """``pid N (command line)`` of the process listening on TCP ``port`` (any address), read
+    from ``/proc``; ``None`` if none is, or it cannot be seen (another user's, not Linux)."""
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return None
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and wanted & _fd_targets(entry):
+            try:
+                command = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:  # gone meanwhile
+                continue
+            one_line = " ".join(command.replace("\0", " ").split())
+            return f"pid {entry.name} ({one_line[:120]})"
+    return "a process this user cannot see"
+
+
+def _fd_targets(process: Path) -> set[str]:
+    """What ``process``'s file descriptors point at; those that close meanwhile (the listing's
+    own, for this process) and processes not ours to read are skipped."""
+    targets: set[str] = set()
+    try:
+        fds = list((process / "fd").iterdir())
+    except OSError:
+        return targets
+    for fd in fds:
+        try:
+            targets.add(os.readlink(fd))
+        except OSError:
+            continue
+    return targets
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == _TCP_LISTEN and int(local.rsplit(":", 1)[1], 16) == port:
+                inodes.add(inode)
+    return inodes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import time
@@ -73,10 +74,12 @@ def test_port_in_use_is_a_one_line_error() -> None:
         port = taken.getsockname()[1]
         result = run_kmq("broker", "--port", str(port))
     assert result.returncode == 1
-    assert (
-        result.stderr == f"kmq: error: port {port} on 127.0.0.1 is already in use "
-        "(another broker running? pass --port 0 to pick a free port)\n"
+    # one line, naming what holds the port: this test's own process
+    assert result.stderr.startswith(
+        f"kmq: error: port {port} on 127.0.0.1 is already in use by pid {os.getpid()} ("
     )
+    assert result.stderr.endswith(") (another broker running? pass --port 0 to pick a free port)\n")
+    assert result.stderr.count("\n") == 1
 
 
 def test_missing_broker_binary_is_a_one_line_error(tmp_path: Path) -> None:
