@@ -152,24 +152,56 @@ class BrokerRun:
         process.kill()
         raise BrokerError(f"kmq broker did not start:\n{process.log_tail()}")
 
-    def sigkill(self) -> None:
-        """SIGKILL the ``kmq broker`` process alone: its children must die with it."""
+    def sigkill(self, children_timeout_s: float = 30.0) -> None:
+        """SIGKILL the ``kmq broker`` process alone: its children must die with it. Returns
+        once they have (the kernel kills them after their parent, not with it: a restart on
+        the same port found Tansu still listening there on a loaded machine).
+
+        Raises:
+            BrokerError: a child was still alive ``children_timeout_s`` after its parent.
+        """
         assert self.process is not None
+        children = _children_of(self.process.pid)
         self.process.popen.send_signal(signal.SIGKILL)
         self.process.popen.wait()
+        deadline = time.monotonic() + children_timeout_s
+        while alive := [pid for pid in children if _running(pid)]:
+            if time.monotonic() > deadline:
+                raise BrokerError(f"children {alive} of kmq broker outlived it")
+            time.sleep(0.02)
 
     def serving_pid(self) -> int:
         """PID of the process that serves Kafka (Tansu, a child of ``kmq broker``)."""
         assert self.process is not None
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
+        for pid in _children_of(self.process.pid):
             try:
-                stat = (entry / "stat").read_text()
-                cmdline = (entry / "cmdline").read_bytes()
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if ppid == self.process.pid and f":{self.port}".encode() in cmdline:
-                return int(entry.name)
+            if f":{self.port}".encode() in cmdline:
+                return pid
         raise BrokerError(f"no process of kmq broker (pid {self.process.pid}) serves {self.port}")
+
+
+def _children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` now."""
+    children: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            children.append(int(entry.name))
+    return children
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (a zombie has closed its sockets already)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import IO
 
 from kmq_dagster.broker.binaries import tansu_binary
-from kmq_dagster.broker.ports import free_port, port_is_free, who_listens
+from kmq_dagster.broker.ports import (
+    NO_VISIBLE_PROCESS,
+    free_port,
+    port_is_free,
+    wait_until_free,
+    who_listens,
+)
 from kmq_dagster.broker.probe import kafka_answers
 from kmq_dagster.broker.process import ManagedProcess
 from kmq_dagster.broker.seaweed import BUCKET, SeaweedS3
@@ -25,6 +31,8 @@ from kmq_dagster.errors import BrokerError
 
 #: Cluster id Tansu is started with; fixed so a durable data dir restarts as the same cluster.
 CLUSTER_ID = "kmq-embedded"
+#: How long a start waits for a port that a process which just died still holds.
+PORT_RELEASE_WAIT_S = 5.0
 _LOCK_FILE = "kmq-broker.lock"
 
 
@@ -76,7 +84,7 @@ class EmbeddedBroker(Service):
     def _start(self, timeout_s: float) -> str:
         if self.port == 0:
             self.port = free_port(self.host)
-        elif not port_is_free(self.port, self.host):
+        elif not port_is_free(self.port, self.host) and not self._released_soon():
             holder = who_listens(self.port)
             raise BrokerError(
                 f"port {self.port} on {self.host} is already in use "
@@ -108,6 +116,13 @@ class EmbeddedBroker(Service):
         self._tansu.start()
         self._wait_until_serving(self._tansu, timeout_s)
         return self.bootstrap_servers
+
+    def _released_soon(self) -> bool:
+        """A port no live process listens on is being released (a broker killed a moment ago:
+        a supervisor restarting it at once): wait for that, up to ``PORT_RELEASE_WAIT_S``."""
+        if who_listens(self.port) not in (None, NO_VISIBLE_PROCESS):
+            return False
+        return wait_until_free(self.port, self.host, PORT_RELEASE_WAIT_S)
 
     def _prepare_data_dir(self, data_dir: Path) -> Path:
         try:

@@ -6,6 +6,7 @@ import errno
 import os
 import random
 import socket
+import time
 from pathlib import Path
 
 from kmq_dagster.errors import BrokerError
@@ -48,11 +49,15 @@ def free_port(host: str = "127.0.0.1", paired_offset: int = 0) -> int:
 
 #: ``st`` of a listening socket in ``/proc/net/tcp``.
 _TCP_LISTEN = "0A"
+#: What :func:`who_listens` says of a listener no process it can see holds.
+NO_VISIBLE_PROCESS = "no process this user can see (a socket still closing, or another user's)"
 
 
 def who_listens(port: int) -> str | None:
     """``pid N (command line)`` of the process listening on TCP ``port`` (any address), read
-    from ``/proc``; ``None`` if none is, or it cannot be seen (another user's, not Linux)."""
+    from ``/proc``; ``None`` if nothing listens there (or not Linux), and
+    :data:`NO_VISIBLE_PROCESS` for a listener whose process is not to be seen: another user's,
+    or one that just died (the kernel closes its socket a moment after the process is gone)."""
     inodes = _listening_inodes(port)
     if not inodes:
         return None
@@ -65,7 +70,7 @@ def who_listens(port: int) -> str | None:
                 continue
             one_line = " ".join(command.replace("\0", " ").split())
             return f"pid {entry.name} ({one_line[:120]})"
-    return "a process this user cannot see"
+    return NO_VISIBLE_PROCESS
 
 
 def _fd_targets(process: Path) -> set[str]:
@@ -97,3 +102,13 @@ def _listening_inodes(port: int) -> set[str]:
             if state == _TCP_LISTEN and int(local.rsplit(":", 1)[1], 16) == port:
                 inodes.add(inode)
     return inodes
+
+
+def wait_until_free(port: int, host: str, timeout_s: float) -> bool:
+    """Whether ``host:port`` is free, waiting up to ``timeout_s`` for it to become so."""
+    deadline = time.monotonic() + timeout_s
+    while not port_is_free(port, host):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True

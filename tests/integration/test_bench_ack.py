@@ -56,8 +56,9 @@ def test_bench_ack_prints_both_throughputs_their_ratio_latency_lateness_and_memo
     )
     # the latency also as a ratio to a plain consumer's at the same load, in the same run
     # (one round: the median of the rounds' ratios is that round's)
+    # (the JSON rounds it to 2 decimals: 0.0842 under load is 0.08)
     assert figures["p95_latency_ratio_vs_plain"] == pytest.approx(
-        figures["p95_latency_ms"] / figures["plain_p95_latency_ms"], rel=0.05
+        figures["p95_latency_ms"] / figures["plain_p95_latency_ms"], rel=0.05, abs=0.005
     )
     assert "latency round 1/1: p50 / p95 / p99, plain produce-to-commit" in result.stderr
     # every unacknowledged message came back, none before its deadline

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from kmq_dagster.bench.fleet import BrokerRun, Fleet
+from kmq_dagster.broker.embedded import EmbeddedBroker
 from kmq_dagster.broker.ports import free_port
 from kmq_dagster.kafka.provision import provision_topic
 from kmq_dagster.kafka.topic_reader import records_and_ends
@@ -153,3 +155,23 @@ def test_data_dir_keeps_topics_messages_and_offsets_across_restart(tmp_path: Pat
         assert _read_all(settings, "durable", "keeper") == [f"v{i}".encode() for i in range(8, 20)]
     finally:
         assert second.terminate() == 0
+
+
+def test_a_broker_started_the_moment_its_predecessor_was_killed_serves_on_the_same_port(
+    tmp_path: Path,
+) -> None:
+    # given a kmq broker SIGKILLed, and its children gone (the kernel may still be closing
+    # Tansu's listening socket: the port reads as taken for a moment)
+    run = BrokerRun(Fleet(tmp_path, {}), free_port(), None)
+    run.start()
+    run.sigkill()
+
+    # when a broker starts on that port at once (a supervisor restarting it)
+    broker = EmbeddedBroker(port=run.port)
+    try:
+        broker.start()
+        # then it serves there: not "already in use"
+        settings = _settings(broker.bootstrap_servers)
+        provision_topic(settings, "again", partitions=1)
+    finally:
+        broker.stop()
