@@ -55,7 +55,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 from kmq_dagster.core.breaker import GroupBreaker, State
 from kmq_dagster.core.ordering import LaneScheduler, Ordering
@@ -148,13 +147,17 @@ class WorkerLoop:
         #: free thread: no round trip through this loop between two calls. Not with a breaker
         #: (its calls start one at a time), nor when only waiting messages are extended (a
         #: run's messages are all in flight).
-        self._runs = isinstance(self.runner, ThreadRunner) and breaker is None and extend_running
+        self._run_runner = (
+            self.runner
+            if isinstance(self.runner, ThreadRunner) and breaker is None and extend_running
+            else None
+        )
         #: Messages of runs that must not start (the threads read it): see :meth:`_add`.
         self._cancelled: set[KmqMessage] = (
             self.runner.cancelled if isinstance(self.runner, ThreadRunner) else set()
         )
         self.scheduler: LaneScheduler[KmqMessage] = LaneScheduler(
-            self.ordering, RUNS_QUEUED_PER_THREAD * concurrency if self._runs else concurrency
+            self.ordering, RUNS_QUEUED_PER_THREAD * concurrency if self._run_runner else concurrency
         )
         #: When the straight path's calls must stop to extend what waits behind them.
         self._alarm = (
@@ -252,7 +255,7 @@ class WorkerLoop:
             # Fetched again from an earlier offset (partition reassigned): what waits of the
             # source is left for redelivery, the new copies are ordered afresh; so is what a
             # run of it has not started yet.
-            if self._runs:
+            if self._run_runner is not None:
                 self._cancelled.update(self.scheduler.in_flight_of([source]))
             for dropped in self.scheduler.forget([source]):
                 self._drop(dropped)
@@ -339,10 +342,10 @@ class WorkerLoop:
 
     def _start_calls(self, now_ms: int) -> None:
         # With a breaker, one at a time: a half-open breaker allows a single probe.
-        if self._runs:
+        if (runner := self._run_runner) is not None:
             if not self.stop.is_set():
                 for run in self.scheduler.take_runs(now_ms):
-                    self._submit_run(run)
+                    self._submit_run(runner, run)
             return
         limit = None if self.breaker is None else 1
         inline = self.runner.inline
@@ -383,10 +386,10 @@ class WorkerLoop:
             self._running.add(message)
             self.runner.submit(message, attributes)
 
-    def _submit_run(self, run: list[KmqMessage]) -> None:
-        """Hand ``run`` to a thread; a message whose retry headers are corrupt goes to the DLQ
-        in its turn: at the run's head now, or, further in, given back to wait for the calls
-        before it."""
+    def _submit_run(self, runner: ThreadRunner, run: list[KmqMessage]) -> None:
+        """Hand ``run`` to ``runner``'s threads; a message whose retry headers are corrupt goes
+        to the DLQ in its turn: at the run's head now, or, further in, given back to wait for
+        the calls before it."""
         problem_of, fetched_at_ms = self.router.metadata_problem, self._fetched_at_ms
         jobs: list[RunJob] = []
         for index, message in enumerate(run):
@@ -399,7 +402,7 @@ class WorkerLoop:
             else:
                 self._route([(message, problem)])  # its run's next message is the head now
         if jobs:
-            cast(ThreadRunner, self.runner).submit_run(jobs)
+            runner.submit_run(jobs)
 
     def _wait_for_ends(self, timeout_s: float) -> Sequence[CallEnd | Unstarted]:
         if not self.scheduler.in_flight:
@@ -422,7 +425,7 @@ class WorkerLoop:
             self._running.discard(message)
             if self._cancelled:  # it had started: it was no longer to be stopped
                 self._cancelled.discard(message)
-            if end.wait_ms is not None:  # a run's first call of the message
+            if end.first_call:  # its wait from fetch to start was observed by the thread
                 del self._fetched_at_ms[message]
             if error is None:
                 self.consumer.ack(message)
