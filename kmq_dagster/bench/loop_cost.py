@@ -89,6 +89,9 @@ class _InMemoryConsumer:
     def ack(self, message: KmqMessage) -> None:
         self.acked += 1
 
+    def acknowledger(self) -> Callable[[KmqMessage], None]:
+        return self.ack
+
     def nack(self, message: KmqMessage) -> None:
         raise AssertionError("a no-op handler never fails")
 

@@ -186,6 +186,11 @@ class KmqConsumer:
         """
         self._acks.append(message)
 
+    def acknowledger(self) -> Callable[[KmqMessage | Message], None]:
+        """What :meth:`ack` does, without its Python frame: the ack queue's own append, for a
+        loop acknowledging every message it runs (about 4% of a no-op worker's time)."""
+        return self._acks.append
+
     def nack(self, message: KmqMessage | Message) -> None:
         """Ask for ``message`` to be redelivered now (counts as one redelivery)."""
         self._restart(message, self._clock_ms())

@@ -276,6 +276,7 @@ class WorkerLoop:
         """
         consumer, stats, breaker, clock_ms = self.consumer, self.stats, self.breaker, self.clock_ms
         stopped = self.stop.is_set
+        ack = consumer.acknowledger()
         alarm = self._alarm
         rung = alarm.rung  # non-empty once the extension is due (always, on a test's clock)
         call, settle = self.runner.handler.hot_call()
@@ -306,7 +307,7 @@ class WorkerLoop:
                         return fetched[index + 1 :]  # retried in place, or held for the breaker
                     stats.calls_in_flight = 1
                     continue  # routed to its retry topic (or the DLQ): nothing waits for it
-                consumer.ack(message)
+                ack(message)
                 stats.handled += 1
                 if breaker is not None:
                     breaker.record(True, clock_ms())

@@ -125,6 +125,9 @@ class FakeConsumer:
     def ack(self, message: KmqMessage) -> None:
         self.acked.append(message)
 
+    def acknowledger(self) -> Callable[[KmqMessage], None]:
+        return self.ack
+
     def nack(self, message: KmqMessage) -> None:
         self.nacked.append(message)
 
