@@ -103,6 +103,30 @@ def stat_fields(pid: int) -> list[str] | None:
     return text[text.rindex(")") + 1 :].split()
 
 
+def is_running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (a zombie has closed its files and sockets)."""
+    fields = stat_fields(pid)
+    return fields is not None and fields[STAT_STATE] not in ("Z", "X")
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` now (children, theirs, ...), read from ``/proc``; empty
+    where there is none."""
+    by_parent: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if entry.name.isdigit() and (fields := stat_fields(int(entry.name))) is not None:
+            by_parent.setdefault(int(fields[STAT_PPID]), []).append(int(entry.name))
+    found: set[int] = set()
+    pending = [pid]
+    while pending:
+        for child in by_parent.get(pending.pop(), ()):
+            if child not in found:
+                found.add(child)
+                pending.append(child)
+    return found
+
+
 def _proc_stat(pid: int) -> tuple[str, int, str] | None:
     """``(name, parent pid, start time)`` of a live process from ``/proc``; ``None`` if it is
     gone, a zombie, or there is no ``/proc``."""

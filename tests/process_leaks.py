@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from tests.processes import pid_alive
+from kmq_dagster.child_processes import is_running
 
 ENV_VAR = "KMQ_TEST_PROCESS"
 _RUN_KEY = "kmq_test_run"
@@ -143,7 +143,7 @@ def kept_helpers() -> set[int]:
         from multiprocessing import resource_tracker
 
         helpers.add(getattr(resource_tracker._resource_tracker, "_pid", None))
-    return {pid for pid in helpers if pid is not None and pid_alive(pid)}
+    return {pid for pid in helpers if pid is not None and is_running(pid)}
 
 
 def stop_kept_helpers() -> None:
@@ -163,9 +163,9 @@ def end_all(
     """Wait up to ``grace_s`` for ``procs`` (pid: who started it) to exit; SIGKILL the rest
     and their own process groups (never a group with a process of ``keep``); describe them."""
     deadline = time.monotonic() + grace_s
-    while any(pid_alive(pid) for pid in procs) and time.monotonic() < deadline:
+    while any(is_running(pid) for pid in procs) and time.monotonic() < deadline:
         time.sleep(0.05)
-    survivors = {pid: owner for pid, owner in procs.items() if pid_alive(pid)}
+    survivors = {pid: owner for pid, owner in procs.items() if is_running(pid)}
     kept_groups = {table[pid].pgid for pid in keep if pid in table}
     lines = []
     for pid, owner in sorted(survivors.items()):
@@ -173,11 +173,11 @@ def end_all(
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         pgid = table[pid].pgid if pid in table else 0
-        if pgid > 1 and pgid not in kept_groups and (pgid in survivors or not pid_alive(pgid)):
+        if pgid > 1 and pgid not in kept_groups and (pgid in survivors or not is_running(pgid)):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while any(pid_alive(pid) for pid in survivors) and time.monotonic() < deadline:
+    while any(is_running(pid) for pid in survivors) and time.monotonic() < deadline:
         time.sleep(0.05)
     return lines
 
@@ -303,7 +303,7 @@ class ProcessLeakCheck:
             for descendant in descendants_of([pid], table) - kept:
                 left.setdefault(descendant, f"{left[pid]}, a descendant of pid {pid}")
         for pid in list(self.untagged):
-            if not pid_alive(pid):
+            if not is_running(pid):
                 del self.untagged[pid]
         return end_all(left, table, kept, self.grace_s)
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kmq_dagster.child_processes import descendants
+
 _BOOTSTRAP_LINE = re.compile(r"export KMQ_BOOTSTRAP_SERVERS=(\S+)")
 
 
@@ -79,38 +81,6 @@ class BrokerProcess:
                 os.kill(pid, signal.SIGKILL)
         self.popen.wait(timeout=30)
         self._log.close()
-
-
-def descendants(pid: int) -> set[int]:
-    """All live descendants of ``pid``, read from /proc."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name may contain spaces; fields after the closing paren are fixed.
-        fields = stat.rsplit(")", 1)[1].split()
-        parents[int(entry.name)] = int(fields[1])
-    found: set[int] = set()
-    frontier = [pid]
-    while frontier:
-        parent = frontier.pop()
-        children = {child for child, ppid in parents.items() if ppid == parent}
-        frontier.extend(children - found)
-        found |= children
-    return found
-
-
-def pid_alive(pid: int) -> bool:
-    """True if ``pid`` is a live process (zombies count as dead)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def stacks_in_log(process: subprocess.Popen[Any], log: Path, timeout_s: float = 15) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kmq_dagster.broker.process import die_with_parent
+from kmq_dagster.child_processes import descendants, is_running
 from kmq_dagster.errors import BrokerError
 
 _BOOTSTRAP_LINE = re.compile(r"export KMQ_BOOTSTRAP_SERVERS=(\S+)")
@@ -161,11 +162,11 @@ class BrokerRun:
             BrokerError: a child was still alive ``children_timeout_s`` after its parent.
         """
         assert self.process is not None
-        children = _children_of(self.process.pid)
+        children = descendants(self.process.pid)
         self.process.popen.send_signal(signal.SIGKILL)
         self.process.popen.wait()
         deadline = time.monotonic() + children_timeout_s
-        while alive := [pid for pid in children if _running(pid)]:
+        while alive := [pid for pid in children if is_running(pid)]:
             if time.monotonic() > deadline:
                 raise BrokerError(f"children {alive} of kmq broker outlived it")
             time.sleep(0.02)
@@ -173,7 +174,7 @@ class BrokerRun:
     def serving_pid(self) -> int:
         """PID of the process that serves Kafka (Tansu, a child of ``kmq broker``)."""
         assert self.process is not None
-        for pid in _children_of(self.process.pid):
+        for pid in descendants(self.process.pid):
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
@@ -181,27 +182,3 @@ class BrokerRun:
             if f":{self.port}".encode() in cmdline:
                 return pid
         raise BrokerError(f"no process of kmq broker (pid {self.process.pid}) serves {self.port}")
-
-
-def _children_of(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` now."""
-    children: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            children.append(int(entry.name))
-    return children
-
-
-def _running(pid: int) -> bool:
-    """``pid`` exists and is not a zombie (a zombie has closed its sockets already)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"

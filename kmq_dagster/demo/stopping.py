@@ -24,11 +24,10 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from kmq_dagster.child_processes import STAT_PPID, STAT_START, STAT_STATE, stat_fields
+from kmq_dagster.child_processes import STAT_START, STAT_STATE, descendants, stat_fields
 from kmq_dagster.errors import KmqError
 from kmq_dagster.spark.session import local_session
 
-_PROC = Path("/proc")
 #: Seconds between two looks at whether the signalled processes are gone.
 _POLL_S = 0.1
 
@@ -40,25 +39,13 @@ Process = tuple[int, int]
 
 
 def child_tree(pid: int | None = None) -> set[Process]:
-    """Every live descendant of ``pid`` (default: this process)."""
-    root = os.getpid() if pid is None else pid
-    by_parent: dict[int, list[Process]] = {}
-    for entry in _PROC.iterdir() if _PROC.is_dir() else ():
-        if not entry.name.isdigit():
-            continue
-        fields = stat_fields(int(entry.name))
-        if fields is None or fields[STAT_STATE] == "Z":
-            continue
-        process = (int(entry.name), int(fields[STAT_START]))
-        by_parent.setdefault(int(fields[STAT_PPID]), []).append(process)
-    found: set[Process] = set()
-    pending = [root]
-    while pending:
-        for child in by_parent.get(pending.pop(), ()):
-            if child not in found:
-                found.add(child)
-                pending.append(child[0])
-    return found
+    """Every live descendant of ``pid`` (default: this process), with its start time."""
+    tree: set[Process] = set()
+    for child in descendants(os.getpid() if pid is None else pid):
+        fields = stat_fields(child)
+        if fields is not None and fields[STAT_STATE] != "Z":
+            tree.add((child, int(fields[STAT_START])))
+    return tree
 
 
 def is_running(process: Process) -> bool:

@@ -10,8 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kmq_dagster.broker.ports import free_port
+from kmq_dagster.child_processes import is_running
 from tests.kafka_helpers import wait_for
-from tests.processes import kmq_argv, pid_alive, stop
+from tests.processes import kmq_argv, stop
 
 
 @contextmanager
@@ -32,7 +33,7 @@ def running_console(home: Path, env: Mapping[str, str], audit_url: str) -> Itera
             stop(process)
         finally:
             log.close()
-        assert not pid_alive(process.pid)
+        assert not is_running(process.pid)
 
 
 def healthy(url: str) -> bool:

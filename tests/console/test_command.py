@@ -17,6 +17,7 @@ import pytest
 from kmq_dagster.audit.filters import DeadLetterFilter
 from kmq_dagster.audit.store import AuditStore
 from kmq_dagster.broker.ports import free_port
+from kmq_dagster.child_processes import is_running
 from kmq_dagster.console import jobs
 from kmq_dagster.console.auth import OPERATOR, Principal, UsersFile
 from kmq_dagster.core.naming import redelivery_topic
@@ -27,7 +28,7 @@ from kmq_dagster.settings import KmqSettings
 from tests.console.apps import button, open_app, texts
 from tests.console.test_dead_letters_page import apply_filters, select_rows
 from tests.kafka_helpers import new_queue, produce_dead_letters, wait_for
-from tests.processes import kmq_argv, pid_alive, run_kmq, stop
+from tests.processes import kmq_argv, run_kmq, stop
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -90,7 +91,7 @@ def test_the_console_serves_from_the_package_and_stops_on_sigterm(
             process.kill()
             process.wait(timeout=10)
         log.close()
-    assert not pid_alive(process.pid)
+    assert not is_running(process.pid)
     assert "serving on http://127.0.0.1" in (tmp_path / "console.log").read_text()
 
 
@@ -143,7 +144,7 @@ def test_the_console_replays_onto_the_kafka_given_with_b_not_the_default_one(
     finally:
         stop(process)
         log.close()
-    assert not pid_alive(process.pid)
+    assert not is_running(process.pid)
     kafka = KmqSettings.from_env(served_with)
     assert kafka.bootstrap_servers == settings.bootstrap_servers
     assert kafka.client_config["client.id"] == "kmq-console-test"

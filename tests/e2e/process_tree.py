@@ -20,7 +20,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.processes import descendants, kmq_argv
+from kmq_dagster.child_processes import descendants
+from tests.processes import kmq_argv
 
 #: Seconds between two looks at the command's descendants.
 SAMPLE_INTERVAL_S = 0.1

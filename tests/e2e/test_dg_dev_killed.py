@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from kmq_dagster.broker import EmbeddedBroker
+from kmq_dagster.child_processes import descendants, is_running
 from tests.e2e.dagster_graphql import DagsterClient
 from tests.e2e.dg_project import DgDev, project_env
 from tests.kafka_helpers import wait_for
-from tests.processes import descendants, pid_alive
 
 QUEUE = "orders__invoicing"
 PROVISION, TRACK = f"provision_{QUEUE}", f"track_{QUEUE}"
@@ -75,9 +75,9 @@ def test_a_killed_dg_dev_leaves_no_tracker_run_running(tmp_path: Path) -> None:
                 # the tracker notices within a second, stops, and its run finishes: a bound
                 # for a loaded machine, far below "never"
                 assert wait_for(
-                    lambda: not any(pid_alive(pid) for pid in left), timeout_s=120, interval_s=0.5
+                    lambda: not any(is_running(pid) for pid in left), timeout_s=120, interval_s=0.5
                 ), (  # fmt: skip
-                    f"still running: {sorted(p for p in left if pid_alive(p))}"
+                    f"still running: {sorted(p for p in left if is_running(p))}"
                 )
         finally:
             for pid in left:  # whatever ends the test, nothing of the run stays

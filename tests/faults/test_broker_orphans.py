@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from kmq_dagster.broker.ports import free_port
+from kmq_dagster.child_processes import is_running
 from kmq_dagster.kafka.provision import provision_topic
 from kmq_dagster.settings import KmqSettings
 from tests.kafka_helpers import wait_for
-from tests.processes import BrokerProcess, pid_alive
+from tests.processes import BrokerProcess
 
 pytestmark = pytest.mark.kafka
 
@@ -32,7 +33,7 @@ def test_a_sigkilled_durable_broker_leaves_no_orphans_and_restarts_on_its_port(
         first.popen.send_signal(signal.SIGKILL)
         first.popen.wait(timeout=30)
         # then its children die with it
-        assert wait_for(lambda: not [pid for pid in children if pid_alive(pid)], timeout_s=10)
+        assert wait_for(lambda: not [pid for pid in children if is_running(pid)], timeout_s=10)
     finally:
         first.kill()
     # and a new broker starts on the same port and data dir, with the topic still there

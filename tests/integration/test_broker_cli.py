@@ -14,10 +14,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kmq_dagster.bench.fleet import BrokerRun, Fleet
 from kmq_dagster.broker.embedded import EmbeddedBroker
 from kmq_dagster.broker.ports import free_port
+from kmq_dagster.child_processes import is_running
 from kmq_dagster.kafka.provision import provision_topic
 from kmq_dagster.kafka.topic_reader import records_and_ends
 from kmq_dagster.settings import KmqSettings
-from tests.processes import BrokerProcess, pid_alive, run_kmq
+from tests.processes import BrokerProcess, run_kmq
 
 pytestmark = pytest.mark.kafka
 
@@ -66,7 +67,7 @@ def test_broker_serves_clients_and_stops_on_sigterm_with_children_reaped(tmp_pat
     assert children, "the broker runs as a child process"
     assert broker.terminate() == 0
     assert "kmq broker: stopped" in broker.log_path.read_text()
-    assert not [pid for pid in children if pid_alive(pid)]
+    assert not [pid for pid in children if is_running(pid)]
 
 
 def test_port_in_use_is_a_one_line_error() -> None:
@@ -113,7 +114,7 @@ def test_a_data_dir_serves_one_broker_at_a_time_and_ctrl_c_stops_it(tmp_path: Pa
     assert second.returncode == 1
     assert "is in use by another kmq broker" in second.stderr
     assert len(children) >= 2  # the broker and its storage
-    assert not [pid for pid in children if pid_alive(pid)]
+    assert not [pid for pid in children if is_running(pid)]
 
 
 @pytest.mark.slow
@@ -145,7 +146,7 @@ def test_data_dir_keeps_topics_messages_and_offsets_across_restart(tmp_path: Pat
         raise
     # when the broker is stopped with SIGTERM and started again on the same data dir
     assert first.terminate() == 0
-    assert not [pid for pid in children if pid_alive(pid)]
+    assert not [pid for pid in children if is_running(pid)]
     second = BrokerProcess("--port", port, "--data-dir", data_dir, log_path=tmp_path / "2.log")
     try:
         settings = _settings(second.bootstrap_servers)

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kmq_dagster.child_processes import is_running
 from tests.kafka_helpers import wait_for
-from tests.processes import pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,12 +48,12 @@ def test_the_watcher_ends_when_a_process_above_it_is_killed(tmp_path: Path) -> N
         watcher = int(middle.stdout.readline())
         assert wait_for(lambda: said.read_text().startswith("watching"), timeout_s=60)
         assert said.read_text().split()[1:3] == [str(middle.pid), str(os.getpid())]
-        assert pid_alive(watcher)
+        assert is_running(watcher)
 
         middle.kill()
         middle.wait(30)
 
-        assert wait_for(lambda: not pid_alive(watcher), timeout_s=30, interval_s=0.1)
+        assert wait_for(lambda: not is_running(watcher), timeout_s=30, interval_s=0.1)
         assert f"(pid {middle.pid})" in said.read_text().split("\nlost ", 1)[1]
     finally:
         middle.kill()

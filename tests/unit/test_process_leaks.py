@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import pid_alive
+from kmq_dagster.child_processes import is_running
 
 pytestmark = pytest.mark.slow  # each runs a pytest (with xdist workers) that waits out graces
 
@@ -172,16 +172,16 @@ def test_a_process_a_test_leaves_running_fails_it_and_is_killed(
         assert "processes left running, killed" in outcomes[name], output
         assert f"pid {pids[key]} (started by test test_throwaway.py::{name}" in outcomes[name]
         assert command in outcomes[name]
-        assert not pid_alive(pids[key])
+        assert not is_running(pids[key])
     # A session fixture's server is no leak while the session runs; it was stopped at the end.
     for name in ["test_stops_what_it_starts", "test_takes_a_moment_to_exit_after_sigterm",
                  "test_uses_multiprocessing", "test_server_still_up"]:  # fmt: skip
         assert outcomes[name] == "passed", output
-    assert not pid_alive(pids["session-fixture"])
+    assert not is_running(pids["session-fixture"])
     # A module fixture that never stops its server is named when its module ends.
     module_leak = outcomes["test_uses_a_module_fixture"]
     assert "started by fixture 'leaky_module_server' (module scope)): sleep 601" in module_leak
-    assert not pid_alive(pids["module-fixture"])
+    assert not is_running(pids["module-fixture"])
 
 
 WORKER_CRASH_TESTS = """
@@ -205,4 +205,4 @@ def test_what_a_crashed_worker_left_is_killed_at_the_end(tmp_path: Path) -> None
     assert "processes left running after the tests (killed)" in done.stdout, done.stdout
     assert f"pid {pids['orphan']} (" in done.stdout
     assert "of a lost worker): sleep 606" in done.stdout
-    assert not pid_alive(pids["orphan"])
+    assert not is_running(pids["orphan"])
