@@ -168,6 +168,9 @@ class WorkerLoop:
         self.exit_code: int | None = None
         #: Every message held (waiting or running): what visibility extensions cover.
         self._held: dict[KmqMessage, None] = {}
+        #: Messages of fetches that may carry retry metadata (headers, or a retry topic): their
+        #: metadata is checked as they start; no other message can carry any.
+        self._suspects: set[KmqMessage] = set()
         #: When each message waiting for its first call was fetched (for the wait metric).
         self._fetched_at_ms: dict[KmqMessage, int] = {}
         #: Messages retried in place: attempts so far (its headers' attempt first) and when
@@ -246,6 +249,8 @@ class WorkerLoop:
                 return
         self._held.update(dict.fromkeys(fetched))
         self._fetched_at_ms.update(dict.fromkeys(fetched, fetched_ms))
+        if self.consumer.fetch_has_metadata:
+            self._suspects.update(fetched)
 
     def _add(self, message: KmqMessage, fetched_ms: int) -> None:
         source = (message.topic, message.partition)
@@ -262,6 +267,8 @@ class WorkerLoop:
             self.scheduler.add(message, source, message.offset, message.key)
         self._held[message] = None
         self._fetched_at_ms[message] = fetched_ms
+        if self.consumer.fetch_has_metadata:
+            self._suspects.add(message)
 
     def _run_straight(self, fetched: list[KmqMessage], fetched_ms: int) -> list[KmqMessage]:
         """One call at a time with nothing waiting: run the fetch's calls in fetch order, which
@@ -370,7 +377,7 @@ class WorkerLoop:
 
     def _submit(self, taken: list[KmqMessage], traced: bool, now_ms: int) -> None:
         for message in taken:
-            problem = self.router.metadata_problem(message)
+            problem = self.router.metadata_problem(message) if message in self._suspects else None
             if problem is not None:
                 self._route([(message, problem)])
                 continue
@@ -392,9 +399,10 @@ class WorkerLoop:
         to the DLQ in its turn: at the run's head now, or, further in, given back to wait for
         the calls before it."""
         problem_of, fetched_at_ms = self.router.metadata_problem, self._fetched_at_ms
+        suspects = self._suspects
         jobs: list[RunJob] = []
         for index, message in enumerate(run):
-            problem = problem_of(message)
+            problem = problem_of(message) if suspects and message in suspects else None
             if problem is None:
                 jobs.append((message, fetched_at_ms.get(message)))
             elif jobs:
@@ -506,6 +514,8 @@ class WorkerLoop:
     def _drop(self, message: KmqMessage) -> None:
         self._held.pop(message, None)
         self._fetched_at_ms.pop(message, None)
+        if self._suspects:
+            self._suspects.discard(message)
         if self._in_place:  # mostly empty: one check per message, not a lookup
             self._in_place.pop(message, None)
 

@@ -17,7 +17,7 @@ from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.core.breaker import State
 from kmq_dagster.core.headers import DLQ_REASON, ERROR_MESSAGE, ERROR_TYPE
 from kmq_dagster.core.ordering import Ordering
-from kmq_dagster.core.retry_headers import FIRST_FAILURE_MS
+from kmq_dagster.core.retry_headers import ATTEMPT, FIRST_FAILURE_MS
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.opened_queue import vouch_for
 from kmq_dagster.kafka.retry_router import RetryRouter
@@ -176,6 +176,73 @@ def test_a_key_ordered_message_goes_to_the_dlq_with_its_reason_when_retries_are_
     assert dead.value == b"a0"
     assert b"failed 2 attempts" in (dead.header(DLQ_REASON) or b"")
     assert [m.offset for m in consumer.acked] == [0, 1]  # a0 once its copy was durable
+
+
+#: Retry headers no worker could have written: an attempt that is not a number.
+CORRUPT = [(ATTEMPT, b"\xff")]
+
+
+def test_corrupt_retry_metadata_in_a_key_run_goes_to_the_dlq_in_its_turn() -> None:
+    called: list[int] = []
+    batch = [
+        message("orders", 0, b"a0", _key=b"a"),
+        message("orders", 1, b"a1", _key=b"a", _headers=CORRUPT),
+        message("orders", 2, b"a2", _key=b"a"),
+    ]
+    loop, consumer, producer = loop_for(
+        [batch], lambda m: called.append(m.offset), ordering=Ordering.KEY
+    )
+
+    step_until(loop, lambda: len(consumer.acked) == 3)
+    loop.drain(1.0)
+
+    assert called == [0, 2]  # never called on a1; a2 waited for a1's copy
+    [dead] = producer.to(QUEUE.dlq_topic)
+    assert dead.value == b"a1"
+    assert (dead.header(DLQ_REASON) or b"").startswith(b"corrupt retry metadata")
+    assert [m.offset for m in consumer.acked] == [0, 1, 2]
+
+
+class FlaggedConsumer(FakeConsumer):
+    """Says for each fetch whether it may carry retry metadata, as KmqConsumer does."""
+
+    def __init__(self, batches: list[tuple[bool, list[KmqMessage]]]) -> None:
+        super().__init__([batch for _, batch in batches], visibility_timeout_ms=9_000)
+        self.flags = [flag for flag, _ in batches]
+
+    def poll(self, timeout_s: float = 1.0) -> list[KmqMessage]:
+        fetched = super().poll(timeout_s)
+        if fetched:
+            self.fetch_has_metadata = self.flags.pop(0)
+        return fetched
+
+
+def test_a_message_waiting_behind_its_key_is_checked_as_its_fetch_said_not_the_last_one() -> None:
+    release = threading.Event()
+    called: list[bytes] = []
+
+    def handler(msg: KmqMessage) -> None:
+        if msg.value == b"a0":
+            assert release.wait(10)
+        called.append(msg.value or b"")
+
+    loop, _, producer = loop_for([], handler, ordering=Ordering.KEY)
+    consumer = loop.consumer = FlaggedConsumer(
+        [
+            (False, [message("orders", 0, b"a0", _key=b"a")]),
+            (True, [message("orders", 1, b"a1", _key=b"a", _headers=CORRUPT)]),
+            (False, [message("orders", 2, b"b0", _key=b"b")]),
+        ]
+    )
+    step_until(loop, lambda: not consumer.batches)  # a1 waits behind a0; b0's fetch is last
+    step_until(loop, lambda: b"b0" in called)
+    release.set()
+    step_until(loop, lambda: len(consumer.acked) == 3)
+    loop.drain(1.0)
+
+    assert sorted(called) == [b"a0", b"b0"]  # a1 is never called, though the last fetch was clean
+    [dead] = producer.to(QUEUE.dlq_topic)
+    assert dead.value == b"a1"
 
 
 def test_unordered_failures_go_to_the_retry_topic_and_are_acked_after_the_copy() -> None:
