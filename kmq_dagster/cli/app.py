@@ -175,6 +175,8 @@ def configure_logging(
     )
     stderr = logging.StreamHandler(sys.stderr)
     stderr.setFormatter(formatter)
+    if not verbose:
+        stderr.addFilter(quiet_py4j_root)
     stderr.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
     root.addHandler(stderr)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
@@ -182,6 +184,8 @@ def configure_logging(
         private_folder(log_file.parent)
         to_file = logging.FileHandler(log_file)
         to_file.setFormatter(formatter)
+        if not verbose:
+            to_file.addFilter(quiet_py4j_root)
         to_file.setLevel(logging.DEBUG if verbose else logging.INFO)
         root.addHandler(to_file)
     # librdkafka reports connection failures itself; without -v kmq reports them as one line.
@@ -192,6 +196,21 @@ def configure_logging(
     # so does the schema registry client's HTTP library (a line per request).
     for chatty in ("alembic", "py4j", "httpx", "httpx2", "httpcore"):
         logging.getLogger(chatty).setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+#: Where py4j's modules are: it logs some INFO through the root logger itself.
+_PY4J_DIR = f"{os.sep}py4j{os.sep}"
+
+
+def quiet_py4j_root(record: logging.LogRecord) -> bool:
+    """A handler filter: drops py4j's INFO and DEBUG that it logs through the root logger
+    (``logging.info(...)``, not its ``py4j`` loggers), such as "Exception while sending
+    command." with a whole traceback when Spark's JVM is already gone."""
+    return (
+        record.levelno >= logging.WARNING
+        or record.name != "root"
+        or _PY4J_DIR not in record.pathname
+    )
 
 
 class JsonFormatter(logging.Formatter):
