@@ -12,7 +12,10 @@ partition it owns:
      reason), wait for the broker's acknowledgement, then write the old message's end marker;
   8. commit the smallest open marker offset, so recovery re-reads only what may still be open.
 Step 7 is ``kafka.redelivery`` (``Redeliverer``); the counters and the state per markers
-partition are ``kafka.tracker_state`` (``TrackerStats`` is importable from here too).
+partition are ``kafka.tracker_state`` (``TrackerStats`` is importable from here too). Which
+markers partitions a tracker owns, and how it commits them, is ``kafka.tracker_lease``: the
+tracker reads on a consumer it assigns by hand, and a tracker that finds its group empty
+starts on every partition before the group has formed.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from kmq_dagster.core.markers import StartMarker, decode_marker
 from kmq_dagster.core.queue import Queue
@@ -32,6 +35,7 @@ from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.record_reader import FETCH_MAX_BYTES
 from kmq_dagster.kafka.redelivery import Redeliverer
 from kmq_dagster.kafka.topic_watch import TopicWatch, means_topic_gone, watched_topics
+from kmq_dagster.kafka.tracker_lease import TrackerLease
 from kmq_dagster.kafka.tracker_state import MarkersPartitionState, TrackerStats
 
 log = logging.getLogger(__name__)
@@ -85,6 +89,7 @@ class RedeliveryTracker:
         self.stopped_in_s: float | None = None
         self._clock_ms = clock_ms
         self._partitions: dict[int, MarkersPartitionState] = {}
+        # The reader: assigned the owned partitions by hand, never a member of the group.
         self._consumer = new_consumer(
             settings,
             tracker_group(queue),
@@ -101,9 +106,18 @@ class RedeliveryTracker:
                 ),
             },
         )
+        self._lease = TrackerLease(
+            settings,
+            tracker_group(queue),
+            self.markers_topic,
+            on_gain=self._gain,
+            on_lose=self._lose,
+            error_cb=self.stats.client_errors.on_error,
+        )
         self._redeliverer = Redeliverer(settings, queue, self.stats)
+        self._admin = admin_client(settings)
         self._topic_watch = TopicWatch(
-            admin_client(settings),
+            self._admin,
             watched_topics(queue),
             fix=f"kmq provision --topic {queue.topic} --group {queue.group}",
         )
@@ -118,9 +132,7 @@ class RedeliveryTracker:
             on_tick: called every loop, at least every :data:`CHECK_INTERVAL_S` seconds, on
                 this thread (for a caller's heartbeat or stats line).
         """
-        self._consumer.subscribe(
-            [self.markers_topic], on_assign=self._on_assign, on_revoke=self._on_revoke
-        )
+        self._lease.start(self._admin)
         last_check = last_commit = 0.0
         backlog = False
         try:
@@ -128,6 +140,7 @@ class RedeliveryTracker:
                 if on_tick is not None:
                     on_tick()
                 self._topic_watch.check_due()
+                self._lease.poll()
                 # With a backlog of overdue messages, read the markers there are and go on.
                 wait_s = 0.0 if backlog else CHECK_INTERVAL_S
                 for message in self._consumer.consume(1000, wait_s):
@@ -142,7 +155,8 @@ class RedeliveryTracker:
                     last_commit = now
         finally:
             stopping = time.monotonic()
-            self._commit(list(self._partitions))
+            self._lease.settle()
+            self._lease.close(self._positions(list(self._partitions)))
             self._consumer.close()
             self._redeliverer.close()
             # How long a stop takes is what an operator waiting on CANCELING wants to know.
@@ -157,6 +171,17 @@ class RedeliveryTracker:
         """Owned markers partitions read to their end since they were assigned: only these
         are redelivered from (step 6)."""
         return sorted(p for p, state in list(self._partitions.items()) if state.caught_up)
+
+    @property
+    def started_early(self) -> bool:
+        """Whether this tracker found its group empty and started on every markers partition
+        before the group had formed (``kafka.tracker_lease``)."""
+        return self._lease.started_early
+
+    @property
+    def tracking_early(self) -> bool:
+        """Whether it still holds partitions the group has not given it yet."""
+        return self._lease.early
 
     def describe_stop(self) -> str:
         """How the last stop went, for its log."""
@@ -245,7 +270,9 @@ class RedeliveryTracker:
 
     # -- 8.: commits and rebalances --------------------------------------------------------
 
-    def _commit(self, partitions: list[int]) -> None:
+    def _positions(self, partitions: list[int]) -> list[TopicPartition]:
+        """Where a tracker would resume each of ``partitions`` (read ones only): its smallest
+        open marker offset, or the offset after the last marker read."""
         offsets = []
         for partition in partitions:
             state = self._partitions.get(partition)
@@ -254,20 +281,30 @@ class RedeliveryTracker:
             smallest_open = state.inflight.smallest_open_marker_offset()
             position = state.next_offset if smallest_open is None else smallest_open
             offsets.append(TopicPartition(self.markers_topic, partition, position))
-        if not offsets:
-            return
+        return offsets
+
+    def _commit(self, partitions: list[int]) -> None:
         try:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
+            self._lease.commit(self._positions(partitions))
         except Exception as exc:  # a lost commit only means a longer re-read on restart
             log.warning("markers commit failed: %s", exc)
 
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self._partitions[tp.partition] = MarkersPartitionState()
-        log.info("tracking markers partitions %s", sorted(tp.partition for tp in partitions))
+    def _gain(self, partitions: list[int]) -> None:
+        if not partitions:
+            return
+        for partition in partitions:
+            self._partitions[partition] = MarkersPartitionState()
+        # No offset given: the reader resumes from the group's committed position (step 5).
+        self._consumer.incremental_assign(
+            [TopicPartition(self.markers_topic, p) for p in partitions]
+        )
 
-    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        revoked = [tp.partition for tp in partitions]
-        self._commit(revoked)
-        for partition in revoked:
+    def _lose(self, partitions: list[int]) -> None:
+        if not partitions:
+            return
+        self._commit(partitions)
+        self._consumer.incremental_unassign(
+            [TopicPartition(self.markers_topic, p) for p in partitions]
+        )
+        for partition in partitions:
             self._partitions.pop(partition, None)

@@ -37,11 +37,13 @@ VISIBILITY_MS = 30_000
 PADDING_MARKERS = 100_000
 
 
-def committed_markers_positions(settings: KmqSettings, queue: OpenedQueue) -> dict[int, int]:
+def committed_markers_positions(
+    settings: KmqSettings, queue: OpenedQueue, *, partitions: int = PARTITIONS
+) -> dict[int, int]:
     """Per markers partition, the offset the trackers of ``queue`` committed."""
     consumer = Consumer(settings.consumer_config(tracker_group(queue.queue)))
     try:
-        wanted = [TopicPartition(queue.queue.markers_topic, p) for p in range(PARTITIONS)]
+        wanted = [TopicPartition(queue.queue.markers_topic, p) for p in range(partitions)]
         return {tp.partition: tp.offset for tp in consumer.committed(wanted, timeout=10)}
     finally:
         consumer.close()

@@ -1,0 +1,187 @@
+"""Which markers partitions a redelivery tracker may redeliver from, and how it commits them.
+
+A tracker reads markers on a consumer it assigns partitions to by hand. Its share of the
+markers partitions comes from a second consumer, the lease: the tracker's member of the
+tracker group, which fetches nothing (its partitions stay paused) and is polled on the
+tracker's own thread, so a rebalance never overlaps a redelivery step.
+
+Joining a group takes seconds: Apache Kafka holds a new group's first join for
+``group.initial.rebalance.delay.ms`` (3 s by default), the embedded broker for half the session
+timeout. A tracker that finds the tracker group empty (no tracker runs, or the last one left)
+does not wait for that. It takes every markers partition at once, *early*, reads each to its
+end and redelivers as usual, and when the group gives the lease its share, it keeps the
+partitions of that share, state and all, and gives up the rest. A tracker that finds the group
+not empty waits for its share, as any member does.
+
+Two trackers that start within the same instant may both find the group empty and both
+redeliver from the same partition until the group has formed (seconds): a message may then be
+redelivered twice, which at-least-once allows (docs/design.md, invariant 1); nothing is lost.
+
+Commits go through the lease, and Kafka refuses commits from a member that lost its
+generation. An early tracker commits nothing while its lease is joining: Kafka accepts commits
+from outside a group only while the group is empty, and the joining lease makes it not
+empty. From the group's first share on, positions are committed every second and when a
+partition is given up; an early tracker that is stopped waits for that share first, so a
+stop in a tracker's first seconds takes as long as the group takes to form.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from kmq_dagster.kafka.clients import kafka_error_text, new_consumer
+from kmq_dagster.secrets import mask_text
+from kmq_dagster.settings import KmqSettings
+
+log = logging.getLogger(__name__)
+
+#: Longest the tracker's start waits to learn whether the group is empty (no answer: join as
+#: any member does).
+GROUP_LOOK_TIMEOUT_S = 3.0
+#: Seconds a stop waits for the group to form beyond the session timeout.
+JOIN_WAIT_MARGIN_S = 10.0
+#: Group states that say no tracker is a member.
+_NO_MEMBERS = frozenset({ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD})
+
+#: Called with markers partitions the tracker gains, or is about to lose.
+PartitionsCallback = Callable[[list[int]], None]
+
+
+class TrackerLease:
+    """The tracker's member of ``group`` on ``markers_topic``.
+
+    Args:
+        on_gain: called (on the polling thread) with partitions the tracker may now redeliver
+            from; they are new to it.
+        on_lose: called with partitions the tracker must give up, while it may still commit
+            them.
+    """
+
+    def __init__(
+        self,
+        settings: KmqSettings,
+        group: str,
+        markers_topic: str,
+        *,
+        on_gain: PartitionsCallback,
+        on_lose: PartitionsCallback,
+        error_cb: Callable[..., None],
+    ) -> None:
+        self.group = group
+        self.markers_topic = markers_topic
+        self._on_gain = on_gain
+        self._on_lose = on_lose
+        self._consumer = new_consumer(settings, group, error_cb=error_cb)
+        #: Longest a stop waits for an early tracker's group to form (a first join takes half
+        #: the session timeout on the embedded broker, 3 s or more on Apache Kafka).
+        self.join_wait_s = settings.session_timeout_ms / 1000 + JOIN_WAIT_MARGIN_S
+        #: Partitions taken early, until the group gives its first share.
+        self._early: set[int] = set()
+        #: Whether the group has given this lease a share (then commits go through it).
+        self.member = False
+        #: Whether the tracker found the group empty and took every partition at its start.
+        self.started_early = False
+        self._closed = False
+
+    @property
+    def early(self) -> bool:
+        """Whether the tracker holds partitions the group has not given it yet."""
+        return bool(self._early)
+
+    def start(self, admin: AdminClient) -> None:
+        """Take every markers partition early if the group is empty, then join the group."""
+        partitions = self._partitions_if_group_empty(admin)
+        if partitions:
+            self._early = set(partitions)
+            self.started_early = True
+            log.info(
+                "tracker group %s is empty: tracking markers partitions %s before it forms",
+                self.group, partitions,
+            )  # fmt: skip
+            self._on_gain(partitions)
+        self._consumer.subscribe(
+            [self.markers_topic], on_assign=self._assigned, on_revoke=self._revoked
+        )
+
+    def poll(self) -> None:
+        """Serve the group's rebalances (on the caller's thread); fetches nothing."""
+        self._consumer.poll(0)
+
+    def commit(self, offsets: list[TopicPartition]) -> None:
+        """Commit ``offsets`` as a member; before the first share, nothing is accepted, so
+        nothing is sent (see :meth:`settle`).
+
+        Raises:
+            KafkaException: the group refused the commit.
+        """
+        if self.member and offsets:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+
+    def settle(self) -> None:
+        """Before a stop: an early tracker waits (at most :attr:`join_wait_s`) for the group to
+        give its first share, so that it can commit as a member (see the module's docstring).
+        Partitions the share leaves out are given up, and committed, as they would be later."""
+        if self._early and not self.member:
+            log.info(
+                "stopping: waiting up to %.0f s for tracker group %s to form, to commit the "
+                "markers positions", self.join_wait_s, self.group,
+            )  # fmt: skip
+        deadline = time.monotonic() + self.join_wait_s
+        while self._early and not self.member and time.monotonic() < deadline:
+            self._consumer.poll(0.1)
+        if self._early and not self.member:
+            log.warning(
+                "tracker group %s did not form within %.0f s: positions not committed; a "
+                "restarted tracker re-reads from the last commit", self.group, self.join_wait_s,
+            )  # fmt: skip
+
+    def close(self, last_offsets: list[TopicPartition]) -> None:
+        """Commit ``last_offsets`` if a member, and leave the group."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.member:
+            try:
+                self.commit(last_offsets)
+            except KafkaException as exc:  # a lost commit only means a longer re-read
+                log.warning("markers commit failed: %s", exc)
+        self._consumer.close()
+
+    def _partitions_if_group_empty(self, admin: AdminClient) -> list[int]:
+        try:
+            described = admin.describe_consumer_groups([self.group])[self.group]
+            state = described.result(timeout=GROUP_LOOK_TIMEOUT_S).state
+            if state not in _NO_MEMBERS:
+                return []
+            topics = admin.list_topics(self.markers_topic, timeout=GROUP_LOOK_TIMEOUT_S).topics
+            metadata = topics.get(self.markers_topic)
+        except Exception as exc:  # no answer in time, no right to describe groups, ...
+            reason = mask_text(kafka_error_text(exc))
+            log.info("tracker group %s not looked at (%s): joining it first", self.group, reason)
+            return []
+        if metadata is None or metadata.error is not None:
+            return []  # the topic watch reports a missing markers topic
+        return sorted(metadata.partitions)
+
+    def _assigned(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
+        consumer.assign(assigned)
+        consumer.pause(assigned)  # the lease owns; the tracker's reader reads
+        share = [tp.partition for tp in assigned]
+        self.member = True
+        kept = self._early & set(share)
+        given_up = sorted(self._early - kept)
+        self._early = set()
+        if given_up:
+            self._on_lose(given_up)
+        gained = [p for p in share if p not in kept]
+        if gained:
+            self._on_gain(gained)
+        log.info("tracking markers partitions %s (the group's share)", sorted(share))
+
+    def _revoked(self, _consumer: Consumer, revoked: list[TopicPartition]) -> None:
+        self._on_lose([tp.partition for tp in revoked])
