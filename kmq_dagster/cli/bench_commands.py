@@ -349,3 +349,20 @@ def bench_loop(messages: int, rounds: int) -> None:
     for line in costs.table():
         report(line)
     click.echo(costs.as_json())
+
+
+@bench.command("tracker")
+@rounds_option(4)
+@measured_on_kafka
+def bench_tracker(kafka: BenchKafka, rounds: int) -> None:
+    """How soon a `kmq tracker` process is ready (first of its group, restarted, beside
+    another) and how long a stop in its first seconds takes."""
+    from kmq_dagster.bench.tracker_start import run_tracker_start_benchmark
+
+    report(
+        f"measuring on {kafka.where()}: kmq tracker processes on a fresh "
+        f"4-partition queue per round, {rounds} rounds"
+    )
+    with kafka.cluster() as settings:
+        figures = run_tracker_start_benchmark(settings, report, rounds=rounds)
+    click.echo(figures.as_json())
