@@ -112,6 +112,8 @@ class RedeliveryTracker:
             self.markers_topic,
             on_gain=self._gain,
             on_lose=self._lose,
+            on_release=self._commit,
+            on_regain=self._catch_up_again,
             error_cb=self.stats.client_errors.on_error,
         )
         self._redeliverer = Redeliverer(settings, queue, self.stats)
@@ -150,13 +152,13 @@ class RedeliveryTracker:
                     backlog = self.redeliver_overdue() >= REDELIVERY_CHUNK
                     last_check = now
                 if now - last_commit >= COMMIT_INTERVAL_S:
-                    self._commit(list(self._partitions))
+                    self._commit(self.owned_partitions())
                     self._update_gauges()
                     last_commit = now
         finally:
             stopping = time.monotonic()
             self._lease.settle()
-            self._lease.close(self._positions(list(self._partitions)))
+            self._lease.close(self._positions(self.owned_partitions()))
             self._consumer.close()
             self._redeliverer.close()
             # How long a stop takes is what an operator waiting on CANCELING wants to know.
@@ -164,13 +166,18 @@ class RedeliveryTracker:
             log.info("tracker of %s: %s", self.markers_topic, self.describe_stop())
 
     def owned_partitions(self) -> list[int]:
-        """Markers partitions this tracker is assigned now."""
-        return sorted(self._partitions)
+        """Markers partitions this tracker may redeliver from now (its share of the group's,
+        or every one while it starts early)."""
+        owns = self._lease.owns
+        return sorted(p for p in list(self._partitions) if owns(p))
 
     def caught_up_partitions(self) -> list[int]:
         """Owned markers partitions read to their end since they were assigned: only these
         are redelivered from (step 6)."""
-        return sorted(p for p, state in list(self._partitions.items()) if state.caught_up)
+        owns = self._lease.owns
+        return sorted(
+            p for p, state in list(self._partitions.items()) if state.caught_up and owns(p)
+        )
 
     @property
     def started_early(self) -> bool:
@@ -201,7 +208,7 @@ class RedeliveryTracker:
     def _update_gauges(self) -> None:
         # Copied here, on the tracker's thread: the in-flight state is not thread-safe, and
         # a metrics scrape reads these from another thread.
-        states = list(self._partitions.values())
+        states = self._owned_states()
         self.stats.in_flight = sum(state.inflight.inflight_count() for state in states)
         deadlines = [state.inflight.oldest_open_deadline_ms() for state in states]
         self.stats.oldest_open_deadline_ms = min(
@@ -209,8 +216,12 @@ class RedeliveryTracker:
         )
 
     def inflight_count(self) -> int:
-        """Unacknowledged messages this tracker knows of."""
-        return sum(state.inflight.inflight_count() for state in self._partitions.values())
+        """Unacknowledged messages of the partitions this tracker owns."""
+        return sum(state.inflight.inflight_count() for state in self._owned_states())
+
+    def _owned_states(self) -> list[MarkersPartitionState]:
+        owns = self._lease.owns
+        return [state for p, state in list(self._partitions.items()) if owns(p)]
 
     # -- 5. and 6.: markers in -------------------------------------------------------------
 
@@ -260,8 +271,9 @@ class RedeliveryTracker:
         """Redeliver every overdue message of caught-up partitions; returns how many moved."""
         now_ms = self._clock_ms()
         moved = 0
+        owns = self._lease.owns
         for markers_partition, state in list(self._partitions.items()):
-            if not state.caught_up:
+            if not state.caught_up or not owns(markers_partition):
                 continue
             overdue = state.inflight.overdue(now_ms, REDELIVERY_CHUNK)
             if overdue:
@@ -299,10 +311,26 @@ class RedeliveryTracker:
             [TopicPartition(self.markers_topic, p) for p in partitions]
         )
 
+    def _catch_up_again(self, partitions: list[int]) -> None:
+        # Read on from where the tracker got to, and wait for the partition's end again
+        # before redelivering (step 6): another tracker may have owned it meanwhile. A new
+        # assignment is what makes the client report the end once more.
+        topic = self.markers_topic
+        self._consumer.incremental_unassign([TopicPartition(topic, p) for p in partitions])
+        resumed = []
+        for partition in partitions:
+            state = self._partitions[partition]
+            state.caught_up = False
+            if state.next_offset is None:  # nothing read yet: from the committed position
+                resumed.append(TopicPartition(topic, partition))
+            else:
+                resumed.append(TopicPartition(topic, partition, state.next_offset))
+        self._consumer.incremental_assign(resumed)
+
     def _lose(self, partitions: list[int]) -> None:
         if not partitions:
             return
-        self._commit(partitions)
+        self._commit([p for p in partitions if self._lease.owns(p)])
         self._consumer.incremental_unassign(
             [TopicPartition(self.markers_topic, p) for p in partitions]
         )

@@ -13,6 +13,13 @@ end and redelivers as usual, and when the group gives the lease its share, it ke
 partitions of that share, state and all, and gives up the rest. A tracker that finds the group
 not empty waits for its share, as any member does.
 
+A rebalance takes a tracker's share back before it hands out the next one (the classic, eager
+protocol, which every tracker of a group must share). The tracker stops redelivering from the
+partitions taken back but keeps reading them, and keeps what it read of those the next share
+gives back, from where it got to: a tracker joining the group no longer sends the others back
+to their last commit. As with a new partition, it redelivers nothing from a partition given
+back before it has read it to its end again (another tracker may have owned it meanwhile).
+
 Two trackers that start within the same instant may both find the group empty and both
 redeliver from the same partition until the group has formed (seconds): a message may then be
 redelivered twice, which at-least-once allows (docs/design.md, invariant 1); nothing is lost.
@@ -58,8 +65,15 @@ class TrackerLease:
     Args:
         on_gain: called (on the polling thread) with partitions the tracker may now redeliver
             from; they are new to it.
-        on_lose: called with partitions the tracker must give up, while it may still commit
-            them.
+        on_lose: called with partitions the tracker gives up: it drops what it read of
+            them (those it still owns then, taken early, it commits first).
+        on_release: called with partitions the group takes back in a rebalance, while the
+            tracker may still commit them. The tracker stops redelivering from them but reads
+            on: the share the rebalance ends with often gives them back, and then what it read
+            is kept (any other tracker owning one meanwhile wrote its end markers to the
+            partition the tracker kept reading).
+        on_regain: called with partitions taken back by a rebalance that the next share gave
+            back: the tracker catches up on them before it redelivers from them again.
     """
 
     def __init__(
@@ -70,18 +84,26 @@ class TrackerLease:
         *,
         on_gain: PartitionsCallback,
         on_lose: PartitionsCallback,
+        on_release: PartitionsCallback,
+        on_regain: PartitionsCallback,
         error_cb: Callable[..., None],
     ) -> None:
         self.group = group
         self.markers_topic = markers_topic
         self._on_gain = on_gain
         self._on_lose = on_lose
+        self._on_release = on_release
+        self._on_regain = on_regain
         self._consumer = new_consumer(settings, group, error_cb=error_cb)
         #: Longest a stop waits for an early tracker's group to form (a first join takes half
         #: the session timeout on the embedded broker, 3 s or more on Apache Kafka).
         self.join_wait_s = settings.session_timeout_ms / 1000 + JOIN_WAIT_MARGIN_S
         #: Partitions taken early, until the group gives its first share.
         self._early: set[int] = set()
+        #: The group's share, as of the last rebalance.
+        self._share: set[int] = set()
+        #: Partitions of the last share taken back by a rebalance that has not ended yet.
+        self._suspended: set[int] = set()
         #: Whether the group has given this lease a share (then commits go through it).
         self.member = False
         #: Whether the tracker found the group empty and took every partition at its start.
@@ -92,6 +114,10 @@ class TrackerLease:
     def early(self) -> bool:
         """Whether the tracker holds partitions the group has not given it yet."""
         return bool(self._early)
+
+    def owns(self, partition: int) -> bool:
+        """Whether the tracker may redeliver from ``partition`` now."""
+        return partition in self._share or partition in self._early
 
     def start(self, admin: AdminClient) -> None:
         """Take every markers partition early if the group is empty, then join the group."""
@@ -171,17 +197,25 @@ class TrackerLease:
     def _assigned(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
         consumer.assign(assigned)
         consumer.pause(assigned)  # the lease owns; the tracker's reader reads
-        share = [tp.partition for tp in assigned]
+        share = {tp.partition for tp in assigned}
         self.member = True
-        kept = self._early & set(share)
-        given_up = sorted(self._early - kept)
-        self._early = set()
+        held = self._early | self._suspended
+        kept = held & share
+        given_up = sorted(held - kept)
         if given_up:
-            self._on_lose(given_up)
-        gained = [p for p in share if p not in kept]
+            self._on_lose(given_up)  # early ones are still owned here: committed first
+        regained = sorted(self._suspended & share)
+        self._early, self._suspended, self._share = set(), set(), share
+        if regained:
+            self._on_regain(regained)
+        gained = sorted(share - kept)
         if gained:
             self._on_gain(gained)
         log.info("tracking markers partitions %s (the group's share)", sorted(share))
 
     def _revoked(self, _consumer: Consumer, revoked: list[TopicPartition]) -> None:
-        self._on_lose([tp.partition for tp in revoked])
+        partitions = [tp.partition for tp in revoked]
+        self._on_release(partitions)  # still owned: committed while the generation holds
+        self._share -= set(partitions)
+        # Kept and read on, not redelivered from, until the next share says whose they are.
+        self._suspended |= set(partitions)

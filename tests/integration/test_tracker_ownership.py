@@ -1,7 +1,8 @@
-"""A tracker that finds its group empty starts on every markers partition before the group has
-formed, against the real broker: it redelivers at once, keeps what it read when the group
-gives it its share, commits its positions however early it stops, and a tracker that finds a
-member in the group waits for its share instead.
+"""Which markers partitions a tracker owns, against the real broker. A tracker that finds its
+group empty starts on every markers partition before the group has formed: it redelivers at
+once, keeps what it read when the group gives it its share, and commits its positions however
+early it stops; a tracker that finds a member in the group waits for its share instead. A
+rebalance that gives a tracker back partitions it had keeps what it read of them.
 
 The embedded broker forms a new group after half the session timeout; the trackers here that
 must still be early when the test looks get a long one (:data:`SLOW_JOIN_SESSION_MS`), so "the
@@ -11,6 +12,7 @@ group has not formed yet" holds by a margin of seconds, not by luck.
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import pytest
 
@@ -175,3 +177,51 @@ def test_two_trackers_starting_together_in_an_empty_group_lose_nothing(
     copies = read_topic(settings, queue.queue.redelivery_topic, 2, at_least=redelivered)
     assert {r.value() for r in copies} == set(values)
     assert len(copies) == redelivered <= 12
+
+
+def test_a_rebalance_keeps_what_a_tracker_read_of_the_partitions_it_gives_back(
+    settings: KmqSettings, topic_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kmq_dagster.kafka.redelivery_tracker")
+    # given a tracker owning both markers partitions, one message left open on each
+    queue = new_queue(settings, topic_name, partitions=2, visibility_timeout_ms=VISIBILITY_MS)
+    produce(settings, queue.topic, [f"m{i}".encode() for i in range(20)], partitions=2)
+    consumer = KmqConsumer(queue, batch_size=5)
+    first = RedeliveryTracker(queue)
+    try:
+        with running_service(first):
+            received = poll_until(consumer, 20)
+            left_open = {(p, min(m.offset for m in received if m.partition == p)) for p in (0, 1)}
+            for message in received:
+                if (message.partition, message.offset) not in left_open:
+                    consumer.ack(message)
+            written = flush_until_tracked(consumer, first, in_flight=2)
+            assert wait_for(lambda: not first.tracking_early, timeout_s=60)
+
+            # when a second tracker joins and the group shares the partitions out
+            second = RedeliveryTracker(queue)
+            with running_service(second):
+                assert wait_for(
+                    lambda: (
+                        len(first.caught_up_partitions()) == 1
+                        and len(second.caught_up_partitions()) == 1
+                    ),
+                    timeout_s=60,
+                )
+                kept = first.owned_partitions()
+
+                # then the first read nothing again (its committed position is the open
+                # message's start marker: the kept partition read afresh repeats markers)
+                assert first.stats.markers == written
+                assert first.inflight_count() == 1
+                assert second.owned_partitions() == [1 - kept[0]]
+                # but it read the kept partition to its end again before redelivering from
+                # it (the other tracker might have owned it meanwhile)
+                caught_up = [
+                    r for r in caplog.records
+                    if r.name.endswith("redelivery_tracker") and "caught up" in r.getMessage()
+                    and f"partition {kept[0]} " in r.getMessage()
+                ]  # fmt: skip
+                assert len(caught_up) == 2
+    finally:
+        consumer.close()
