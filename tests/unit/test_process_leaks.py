@@ -32,7 +32,14 @@ def note(name, pid):
 
 
 def sleeper(seconds, **options):
-    return subprocess.Popen(["sleep", str(seconds)], **options)
+    # Returned once the child runs sleep: until its exec, /proc shows the environment its
+    # parent was started with, without the tag of the test or fixture that started it (on a
+    # loaded machine a module fixture's teardown check once came first).
+    process = subprocess.Popen(["sleep", str(seconds)], **options)
+    cmdline = Path(f"/proc/{process.pid}/cmdline")
+    while process.poll() is None and not cmdline.read_bytes().startswith(b"sleep"):
+        pass
+    return process
 """
 
 MODULE_FIXTURE_TESTS = """
