@@ -389,14 +389,26 @@ def apply_filter(page: Page, label: str, value: str) -> None:
 
 
 def choose(page: Page, label: str, option_text: str) -> None:
-    option = page.get_by_role("option", name=re.compile(re.escape(option_text))).first
-    for _ in range(3):  # a rerun the page was still finishing may close the list just opened
-        page.get_by_role("combobox", name=label).click()
+    combobox = page.get_by_role("combobox", name=label)
+    options = page.get_by_role("option")
+    option = options.filter(has_text=re.compile(re.escape(option_text))).first
+    for _ in range(5):
+        # A rerun the page was still finishing may close the list just opened (or make the
+        # box anew): open it only if it is shut (a click on an open list shuts it), and
+        # start again from a shut list after a miss.
+        if combobox.get_attribute("aria-expanded") != "true":
+            combobox.click()
         try:
             option.wait_for(timeout=10_000)
             break
         except PlaywrightTimeoutError:
+            page.keyboard.press("Escape")
             settle(page)
+    else:
+        raise AssertionError(
+            f"no option with {option_text!r} in {label!r} after 5 openings; listed: "
+            f"{options.all_inner_texts()}"
+        )
     option.click()
     settle(page)
 
