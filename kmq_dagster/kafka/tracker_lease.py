@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 #: Longest the tracker's start waits to learn whether the group is empty (no answer: join as
 #: any member does).
 GROUP_LOOK_TIMEOUT_S = 3.0
+#: How often the lease tells the group it is alive (and hears of rebalances), at most.
+LEASE_HEARTBEAT_MS = 500
 #: Seconds a stop waits for the group to form beyond the session timeout.
 JOIN_WAIT_MARGIN_S = 10.0
 #: Group states that say no tracker is a member.
@@ -94,7 +96,15 @@ class TrackerLease:
         self._on_lose = on_lose
         self._on_release = on_release
         self._on_regain = on_regain
-        self._consumer = new_consumer(settings, group, error_cb=error_cb)
+        heartbeat = {}
+        if "heartbeat.interval.ms" not in settings.client_config:  # else the user's choice
+            # A running member hears of a rebalance only at its next heartbeat (librdkafka's
+            # default: every 3 s), and the group's next share waits for it. The lease fetches
+            # nothing, so its heartbeats are all it sends.
+            heartbeat["heartbeat.interval.ms"] = min(
+                LEASE_HEARTBEAT_MS, settings.session_timeout_ms // 3
+            )
+        self._consumer = new_consumer(settings, group, error_cb=error_cb, **heartbeat)
         #: Longest a stop waits for an early tracker's group to form (a first join takes half
         #: the session timeout on the embedded broker, 3 s or more on Apache Kafka).
         self.join_wait_s = settings.session_timeout_ms / 1000 + JOIN_WAIT_MARGIN_S
