@@ -35,6 +35,7 @@ stop in a tracker's first seconds takes as long as the group takes to form.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -186,7 +187,18 @@ class TrackerLease:
                 self.commit(last_offsets)
             except KafkaException as exc:  # a lost commit only means a longer re-read
                 log.warning("markers commit failed: %s", exc)
-        self._consumer.close()
+        # librdkafka 2.16 can hang in close when a rebalance arrives at that moment (seen in
+        # CI: close serving the rebalance callback waits forever for the group's thread), so
+        # the close gets a thread and a deadline; a stop never hangs on it.
+        closer = threading.Thread(target=self._consumer.close, name="kmq-lease-close", daemon=True)
+        closer.start()
+        closer.join(self.join_wait_s)
+        if closer.is_alive():
+            log.warning(
+                "the tracker's member of group %s did not leave within %.0f s (the Kafka "
+                "client hung in its last rebalance); stopping without it: the group drops it "
+                "after its session timeout", self.group, self.join_wait_s,
+            )  # fmt: skip
 
     def _partitions_if_group_empty(self, admin: AdminClient) -> list[int]:
         try:
