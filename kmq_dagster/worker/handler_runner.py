@@ -8,12 +8,14 @@
   while the caller waits for ends (the loop waits up to 50 ms at a time, between fetches), so
   a handler that blocks instead of awaiting holds up the whole worker, as it would hold up any
   event loop.
-* :class:`ThreadRunner` runs a sync handler's calls on ``N`` daemon threads; each end is put on
-  :attr:`ThreadRunner.ends`, read by the caller's thread only, so only that thread touches the
-  scheduler, the router and the breaker. It also takes *runs* (:meth:`ThreadRunner.submit_run`):
-  one lane's messages, called in turn on one thread with no hand-off between them; a run stops
-  at its first call that does not return, or once the worker stops, and reports what it did
-  not start as :class:`Unstarted`.
+* :class:`ThreadRunner` runs a sync handler's calls on ``N`` daemon threads; their ends are
+  taken by the caller's thread only (:meth:`ThreadRunner.take_ends`), so only that thread
+  touches the scheduler, the router and the breaker. It also takes *runs*
+  (:meth:`ThreadRunner.submit_run`): one lane's messages, called in turn on one thread with no
+  hand-off between them; a run stops at its first call that does not return, or once the
+  worker stops, and reports what it did not start as :class:`Unstarted`. A run's end wakes
+  a waiting caller only when the caller has something to do: a failure, or a lane freed
+  while few jobs wait for a thread.
 
 How many calls run at once is the caller's rule (the
 :class:`~kmq_dagster.core.ordering.LaneScheduler`'s in-flight limit): a call starts as soon as
@@ -27,6 +29,7 @@ is not acknowledged, so the tracker redelivers it after the visibility timeout (
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import queue
 import threading
@@ -97,9 +100,14 @@ class ThreadRunner:
         self.handler = handler
         #: Where runs observe each first call's wait from fetch to start, as it starts.
         self.waits = waits
-        #: Ends of calls, in the order they ended (a run's in its order).
-        self.ends: queue.SimpleQueue[CallEnd | Unstarted] = queue.SimpleQueue()
+        #: Ends of calls, in the order they ended (a run's in its order); threads append,
+        #: :meth:`take_ends` takes a prefix (list appends are atomic: no lock).
+        self._ends: list[CallEnd | Unstarted] = []
+        #: A token per wake of :meth:`take_ends`: see :meth:`_ended`.
+        self._wakes: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._jobs: queue.SimpleQueue[Job | list[RunJob] | None] = queue.SimpleQueue()
+        #: While more jobs than this wait for a thread, a call's end does not wake the caller.
+        self._wake_below = threads // 2
         self._clock_ms = clock_ms
         self._stop = stop or threading.Event()
         #: Messages of runs not to start (their partition was fetched again): a run reaching
@@ -117,13 +125,14 @@ class ThreadRunner:
     inline = False
 
     def submit(self, message: KmqMessage, attributes: Attributes = None) -> None:
-        """Start a call on ``message`` now; its end comes back on :attr:`ends`. With tracing
+        """Start a call on ``message`` now; its end comes back from :meth:`take_ends`. With tracing
         on, its ``process`` span carries ``attributes`` too."""
         self._jobs.put((message, attributes))
 
     def submit_run(self, run: list[RunJob]) -> None:
         """Call ``run``'s messages in turn on one thread, as soon as one is free; each end
-        comes back on :attr:`ends`, and what the run did not start as one :class:`Unstarted`."""
+        comes back from :meth:`take_ends`, and what the run did not start as one
+        :class:`Unstarted`."""
         self._jobs.put(run)
 
     def begin(self) -> None:
@@ -131,16 +140,38 @@ class ThreadRunner:
 
     def take_ends(self, timeout_s: float | None) -> list[CallEnd | Unstarted]:
         """The ends ready now, all at once; if none, wait up to ``timeout_s`` (``None``: as
-        long as it takes) for one."""
-        try:
-            ends = [self.ends.get(timeout=timeout_s)]
-        except queue.Empty:
-            return []
-        while True:
-            try:
-                ends.append(self.ends.get_nowait())
-            except queue.Empty:
-                return ends
+        long as it takes) until a thread wakes the caller (see :meth:`_ended`)."""
+        ends = self._ends
+        if not ends:
+            # Empty after the wait: an end that woke nobody may have come: taken anyway.
+            with contextlib.suppress(queue.Empty):
+                self._wakes.get(timeout=timeout_s)
+        wakes = self._wakes
+        while not wakes.empty():  # this take answers every wake so far
+            wakes.get_nowait()
+        count = len(ends)
+        taken = ends[:count]
+        del ends[:count]  # what a thread appends meanwhile stays, for the next take
+        return taken
+
+    def _ended(self, end: CallEnd | Unstarted, *, wake: bool) -> None:
+        """Report ``end``, and wake the caller if ``wake`` (see :meth:`_must_wake`)."""
+        self._ends.append(end)
+        if wake:
+            self._wakes.put(None)
+
+    def _must_wake(self) -> bool:
+        """Whether a call that returned, and freed its lane, wakes the caller: only once few
+        jobs wait for a thread, so that it hands out more before the threads run out.
+
+        While enough runs are queued the threads keep busy without the caller; waking it for
+        every end only made it contend for the GIL with them (at concurrency 100 it woke
+        about 40,000 times a second on Parallel Consumer's shape). A failure, a run stopped
+        short, or a call submitted alone always wakes it; a run's call that is not its last
+        frees nothing, and never does. Unwoken ends wait for the next wake or the caller's
+        own timeout (the worker loop's is 50 ms), so only runs use this: a caller that waits
+        without a timeout for a call it submitted alone is woken by its end."""
+        return self._jobs.qsize() <= self._wake_below
 
     def close(self) -> None:
         """Stop taking calls; calls still running are abandoned (their threads are daemons)."""
@@ -159,12 +190,13 @@ class ThreadRunner:
                 if isinstance(job, list):
                     self._run(call, job)
                 else:
-                    self.ends.put(_end(call, *job))
+                    # One call at a time (with a breaker; Spark): its caller waits for it.
+                    self._ended(_end(call, *job), wake=True)
         finally:
             call.close()
 
     def _run(self, call: HandlerCall, run: list[RunJob]) -> None:
-        put, stopped, clock_ms = self.ends.put, self._stop.is_set, self._clock_ms
+        ended, stopped, clock_ms = self._ended, self._stop.is_set, self._clock_ms
         cancelled, waits = self.cancelled, self.waits
         # One tracing check per run (when unordered, a run is one message: per message).
         traced = tracing_active()
@@ -172,7 +204,7 @@ class ThreadRunner:
         last = len(run) - 1
         for index, (message, fetched_ms) in enumerate(run):
             if stopped() or (cancelled and message in cancelled):
-                put(Unstarted([queued for queued, _ in run[index:]]))
+                ended(Unstarted([queued for queued, _ in run[index:]]), wake=True)
                 return
             wait_ms = None
             if fetched_ms is not None and clock_ms is not None:
@@ -190,10 +222,13 @@ class ThreadRunner:
                         result = settle(result)
             except BaseException as exc:  # reported, not raised: the loop thread decides
                 if index < last:  # the rest waits for this one's retry (or its copy)
-                    put(Unstarted([queued for queued, _ in run[index + 1 :]]))
-                put(CallEnd(message, exc, None, first_call))
+                    ended(Unstarted([queued for queued, _ in run[index + 1 :]]), wake=False)
+                ended(CallEnd(message, exc, None, first_call), wake=True)
                 return
-            put(CallEnd(message, None, result, first_call))
+            ended(
+                CallEnd(message, None, result, first_call),
+                wake=index == last and self._must_wake(),
+            )
 
 
 class EventLoopRunner:
