@@ -35,6 +35,9 @@ __all__ = ["LaneScheduler", "Ordering", "Source"]
 
 T = TypeVar("T", bound=Hashable)
 
+#: Below every offset: the last offset added from a source not seen since it was forgotten.
+_BELOW_ANY = float("-inf")
+
 
 class Ordering(enum.StrEnum):
     """What a concurrent worker promises about the order messages start in."""
@@ -79,6 +82,9 @@ class LaneScheduler(Generic[T]):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.ordering = Ordering(ordering)
+        # Read for every message added: plain flags, not enum comparisons.
+        self._by_partition = self.ordering is Ordering.PARTITION
+        self._by_key = self.ordering is Ordering.KEY
         self.max_in_flight = max_in_flight
         self._lanes: dict[tuple[Source, bytes | int | None], _Lane[T]] = {}
         self._lane_of: dict[T, _Lane[T]] = {}
@@ -132,30 +138,32 @@ class LaneScheduler(Generic[T]):
                 added from ``source`` since it was last forgotten (lanes start in the order
                 added, so a caller that seeks back must :meth:`forget` the source first).
         """
-        if item in self._lane_of:
+        lane_of = self._lane_of
+        if item in lane_of:
             raise ValueError(f"{item!r} was already added")
-        last = self._last_offset.get(source)
-        if last is not None and offset <= last:
+        last = self._last_offset.get(source, _BELOW_ANY)
+        if offset <= last:
             raise ValueError(f"offset {offset} of {source} is not above the last one, {last}")
         self._last_offset[source] = offset
         lane_id: tuple[Source, bytes | int | None]
-        if self.ordering is Ordering.PARTITION:
+        if self._by_partition:
             lane_id = (source, None)
-        elif self.ordering is Ordering.KEY and key is not None:
+        elif self._by_key and key is not None:
             lane_id = (source, key)
         else:
             # A lane of its own; a redelivered duplicate of a message still in flight (same
             # offset after a forget) waits for it rather than running beside it.
             lane_id = (source, offset)
-        lane = self._lanes.get(lane_id)
+        lanes = self._lanes
+        lane = lanes.get(lane_id)
         if lane is None:
-            lane = self._lanes[lane_id] = _Lane(lane_id, item)
+            lane = lanes[lane_id] = _Lane(lane_id, item)
             self._ready.append(lane)
         elif lane.rest is None:
             lane.rest = deque((item,))
         else:
             lane.rest.append(item)
-        self._lane_of[item] = lane
+        lane_of[item] = lane
 
     def take(self, now_ms: int, limit: int | None = None) -> list[T]:
         """The messages that may start now (they are then in flight): heads of idle lanes,
@@ -207,15 +215,24 @@ class LaneScheduler(Generic[T]):
     def finish(self, item: T) -> None:
         """``item``'s call is over (acknowledged, or handed to a retry topic or the DLQ):
         the next message of its lane may start."""
-        lane = self._take_back(item)
-        del self._lane_of[item]
-        if lane.run:  # the run's next message, already in flight, is the head now
-            lane.head = lane.run.popleft()
-            if not lane.run:
+        # What _take_back does, inline: this runs once for every message.
+        in_flight, lane_of = self._in_flight, self._lane_of
+        if item not in in_flight:
+            raise ValueError(f"{item!r} is not in flight")
+        lane = lane_of[item]
+        run = lane.run
+        if run and lane.head != item:
+            raise ValueError(f"{item!r} ended before {lane.head!r}, which its run started first")
+        in_flight.remove(item)
+        del lane_of[item]
+        if run:  # the run's next message, already in flight, is the head now: still busy
+            lane.head = run.popleft()
+            if not run:
                 lane.run = None
-            lane.busy = True
-            self._busy += 1
-        elif lane.rest:
+            return
+        lane.busy = False
+        self._busy -= 1
+        if lane.rest:
             lane.head = lane.rest.popleft()
             self._ready.append(lane)
         else:

@@ -238,9 +238,11 @@ class WorkerLoop:
     def _add_all(self, fetched: list[KmqMessage], fetched_ms: int) -> None:
         """Buffer a fetch's messages (one bookkeeping pass for the fetch, not per message)."""
         add = self.scheduler.add
+        keyed = self.ordering is Ordering.KEY  # no other ordering reads a key
         for index, message in enumerate(fetched):
             try:
-                add(message, (message.topic, message.partition), message.offset, message.key)
+                key = message.key if keyed else None
+                add(message, (message.topic, message.partition), message.offset, key)
             except ValueError:  # fetched again from an earlier offset: rare, one at a time
                 self._held.update(dict.fromkeys(fetched[:index]))
                 self._fetched_at_ms.update(dict.fromkeys(fetched[:index], fetched_ms))
