@@ -39,6 +39,8 @@ def test_bench_ack_prints_both_throughputs_their_ratio_latency_lateness_and_memo
         "p95_latency_ms",
         "plain_p95_latency_ms",
         "p95_latency_ratio_vs_plain",
+        "plain_same_topics_p95_latency_ms",
+        "p95_latency_ratio_vs_plain_same_topics",
         "p50_latency_ms",
         "plain_p50_latency_ms",
         "redelivery_lateness_p99_ms",
@@ -60,7 +62,14 @@ def test_bench_ack_prints_both_throughputs_their_ratio_latency_lateness_and_memo
     assert figures["p95_latency_ratio_vs_plain"] == pytest.approx(
         figures["p95_latency_ms"] / figures["plain_p95_latency_ms"], rel=0.05, abs=0.005
     )
+    # and to a plain consumer that also reads kmq's other topics: what reading them costs
+    assert figures["p95_latency_ratio_vs_plain_same_topics"] == pytest.approx(
+        figures["p95_latency_ms"] / figures["plain_same_topics_p95_latency_ms"],
+        rel=0.05,
+        abs=0.005,
+    )
     assert "latency round 1/1: p50 / p95 / p99, plain produce-to-commit" in result.stderr
+    assert "the same reading kmq's topics" in result.stderr
     # every unacknowledged message came back, none before its deadline
     assert "redelivered 2000 after their deadline" in result.stderr
     assert "earliest -" not in result.stderr
