@@ -154,12 +154,13 @@ class BrokerRun:
         raise BrokerError(f"kmq broker did not start:\n{process.log_tail()}")
 
     def sigkill(self, children_timeout_s: float = 30.0) -> None:
-        """SIGKILL the ``kmq broker`` process alone: its children must die with it. Returns
-        once they have (the kernel kills them after their parent, not with it: a restart on
-        the same port found Tansu still listening there on a loaded machine).
+        """SIGKILL the ``kmq broker`` process alone: its descendants (children and theirs)
+        must die with it. Returns once they have (the kernel kills them after their parent,
+        not with it: a restart on the same port found Tansu still listening there on a loaded
+        machine).
 
         Raises:
-            BrokerError: a child was still alive ``children_timeout_s`` after its parent.
+            BrokerError: a descendant was still alive ``children_timeout_s`` after its parent.
         """
         assert self.process is not None
         children = descendants(self.process.pid)

@@ -159,19 +159,24 @@ class TrackerLease:
         if self.member and offsets:
             self._consumer.commit(offsets=offsets, asynchronous=False)
 
+    @property
+    def _waiting_for_share(self) -> bool:
+        """Started early and not yet given a share by the group: no commit is accepted yet."""
+        return bool(self._early) and not self.member
+
     def settle(self) -> None:
         """Before a stop: an early tracker waits (at most :attr:`join_wait_s`) for the group to
         give its first share, so that it can commit as a member (see the module's docstring).
         Partitions the share leaves out are given up, and committed, as they would be later."""
-        if self._early and not self.member:
+        if self._waiting_for_share:
             log.info(
                 "stopping: waiting up to %.0f s for tracker group %s to form, to commit the "
                 "markers positions", self.join_wait_s, self.group,
             )  # fmt: skip
         deadline = time.monotonic() + self.join_wait_s
-        while self._early and not self.member and time.monotonic() < deadline:
+        while self._waiting_for_share and time.monotonic() < deadline:
             self._consumer.poll(0.1)
-        if self._early and not self.member:
+        if self._waiting_for_share:
             log.warning(
                 "tracker group %s did not form within %.0f s: positions not committed; a "
                 "restarted tracker re-reads from the last commit", self.group, self.join_wait_s,
