@@ -162,7 +162,7 @@ class TrackerLease:
     @property
     def _waiting_for_share(self) -> bool:
         """Started early and not yet given a share by the group: no commit is accepted yet."""
-        return bool(self._early) and not self.member
+        return self.early and not self.member
 
     def settle(self) -> None:
         """Before a stop: an early tracker waits (at most :attr:`join_wait_s`) for the group to
@@ -193,8 +193,9 @@ class TrackerLease:
             except KafkaException as exc:  # a lost commit only means a longer re-read
                 log.warning("markers commit failed: %s", exc)
         # librdkafka 2.16 can hang in close when a rebalance arrives at that moment (seen in
-        # CI: close serving the rebalance callback waits forever for the group's thread), so
-        # the close gets a thread and a deadline; a stop never hangs on it.
+        # CI: close serving the rebalance callback waits forever for the group's thread; the
+        # known librdkafka issue #4041), so the close gets a thread and a deadline; a stop
+        # never hangs on it.
         closer = threading.Thread(target=self._consumer.close, name="kmq-lease-close", daemon=True)
         closer.start()
         closer.join(self.join_wait_s)
