@@ -378,23 +378,30 @@ class WorkerLoop:
             self._keep_visible(now_ms)
 
     def _submit(self, taken: list[KmqMessage], traced: bool, now_ms: int) -> None:
+        breaker, suspects, waits = self.breaker, self._suspects, self.stats.waits
+        fetched_at_of, running, submit = self._fetched_at_ms.pop, self._running, self.runner.submit
+        # First starts' waits, observed together (above 1: at 1 a call waits for the last).
+        started_waits_s: list[float] = []
         for message in taken:
-            problem = self.router.metadata_problem(message) if message in self._suspects else None
-            if problem is not None:
-                self._route([(message, problem)])
-                continue
-            if self.breaker is not None:
-                self.breaker.started()
+            if suspects and message in suspects:
+                problem = self.router.metadata_problem(message)
+                if problem is not None:
+                    self._route([(message, problem)])
+                    continue
+            if breaker is not None:
+                breaker.started()
             attributes = None
-            fetched_at_ms = self._fetched_at_ms.pop(message, None)
-            if fetched_at_ms is not None:  # first start only: a retry in place waits its delay
+            fetched_at_ms = fetched_at_of(message, None)
+            if fetched_at_ms is not None and waits is not None:
+                # First start only: a retry in place waits its delay.
                 wait_ms = max(0, now_ms - fetched_at_ms)
-                if self.stats.waits is not None:  # above 1: at 1 a call waits for the last
-                    self.stats.waits.observe(wait_ms / 1000)
-                    if traced:
-                        attributes = {ORDERING_WAIT_MS: wait_ms}
-            self._running.add(message)
-            self.runner.submit(message, attributes)
+                started_waits_s.append(wait_ms / 1000)
+                if traced:
+                    attributes = {ORDERING_WAIT_MS: wait_ms}
+            running.add(message)
+            submit(message, attributes)
+        if waits is not None and started_waits_s:
+            waits.observe_all(started_waits_s)
 
     def _submit_run(self, runner: ThreadRunner, run: list[KmqMessage]) -> None:
         """Hand ``run`` to ``runner``'s threads; a message whose retry headers are corrupt goes

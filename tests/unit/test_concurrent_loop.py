@@ -565,14 +565,23 @@ def test_an_unrenderable_exception_or_a_base_exception_fails_the_message_never_l
     assert not loop.stop.is_set()
 
 
-def test_the_stats_show_calls_in_flight_held_messages_and_each_wait_from_fetch_to_start() -> None:
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_the_stats_show_calls_in_flight_held_messages_and_each_wait_from_fetch_to_start(
+    kind: str,
+) -> None:
     # given key order, 4 messages of key "a" and 1 of "b", and calls that block until released
+    # (a sync handler's runs observe waits on its threads; an async one's, the loop as it starts
+    # them)
     clock = FakeClock()
     release = threading.Event()
+
+    async def async_blocked(_m: KmqMessage) -> None:
+        while not release.is_set():
+            await asyncio.sleep(0.001)
+
+    handler = async_blocked if kind == "async" else (lambda _m: release.wait(5))
     batch = [*keyed(4, [b"a"]), message("orders", 4, b"b4", _key=b"b")]
-    loop, consumer, _ = loop_for(
-        [batch], lambda _m: release.wait(5), ordering=Ordering.KEY, clock=clock
-    )
+    loop, consumer, _ = loop_for([batch], handler, ordering=Ordering.KEY, clock=clock)
 
     # when the loop starts what it may and the clock moves on 2 s before the calls end
     loop.step()

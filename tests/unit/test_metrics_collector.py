@@ -95,3 +95,13 @@ def test_wait_buckets_are_cumulative_and_end_with_the_count() -> None:
         waits.observe(wait_s)
     assert waits.cumulative() == [("0.1", 2), ("1.0", 3), ("+Inf", 4)]
     assert waits.sum_s == pytest.approx(7.65)
+
+
+def test_waits_observed_together_count_as_each_observed_alone() -> None:
+    one_by_one, together = WaitHistogram(bounds_s=(0.1, 1.0)), WaitHistogram(bounds_s=(0.1, 1.0))
+    waits_s = [0.05, 0.1, 0.5, 7.0, 1.0]
+    for wait_s in waits_s:
+        one_by_one.observe(wait_s)
+    together.observe_all(waits_s)
+    assert together.cumulative() == one_by_one.cumulative() == [("0.1", 2), ("1.0", 4), ("+Inf", 5)]
+    assert together.sum_s == pytest.approx(one_by_one.sum_s)
