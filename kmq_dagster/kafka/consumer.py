@@ -33,6 +33,7 @@ from kmq_dagster.kafka.clients import admin_client, new_consumer, new_producer, 
 from kmq_dagster.kafka.consumer_stats import ConsumerStats
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S
 from kmq_dagster.kafka.due_gate import DueGate, group_by_source
+from kmq_dagster.kafka.idle_parking import IdleParking
 from kmq_dagster.kafka.marker_writer import MarkerWriter
 from kmq_dagster.kafka.message import (
     KmqMessage,
@@ -118,6 +119,8 @@ class KmqConsumer:
             queue.group,
             **{
                 "partition.assignment.strategy": "cooperative-sticky",
+                # Parks the side topics' partitions that were read to the end (IdleParking).
+                "enable.partition.eof": True,
                 "error_cb": self.stats.client_errors.on_error,
                 "on_commit": self._on_commit,
             },
@@ -137,6 +140,8 @@ class KmqConsumer:
         self._paused = False
         #: Retry-topic partitions paused until their next message is due.
         self._gate = DueGate(self._consumer)
+        #: Redelivery and retry partitions paused while they have nothing, peeked now and then.
+        self._parking = IdleParking(self._consumer, [queue.redelivery_topic, *self.retry_topics])
         self._handouts: HandoutLedger[KmqMessage | Message] = HandoutLedger()
         self._views = ViewPool(message_class(opened.codecs))
         self._batches = BatchCommits(self._consumer, self._markers, self.stats)
@@ -222,9 +227,13 @@ class KmqConsumer:
         self._held_since_s = time.monotonic()
         if not hold and self._paused:
             self._paused = False
-            waiting = self._gate.is_paused
+            waiting, parked = self._gate.is_paused, self._parking.is_parked
             self._consumer.resume(
-                [p for p in self._consumer.assignment() if not waiting((p.topic, p.partition))]
+                [
+                    p
+                    for p in self._consumer.assignment()
+                    if not (waiting((p.topic, p.partition)) or parked((p.topic, p.partition)))
+                ]
             )
 
     def assigned_partitions(self) -> list[tuple[str, int]]:
@@ -266,22 +275,14 @@ class KmqConsumer:
             self._paused = True
         if self._fetching_held:
             self._consumer.pause(self._consumer.assignment())  # new assignments too
-        elif self.retry_topics:
-            self._gate.resume_due(self._clock_ms())
-        # consume(n) waits for n messages or the timeout. Take what is here; if nothing is,
-        # wait for one message, then take what arrived with it.
-        records = self._consumer.consume(self.batch_size, 0)
+        else:
+            if self.retry_topics:
+                self._gate.resume_due(self._clock_ms())
+            self._parking.peek_if_due(self._not_waiting_for_due)
+        records = self._fetch_records(timeout_s)
         if not records:
-            records = self._consumer.consume(1, timeout_s)
-            if not records:
-                return [], []
-            if self.batch_size > 1:
-                records += self._consumer.consume(self.batch_size - 1, 0)
+            return [], []
         deadline_ms = self._clock_ms() + self.visibility_timeout_ms
-        if any(map(_error_of, records)):
-            for record in records:
-                self._handle_fetch_error(record)
-            records = [record for record in records if record.error() is None]
         runs = fetched_runs(records)
         from_retry_topic = bool(self._retry_set) and any(
             source[0] in self._retry_set for source, _, _ in runs
@@ -295,6 +296,32 @@ class KmqConsumer:
         self.fetch_has_metadata = from_retry_topic or any(map(_headers_of, records))
         return records, runs
 
+    def _fetch_records(self, timeout_s: float) -> list[Message]:
+        """The records fetched (fetch errors and partition ends handled, not returned): what is
+        here; if nothing is, wait up to ``timeout_s`` for one, then take what came with it."""
+        # consume(n) waits for n messages or the timeout, so it is only asked to wait for one.
+        records = self._consumer.consume(self.batch_size, 0)
+        if records and not any(map(_error_of, records)):
+            return records  # the common case: one check for the whole fetch
+        deadline_s = time.monotonic() + timeout_s
+        while True:
+            if any(map(_error_of, records)):
+                for record in records:
+                    self._handle_fetch_error(record)
+                records = [record for record in records if record.error() is None]
+            if records:
+                return records
+            # Nothing yet, or only partition ends: they do not end the wait. A long wait still
+            # peeks at the parked partitions every interval.
+            left_s = deadline_s - time.monotonic()
+            if left_s <= 0:
+                return []
+            if not self._fetching_held:
+                self._parking.peek_if_due(self._not_waiting_for_due)
+            records = self._consumer.consume(1, min(left_s, self._parking.until_peek_s()))
+            if records and records[0].error() is None and self.batch_size > 1:
+                records += self._consumer.consume(self.batch_size - 1, 0)
+
     def _hold_back_not_due(self, records: list[Message]) -> list[Message]:
         """Never early: retry-topic partitions stop at their first message not yet due.
         Queue-topic and redelivery messages are always due."""
@@ -303,9 +330,15 @@ class KmqConsumer:
         ready = [r for source, batch in batches.items() if source not in gated for r in batch]
         return ready + self._gate.hold_back(gated, self._clock_ms(), _due_ms_of, record_offset)
 
+    def _not_waiting_for_due(self, source: tuple[str, int]) -> bool:
+        return not self._gate.is_paused(source)
+
     def _handle_fetch_error(self, record: Message) -> None:
         error = record.error()
-        if error is None or error.code() == KafkaError._PARTITION_EOF:
+        if error is None:
+            return
+        if error.code() == KafkaError._PARTITION_EOF:
+            self._parking.reached_end((record.topic() or "", record.partition() or 0))
             return
         self.stats.client_errors.record(error)
         if error.fatal():
@@ -336,6 +369,7 @@ class KmqConsumer:
         self.flush()
         self._batches.forget({(p.topic, p.partition) for p in partitions})
         self._gate.forget((p.topic, p.partition) for p in partitions)
+        self._parking.forget((p.topic, p.partition) for p in partitions)
 
     def _on_commit(self, error: KafkaError | None, _partitions: list[TopicPartition]) -> None:
         if error is not None:
