@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from kmq_dagster.core.handouts import HandoutLedger
 from kmq_dagster.core.queue_settings import MAX_VISIBILITY_TIMEOUT_MS
-from kmq_dagster.core.ranges import OffsetRun
+from kmq_dagster.core.ranges import OffsetRun, Source
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.ack_flusher import AckFlusher
 from kmq_dagster.kafka.batch_commits import BatchCommits
@@ -330,7 +330,7 @@ class KmqConsumer:
         ready = [r for source, batch in batches.items() if source not in gated for r in batch]
         return ready + self._gate.hold_back(gated, self._clock_ms(), _due_ms_of, record_offset)
 
-    def _not_waiting_for_due(self, source: tuple[str, int]) -> bool:
+    def _not_waiting_for_due(self, source: Source) -> bool:
         return not self._gate.is_paused(source)
 
     def _handle_fetch_error(self, record: Message) -> None:
@@ -338,7 +338,7 @@ class KmqConsumer:
         if error is None:
             return
         if error.code() == KafkaError._PARTITION_EOF:
-            self._parking.reached_end((record.topic() or "", record.partition() or 0))
+            self._parking.reached_end(record_source(record))
             return
         self.stats.client_errors.record(error)
         if error.fatal():

@@ -14,9 +14,9 @@ from typing import TypeVar
 from confluent_kafka import Consumer, TopicPartition
 
 from kmq_dagster.core.due import split_due
+from kmq_dagster.core.ranges import Source
 
 M = TypeVar("M")
-Source = tuple[str, int]
 
 
 class DueGate:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import Consumer, TopicPartition
 
-Source = tuple[str, int]
+from kmq_dagster.core.ranges import Source
 
 #: How often the parked side partitions are read again: the longest a redelivered or due
 #: retried message waits more to be fetched than it would if its partition were never parked.
