@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,23 +37,26 @@ class StandaloneCluster:
 
     def __init__(self, scratch: Path, workers: int = 2) -> None:
         self.scratch = scratch
-        self.port, self.ui_port = free_port(), free_port()
+        self.port, self.ui_port, *self.worker_ports = distinct_free_ports(2 + 2 * workers)
         self.master_url = f"spark://127.0.0.1:{self.port}"
         self.work_dirs = [scratch / f"worker-{i}" for i in range(workers)]
         self.processes: list[subprocess.Popen[bytes]] = []
+        self.last_answer = "nothing yet"
         self.env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
 
     def start(self) -> None:
         self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                     "--port", str(self.port), "--webui-port", str(self.ui_port))  # fmt: skip
         for index, work_dir in enumerate(self.work_dirs):
+            port, ui_port = self.worker_ports[2 * index : 2 * index + 2]
             self._spawn(
                 f"worker-{index}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                "--port", str(free_port()), "--webui-port", str(free_port()), "--cores", "1",
+                "--port", str(port), "--webui-port", str(ui_port), "--cores", "1",
                 "--memory", "1g", "--work-dir", str(work_dir), self.master_url,
             )  # fmt: skip
         assert wait_for(lambda: self._alive_workers() == len(self.work_dirs), timeout_s=120), (
-            "the workers never registered with the master"
+            f"the workers never registered with the master; port {self.ui_port} last answered "
+            f"{self.last_answer}"
         )
 
     def stop(self) -> None:
@@ -77,11 +81,40 @@ class StandaloneCluster:
         )
 
     def _alive_workers(self) -> int:
+        """Workers the master counts alive; 0 while its web UI is not up or not whole yet.
+
+        The port is the one the master's log says its UI took: Spark moves up a port when the
+        one asked for is taken. Once in CI, with the machine loaded, ``/json`` answered with a
+        Spark HTML page while the cluster started, so anything but JSON counts as "not ready",
+        and what answered is kept for the failure message.
+        """
+        log = (self.scratch / "master.log").read_text(errors="replace")
+        started = re.search(r"Successfully started service 'MasterUI' on port (\d+)", log)
+        if started is None:
+            self.last_answer = "nothing: the master's log names no UI port yet"
+            return 0
+        self.ui_port = int(started.group(1))
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json", timeout=2) as r:
-                return int(json.load(r).get("aliveworkers", 0))
-        except OSError:
+                body = r.read()
+        except OSError as error:
+            self.last_answer = f"an error: {error}"
             return 0
+        try:
+            return int(json.loads(body).get("aliveworkers", 0))
+        except ValueError:
+            self.last_answer = f"not JSON: {body[:120]!r}"
+            return 0
+
+
+def distinct_free_ports(count: int) -> list[int]:
+    """``count`` free ports, no two the same."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 @pytest.fixture
