@@ -165,6 +165,8 @@ class WorkerLoop:
             if self.runner.inline
             else EveryMessage()
         )
+        #: The extension deadline (clock ms) the alarm was last armed for.
+        self._alarm_set_for_ms = -1
         self.exit_code: int | None = None
         #: Every message held (waiting or running): what visibility extensions cover.
         self._held: dict[KmqMessage, None] = {}
@@ -295,7 +297,13 @@ class WorkerLoop:
         visibility_ms = consumer.visibility_timeout_ms
         third_ms = visibility_ms // 3
         extend_at_ms = self._extended_at_ms + third_ms
-        alarm.arm(extend_at_ms - fetched_ms)
+        if extend_at_ms != self._alarm_set_for_ms:
+            # Once a deadline, not once a fetch: arming takes the alarm's lock, and it woke the
+            # alarm's thread about every other fetch (the same deadline, recomputed on another
+            # clock, came out a hair sooner). A no-op handler's worker ran 8% faster without.
+            # Rung meanwhile, the alarm stays rung until a call below re-arms it.
+            alarm.arm(extend_at_ms - fetched_ms)
+            self._alarm_set_for_ms = extend_at_ms
         # Read by ``kmq worker``'s stop deadline: a call runs, or is about to, until this
         # returns (between two calls the loop only acknowledges, and extends once rung).
         stats.calls_in_flight = 1
@@ -330,6 +338,7 @@ class WorkerLoop:
                         self._extended_at_ms = now_ms
                         extend_at_ms = now_ms + third_ms
                     alarm.arm(extend_at_ms - now_ms)
+                    self._alarm_set_for_ms = extend_at_ms
             return []
         finally:
             stats.calls_in_flight = 0

@@ -458,6 +458,37 @@ def test_on_the_real_clock_the_calls_waiting_behind_a_slow_one_are_extended_afte
     assert len(consumer.acked) == 3
 
 
+def test_on_the_real_clock_an_alarm_armed_in_one_fetch_rings_in_a_later_one() -> None:
+    # given two fetches, visibility 3 s (a third: 1 s), on the real clock: the first runs at
+    # once (the loop arms its alarm for that deadline, once); the second's first call lasts
+    # until the alarm rings
+    loop: WorkerLoop | None = None
+
+    def handler(msg: KmqMessage) -> None:
+        assert loop is not None
+        started = time.monotonic()
+        while msg.value == b"slow" and not loop._alarm.rung:
+            assert time.monotonic() - started < 10, "the extension alarm never rang"
+            time.sleep(0.001)
+
+    first = [message("orders", i, b"fast") for i in range(2)]
+    second = [message("orders", 2, b"slow"), message("orders", 3, b"3")]
+    loop, consumer, _ = loop_for(
+        [first, second], handler, clock=wall_clock_ms, visibility_timeout_ms=3_000
+    )
+
+    # when the worker runs both fetches
+    try:
+        loop.step()
+        loop.step()
+    finally:
+        loop.close()
+
+    # then the message waiting behind the slow call of the second fetch was extended after it
+    assert [(m.value, seconds) for m, seconds in consumer.extended][:1] == [(b"3", 3.0)]
+    assert len(consumer.acked) == 4
+
+
 def test_messages_waiting_behind_calls_are_extended_once_every_third_of_the_timeout() -> None:
     # given a fetch of six messages whose calls take 2 s each (fake clock), visibility 9 s:
     # a third of it is 3 s
