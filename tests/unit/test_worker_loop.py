@@ -430,26 +430,35 @@ def test_messages_waiting_behind_slow_calls_have_their_visibility_extended() -> 
     assert len(consumer.acked) == 4
 
 
-def test_on_the_real_clock_the_calls_waiting_behind_a_slow_one_are_extended_after_it() -> None:
-    # given a fetch of three messages, visibility 3 s (a third: 1 s), on the real clock: the
-    # first call lasts until the loop's extension alarm has rung
+def run_on_the_real_clock(fetches: list[list[KmqMessage]], slow: bytes) -> FakeConsumer:
+    """Run ``fetches`` (a step each) on the real clock, visibility 3 s (a third: 1 s); the
+    call of the message valued ``slow`` lasts until the loop's extension alarm has rung."""
     loop: WorkerLoop | None = None
 
     def handler(msg: KmqMessage) -> None:
         assert loop is not None
         started = time.monotonic()
-        while msg.value == b"0" and not loop._alarm.rung:
+        while msg.value == slow and not loop._alarm.rung:
             assert time.monotonic() - started < 10, "the extension alarm never rang"
             time.sleep(0.001)
 
-    batch = [message("orders", i, b"%d" % i) for i in range(3)]
-    loop, consumer, _ = loop_for([batch], handler, clock=wall_clock_ms, visibility_timeout_ms=3_000)
-
-    # when the worker runs the fetch
+    steps = len(fetches)  # the fake consumer takes them from the list
+    loop, consumer, _ = loop_for(fetches, handler, clock=wall_clock_ms, visibility_timeout_ms=3_000)
     try:
-        loop.step()
+        for _ in range(steps):
+            loop.step()
     finally:
         loop.close()
+    return consumer
+
+
+def test_on_the_real_clock_the_calls_waiting_behind_a_slow_one_are_extended_after_it() -> None:
+    # given a fetch of three messages on the real clock, the first call slow (until the
+    # loop's extension alarm rang)
+    batch = [message("orders", i, b"%d" % i) for i in range(3)]
+
+    # when the worker runs the fetch
+    consumer = run_on_the_real_clock([batch], slow=b"0")
 
     # then the two waiting behind the slow call were extended after it, by the whole timeout
     assert [(m.value, seconds) for m, seconds in consumer.extended][:2] == [
@@ -459,30 +468,13 @@ def test_on_the_real_clock_the_calls_waiting_behind_a_slow_one_are_extended_afte
 
 
 def test_on_the_real_clock_an_alarm_armed_in_one_fetch_rings_in_a_later_one() -> None:
-    # given two fetches, visibility 3 s (a third: 1 s), on the real clock: the first runs at
-    # once (the loop arms its alarm for that deadline, once); the second's first call lasts
-    # until the alarm rings
-    loop: WorkerLoop | None = None
-
-    def handler(msg: KmqMessage) -> None:
-        assert loop is not None
-        started = time.monotonic()
-        while msg.value == b"slow" and not loop._alarm.rung:
-            assert time.monotonic() - started < 10, "the extension alarm never rang"
-            time.sleep(0.001)
-
+    # given two fetches on the real clock: the first runs at once (the loop arms its alarm
+    # for that deadline, once); the second's first call is slow (until the alarm rang)
     first = [message("orders", i, b"fast") for i in range(2)]
     second = [message("orders", 2, b"slow"), message("orders", 3, b"3")]
-    loop, consumer, _ = loop_for(
-        [first, second], handler, clock=wall_clock_ms, visibility_timeout_ms=3_000
-    )
 
     # when the worker runs both fetches
-    try:
-        loop.step()
-        loop.step()
-    finally:
-        loop.close()
+    consumer = run_on_the_real_clock([first, second], slow=b"slow")
 
     # then the message waiting behind the slow call of the second fetch was extended after it
     assert [(m.value, seconds) for m, seconds in consumer.extended][:1] == [(b"3", 3.0)]
