@@ -221,13 +221,15 @@ def run_ack_benchmark(
     partitions: int = 2,
     rounds: int = 3,
     worker_messages: int = DEFAULT_WORKER_MESSAGES,
+    latency_seconds: float = 10,
     tracing: bool = False,
 ) -> AckFigures:
     """Every figure of ``kmq bench ack``; throughputs are medians of ``rounds`` runs.
 
     Beside the consumers, each round runs the public ``Worker`` and the plain no-op consumer
     it is held against (:mod:`kmq_dagster.bench.ack_worker`) on ``worker_messages`` each;
-    with ``tracing``, ``Worker`` at concurrency 1 with OpenTelemetry tracing on too.
+    with ``tracing``, ``Worker`` at concurrency 1 with OpenTelemetry tracing on too. Each
+    latency run offers its load for ``latency_seconds``.
 
     Each measurement gets its own ``cluster()`` (a fresh embedded broker, unless external),
     and the order of the consumers rotates from round to round: the embedded broker's
@@ -287,10 +289,12 @@ def run_ack_benchmark(
         report(line)
     latency_round_count = min(rounds, LATENCY_ROUNDS)
     report(
-        f"latency at an offered load of 10,000 msg/s for 10 s, a plain consumer, one reading "
-        f"kmq's topics, and kmq, {latency_round_count} rounds ..."
+        f"latency at an offered load of 10,000 msg/s for {latency_seconds:g} s, a plain "
+        f"consumer, one reading kmq's topics, and kmq, {latency_round_count} rounds ..."
     )
-    latency = latency_rounds(cluster, _new_queue, latency_round_count, partitions, report)
+    latency = latency_rounds(
+        cluster, _new_queue, latency_round_count, partitions, report, seconds=latency_seconds
+    )
     report(
         f"medians: produce-to-ack p50 {latency.p50_ms:.1f} ms, p95 {latency.p95_ms:.1f} ms; "
         f"plain produce-to-commit p50 {latency.plain_p50_ms:.1f} ms, "

@@ -183,7 +183,7 @@ def latency_rounds(
     seconds: float = 10,
 ) -> LatencyFigures:
     """Each run's latency ``rounds`` times, in an order that rotates from round to round,
-    each on its own ``cluster()``: on a shared machine one 10 s run can catch a stall of the
+    each on its own ``cluster()``: on a shared machine one 10-second run can catch a stall of the
     other tenants (a plain p95 of 231 ms in one run and 938 ms in the next).
 
     The plain consumer of the same topics shows what reading them costs on the broker: a
@@ -205,7 +205,8 @@ def latency_rounds(
                     )  # fmt: skip
                 runs[name].append(latencies)
         report(
-            f"latency round {round_number + 1}/{rounds}: p50 / p95 / p99, plain "
+            f"latency round {round_number + 1}/{rounds}, {len(runs['kmq'][-1]):,} messages a "
+            f"run: p50 / p95 / p99, plain "
             f"produce-to-commit {_percentiles(runs['plain'][-1])}, the same reading kmq's "
             f"topics {_percentiles(runs['plain_same_topics'][-1])}, produce-to-ack "
             f"{_percentiles(runs['kmq'][-1])}"
