@@ -114,7 +114,7 @@ def measured_on_kafka(command: Callable[..., None]) -> Callable[..., None]:
     default=10.0,
     show_default=True,
     help="How long each latency run offers its 10,000 msg/s (three runs a round, up to 3 "
-    "rounds). Longer runs catch fewer of the machine's stalls per percentile.",
+    "rounds). In a longer run one stall of the machine weighs less in the percentiles.",
 )
 @click.option(
     "--tracing",
