@@ -33,6 +33,7 @@ from kmq_dagster.kafka.clients import admin_client, new_consumer, new_producer, 
 from kmq_dagster.kafka.consumer_stats import ConsumerStats
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S
 from kmq_dagster.kafka.due_gate import DueGate, group_by_source
+from kmq_dagster.kafka.group_exit import LEAVE_WAIT_S, leave_group
 from kmq_dagster.kafka.idle_parking import IdleParking
 from kmq_dagster.kafka.marker_writer import MarkerWriter
 from kmq_dagster.kafka.message import (
@@ -254,6 +255,8 @@ class KmqConsumer:
         """Flush acknowledgements and leave the group."""
         self._ack_flusher.stop()
         self.flush()
+        # The revoke is served here, not inside the client's close (kafka/group_exit.py).
+        leave_group(self._consumer, LEAVE_WAIT_S)
         self._consumer.close()
 
     # -- internals --------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from kmq_dagster.core.naming import delay_dlq_topic, delay_topic, delay_topics
 from kmq_dagster.kafka.clients import ClientErrors, new_consumer, new_producer, wall_clock_ms
 from kmq_dagster.kafka.delivery import DELIVERY_TIMEOUT_S, produce
 from kmq_dagster.kafka.due_gate import DueGate, group_by_source
+from kmq_dagster.kafka.group_exit import LEAVE_WAIT_S, leave_group
 from kmq_dagster.kafka.group_offsets import apply_ready_offsets
 from kmq_dagster.kafka.message import record_offset, record_source
 from kmq_dagster.kafka.provision import require_topics
@@ -182,6 +183,8 @@ class DelayForwarder:
         """
         self._producer.flush(DELIVERY_TIMEOUT_S)
         self._settle(asynchronous=False)
+        # The revoke is served here, not inside the client's close (kafka/group_exit.py).
+        leave_group(self._consumer, LEAVE_WAIT_S)
         self._consumer.close()
 
     # -- internals --------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from kmq_dagster.kafka.clients import ClientErrors, new_consumer
+from kmq_dagster.kafka.group_exit import LEAVE_WAIT_S, leave_group
 from kmq_dagster.kafka.group_offsets import read_committed
 from kmq_dagster.settings import KmqSettings
 
@@ -98,10 +99,15 @@ class GroupLease:
         return lost
 
     def close(self) -> None:
+        """Leave the group (its rebalance served before the client closes: see
+        kafka/group_exit.py) and close the client."""
         self._stop.set()
-        if self._thread.is_alive():
+        joined = self._thread.is_alive()
+        if joined:
             self._thread.join(10)
         with self._lock:
+            if joined:
+                leave_group(self._consumer, LEAVE_WAIT_S, lambda: bool(self._owned))
             self._consumer.close()
 
     def _keep_membership(self) -> None:

@@ -43,6 +43,7 @@ from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicP
 from confluent_kafka.admin import AdminClient
 
 from kmq_dagster.kafka.clients import kafka_error_text, new_consumer
+from kmq_dagster.kafka.group_exit import LEAVE_WAIT_S, leave_group
 from kmq_dagster.secrets import mask_text
 from kmq_dagster.settings import KmqSettings
 
@@ -119,6 +120,9 @@ class TrackerLease:
         self.member = False
         #: Whether the tracker found the group empty and took every partition at its start.
         self.started_early = False
+        #: Whether the group's last assignment has not been revoked yet (even an empty one:
+        #: its revoke still comes).
+        self._assignment_open = False
         self._closed = False
 
     @property
@@ -192,10 +196,11 @@ class TrackerLease:
                 self.commit(last_offsets)
             except KafkaException as exc:  # a lost commit only means a longer re-read
                 log.warning("markers commit failed: %s", exc)
-        # librdkafka 2.16 can hang in close when a rebalance arrives at that moment (seen in
-        # CI: close serving the rebalance callback waits forever for the group's thread; the
-        # known librdkafka issue #4041), so the close gets a thread and a deadline; a stop
-        # never hangs on it.
+        # Leave first, so that the close serves no rebalance (kafka/group_exit.py says why).
+        # Its revoke hands nothing to the tracker: the positions were committed just above.
+        leave_group(self._consumer, LEAVE_WAIT_S, lambda: self._assignment_open)
+        # Should the client hang in its close all the same, the close gets a thread and a
+        # deadline; a stop never waits on it longer.
         closer = threading.Thread(target=self._consumer.close, name="kmq-lease-close", daemon=True)
         closer.start()
         closer.join(self.join_wait_s)
@@ -225,6 +230,9 @@ class TrackerLease:
     def _assigned(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
         consumer.assign(assigned)
         consumer.pause(assigned)  # the lease owns; the tracker's reader reads
+        self._assignment_open = True
+        if self._closed:
+            return  # a share that arrives while leaving: the tracker has stopped
         share = {tp.partition for tp in assigned}
         self.member = True
         held = self._early | self._suspended
@@ -242,6 +250,9 @@ class TrackerLease:
         log.info("tracking markers partitions %s (the group's share)", sorted(share))
 
     def _revoked(self, _consumer: Consumer, revoked: list[TopicPartition]) -> None:
+        self._assignment_open = False
+        if self._closed:
+            return  # leaving: committed already, and the tracker is done with them
         partitions = [tp.partition for tp in revoked]
         self._on_release(partitions)  # still owned: committed while the generation holds
         self._share -= set(partitions)
