@@ -20,6 +20,12 @@ from hypothesis import settings as hypothesis_settings
 from kmq_dagster.audit.local_postgres import PostgresServer, fresh_database
 from kmq_dagster.broker import EmbeddedBroker
 from kmq_dagster.settings import KmqSettings
+from tests.freeze_watchdog import (  # noqa: F401 (the watchdog's hooks)
+    pytest_addoption,
+    pytest_configure,
+    pytest_runtest_protocol,
+    pytest_unconfigure,
+)
 from tests.kafka_helpers import group_of
 from tests.mock_cluster import MockCluster, mock_selected
 from tests.support.kmq_cli import KmqCli
