@@ -199,8 +199,9 @@ class TrackerLease:
         # Leave first, so that the close serves no rebalance (kafka/group_exit.py says why).
         # Its revoke hands nothing to the tracker: the positions were committed just above.
         leave_group(self._consumer, LEAVE_WAIT_S, lambda: self._assignment_open)
-        # Should the client hang in its close all the same, the close gets a thread and a
-        # deadline; a stop never waits on it longer.
+        # Should the client hang in its close all the same while letting go of the GIL, the
+        # close gets a thread and a deadline (a hang holding the GIL stops every thread, this
+        # one too: what the leave is for).
         closer = threading.Thread(target=self._consumer.close, name="kmq-lease-close", daemon=True)
         closer.start()
         closer.join(self.join_wait_s)
