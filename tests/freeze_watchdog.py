@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import IO
 
 import pytest
+from pytest_timeout import get_env_settings  # type: ignore[import-untyped]
 
 #: Seconds past a test's pytest-timeout limit before the watchdog ends a frozen process.
 DEFAULT_FREEZE_MARGIN_S = 60.0
@@ -51,13 +52,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def freeze_limit_s(item: pytest.Item) -> float:
-    """Seconds the whole test (setup, call, teardown) may take before it counts as frozen."""
+    """Seconds the whole test (setup, call, teardown) may take before it counts as frozen: its
+    pytest-timeout limit, found where pytest-timeout finds it (the test's ``timeout`` marker,
+    else ``--timeout``, ``PYTEST_TIMEOUT`` or the ini file), plus the margin."""
     marker = item.get_closest_marker("timeout")
-    if marker is not None and marker.args:
-        timeout_s = float(marker.args[0])
-    else:
-        timeout_s = float(item.config.getini("timeout") or 0)
-    if timeout_s <= 0:
+    timeout_s: float | None = None
+    if marker is not None:
+        given = marker.args[0] if marker.args else marker.kwargs.get("timeout")
+        timeout_s = None if given is None else float(given)
+    if timeout_s is None:
+        timeout_s = get_env_settings(item.config).timeout
+    if not timeout_s or timeout_s <= 0:
         timeout_s = NO_TIMEOUT_LIMIT_S
     return timeout_s + float(item.config.getini("freeze_margin_s"))
 

@@ -25,7 +25,7 @@ def test_freezes_holding_the_gil():
 
 
 def run_frozen_test(
-    tmp_path: Path, *plugins: str
+    tmp_path: Path, *options: str
 ) -> tuple[subprocess.CompletedProcess[str], float]:
     (tmp_path / "test_frozen.py").write_text(FROZEN_TEST)
     # The test's own limit is 1 s (pytest-timeout), the watchdog's margin 2 s past it.
@@ -33,7 +33,7 @@ def run_frozen_test(
     started = time.monotonic()
     finished = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "-p", "no:randomly", *plugins, "test_frozen.py"],
+         "-p", "no:randomly", "-p", "tests.freeze_watchdog", *options, "test_frozen.py"],
         cwd=tmp_path, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -43,9 +43,19 @@ def run_frozen_test(
 def test_a_test_frozen_with_the_gil_held_is_ended_with_its_stack(tmp_path: Path) -> None:
     # given a test that freezes every Python thread, pytest-timeout's limit included
     # when it runs under the watchdog
-    finished, took_s = run_frozen_test(tmp_path, "-p", "tests.freeze_watchdog")
+    finished, took_s = run_frozen_test(tmp_path)
     # then the process ends soon after the test's limit, failing, with the frozen line shown
     assert finished.returncode != 0
     assert took_s < 50
     assert "Timeout" in finished.stderr
     assert "test_freezes_holding_the_gil" in finished.stderr
+
+
+def test_a_longer_timeout_on_the_command_line_is_the_watchdogs_limit_too(tmp_path: Path) -> None:
+    # given the ini file's 1 s, and --timeout 8 on the command line, as pytest-timeout takes it
+    # when the test freezes
+    finished, took_s = run_frozen_test(tmp_path, "--timeout", "8")
+    # then the watchdog waits out the 8 s and its margin, not the ini file's 1 s
+    assert finished.returncode != 0
+    assert "Timeout (0:00:10)!" in finished.stderr
+    assert took_s >= 10
