@@ -2,9 +2,10 @@
 
 * :class:`InlineRunner` (one call at a time) runs each call on the loop's own thread, at once:
   no thread, no queue, no hand-off.
-* :class:`EventLoopRunner` runs an ``async def`` handler's calls as tasks on an event loop that
-  the caller's thread drives itself while it waits for ends: starting a call is creating a
-  task, its end is a list append, and nothing crosses a thread. The calls make progress only
+* :class:`EventLoopRunner` runs an ``async def`` handler's calls on tasks of an event loop that
+  the caller's thread drives itself while it waits for ends: starting a call is queuing it for
+  a task (one that ended a call takes the next at once), its end is a list append, and nothing
+  crosses a thread. The calls make progress only
   while the caller waits for ends (the loop waits up to 50 ms at a time, between fetches), so
   a handler that blocks instead of awaiting holds up the whole worker, as it would hold up any
   event loop.
@@ -30,9 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -232,9 +235,17 @@ class ThreadRunner:
 
 
 class EventLoopRunner:
-    """Run calls of an ``async def`` ``handler`` as tasks on an event loop of its own, driven
-    by the caller's thread in :meth:`begin` and :meth:`take_ends` (never by a thread of the
-    runner's)."""
+    """Run calls of an ``async def`` ``handler`` on an event loop of its own, driven by the
+    caller's thread in :meth:`begin` and :meth:`take_ends` (never by a thread of the
+    runner's).
+
+    Calls are run by *callers*: tasks that each take the next submitted call once their last
+    one ended, and wait when none is left. A task per call cost about 4 us more a message
+    (making one, registering it, scheduling its first step; docs/benchmarks.md, stop 59). A
+    call still starts in a task's fresh context: a caller whose call changed its context
+    variables, or left it with a cancellation request, ends after that call, and the next call
+    gets a new caller.
+    """
 
     #: Calls run while the caller waits for ends: :meth:`submit` returns before they start.
     inline = False
@@ -242,9 +253,15 @@ class EventLoopRunner:
     def __init__(self, handler: HandlerCall) -> None:
         self.handler = handler
         self._loop = asyncio.new_event_loop()
-        #: Calls submitted or running, by their message's id, until they end (a message runs
-        #: once at a time; a call removes itself as it ends: no done callback to schedule).
-        self._tasks: dict[int, asyncio.Task[None]] = {}
+        #: Calls submitted and not yet taken by a caller, in submission order.
+        self._queued: deque[Job] = deque()
+        #: Calls submitted and not yet ended.
+        self._open = 0
+        #: Wakes of callers waiting for a call (the last one waited last).
+        self._idle: list[asyncio.Future[None]] = []
+        #: Callers woken or made that have not taken a call yet: one per queued call at most.
+        self._waking = 0
+        self._callers: set[asyncio.Task[None]] = set()
         self._ends: list[CallEnd] = []
         #: Set by the first end while :meth:`take_ends` waits for one.
         self._waiter: asyncio.Future[None] | None = None
@@ -253,11 +270,19 @@ class EventLoopRunner:
         self._closed = False
 
     def submit(self, message: KmqMessage, attributes: Attributes = None) -> None:
-        """Make a task of the call on ``message``; it starts when :meth:`begin` or
-        :meth:`take_ends` next runs the event loop. With tracing on, its ``process`` span
-        carries ``attributes`` too."""
-        self._tasks[id(message)] = self._loop.create_task(self._call(message, attributes))
+        """Queue the call on ``message``; it starts when :meth:`begin` or :meth:`take_ends`
+        next runs the event loop. With tracing on, its ``process`` span carries ``attributes``
+        too."""
+        self._queued.append((message, attributes))
+        self._open += 1
         self._unstarted = True
+        if len(self._queued) > self._waking:  # no caller is on its way to this call yet
+            self._waking += 1
+            if self._idle:
+                self._idle.pop().set_result(None)
+            else:
+                caller = self._loop.create_task(self._serve())
+                self._callers.add(caller)
 
     def begin(self) -> None:
         """Run the calls submitted since the last run up to their first wait (the ones that
@@ -270,7 +295,7 @@ class EventLoopRunner:
     def take_ends(self, timeout_s: float | None) -> list[CallEnd]:
         """Run the calls until at least one has ended or ``timeout_s`` has passed (``None``: as
         long as it takes); the ends of that run, all at once."""
-        if self._tasks and not self._ends:
+        if self._open and not self._ends:
             self._unstarted = False  # what was submitted starts in this run
             waiter = self._waiter = self._loop.create_future()
             timer = None if timeout_s is None else self._loop.call_later(timeout_s, _wake, waiter)
@@ -292,14 +317,36 @@ class EventLoopRunner:
         # Cancelled and allowed to end: closing with them pending made asyncio report "Task
         # was destroyed but it is pending!" when they were collected, at every stop of a
         # worker with calls running.
-        tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            _, pending = self._loop.run_until_complete(asyncio.wait(tasks, timeout=CANCEL_WAIT_S))
-            for task in pending:
-                task._log_destroy_pending = False  # type: ignore[attr-defined]
+        callers = list(self._callers)
+        for caller in callers:
+            caller.cancel()
+        if callers:
+            _, pending = self._loop.run_until_complete(asyncio.wait(callers, timeout=CANCEL_WAIT_S))
+            for caller in pending:
+                caller._log_destroy_pending = False  # type: ignore[attr-defined]
         self._loop.close()
+
+    async def _serve(self) -> None:
+        """A caller: the queued calls one after another, then wait for more."""
+        task = asyncio.current_task()
+        assert task is not None
+        fresh = contextvars.copy_context()
+        queued, idle, call = self._queued, self._idle, self._call
+        wake: asyncio.Future[None] | None = None
+        try:
+            while True:
+                self._waking -= 1  # woken (or made): this caller takes calls now
+                while queued:
+                    await call(*queued.popleft())
+                    if task.cancelling() or contextvars.copy_context() != fresh:
+                        return  # a later call must not inherit what this one left behind
+                wake = self._loop.create_future()
+                idle.append(wake)
+                await wake
+        finally:
+            self._callers.discard(task)
+            if wake is not None and wake in idle:  # cancelled while it waited for a call
+                idle.remove(wake)
 
     async def _call(self, message: KmqMessage, attributes: Attributes) -> None:
         error: BaseException | None = None
@@ -317,7 +364,7 @@ class EventLoopRunner:
             error = exc  # the handler's own: a failure like any other, never a silent end
         except BaseException as exc:  # reported, not raised: the caller decides
             error = exc
-        del self._tasks[id(message)]
+        self._open -= 1
         self._ends.append(CallEnd(message, error, result))
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)

@@ -1,0 +1,91 @@
+"""An ``async def`` handler's calls run on a few long-lived tasks (callers) rather than a task
+each, yet every call starts as if it had a task of its own: what one call leaves behind in its
+task (context variables, a cancellation request) never reaches a later call."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+
+from kmq_dagster.worker.handler_call import HandlerCall
+from kmq_dagster.worker.handler_runner import CallEnd, EventLoopRunner
+from tests.unit.fakes import message
+
+TENANT: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="none")
+
+
+def _ends_of(runner: EventLoopRunner, count: int) -> list[CallEnd]:
+    began = time.monotonic()
+    ends: list[CallEnd] = []
+    while len(ends) < count:
+        assert time.monotonic() - began < 60, f"only {len(ends)} of {count} calls ended"
+        ends += runner.take_ends(0.05)
+    return ends
+
+
+def test_a_context_variable_one_call_sets_is_unset_in_the_next_call() -> None:
+    seen: list[str] = []
+
+    async def sets_the_tenant(msg: object) -> None:
+        seen.append(TENANT.get())
+        await asyncio.sleep(0)
+        TENANT.set(f"tenant of offset {getattr(msg, 'offset', -1)}")  # never reset
+
+    runner = EventLoopRunner(HandlerCall(sets_the_tenant))
+    try:
+        for offset in range(3):  # one after another: each could run on the last one's task
+            runner.submit(message("orders", offset))
+            assert [end.error for end in _ends_of(runner, 1)] == [None]
+    finally:
+        runner.close()
+    assert seen == ["none", "none", "none"]
+
+
+def test_a_cancellation_one_call_leaves_pending_does_not_fail_the_next_call() -> None:
+    async def cancels_its_own_task(msg: object) -> str:
+        if getattr(msg, "offset", -1) == 0:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()  # and returns before any await: the request stays pending
+            return "returned"
+        await asyncio.sleep(0.01)
+        return "slept"
+
+    runner = EventLoopRunner(HandlerCall(cancels_its_own_task))
+    try:
+        # Together: the first call's task, free at once, is the first to take the second.
+        runner.submit(message("orders", 0))
+        runner.submit(message("orders", 1))
+        ends = _ends_of(runner, 2)
+        runner.submit(message("orders", 2))  # and later, on whatever task is left
+        ends += _ends_of(runner, 1)
+    finally:
+        runner.close()
+    assert [(end.message.offset, end.error, end.result) for end in ends] == [
+        (0, None, "returned"),
+        (1, None, "slept"),
+        (2, None, "slept"),
+    ]
+
+
+def test_calls_queued_behind_busy_callers_all_run_and_wait_together() -> None:
+    at_once = [0, 0]  # now, most
+
+    async def waits(msg: object) -> None:
+        at_once[0] += 1
+        at_once[1] = max(at_once)
+        await asyncio.sleep(0.02)
+        at_once[0] -= 1
+
+    runner = EventLoopRunner(HandlerCall(waits))
+    try:
+        for wave in range(3):  # each wave submitted while the last one's calls still wait
+            for offset in range(wave * 20, wave * 20 + 20):
+                runner.submit(message("orders", offset))
+            runner.begin()
+        ends = _ends_of(runner, 60)
+    finally:
+        runner.close()
+    assert sorted(end.message.offset for end in ends) == list(range(60))
+    assert at_once[1] == 60
