@@ -327,17 +327,32 @@ class EventLoopRunner:
         self._loop.close()
 
     async def _serve(self) -> None:
-        """A caller: the queued calls one after another, then wait for more."""
+        """A caller: the queued calls one after another, then wait for more. A call is awaited
+        here, not in a coroutine of its own (one frame fewer a call)."""
         task = asyncio.current_task()
         assert task is not None
         fresh = contextvars.copy_context()
-        queued, idle, call = self._queued, self._idle, self._call
+        queued, idle, handler = self._queued, self._idle, self.handler.handler
         wake: asyncio.Future[None] | None = None
         try:
             while True:
                 self._waking -= 1  # woken (or made): this caller takes calls now
                 while queued:
-                    await call(*queued.popleft())
+                    message, attributes = queued.popleft()
+                    error: BaseException | None = None
+                    result: object = None
+                    try:
+                        if tracing_active():
+                            result = await self._traced(message, attributes)
+                        else:
+                            result = await handler(message)  # type: ignore[misc]
+                    except asyncio.CancelledError as exc:
+                        if self._closed:
+                            raise  # the worker stops: this call's end no longer matters
+                        error = exc  # the handler's own: a failure like any other
+                    except BaseException as exc:  # reported, not raised: the caller decides
+                        error = exc
+                    self._ended(CallEnd(message, error, result))
                     if task.cancelling() or contextvars.copy_context() != fresh:
                         return  # a later call must not inherit what this one left behind
                 wake = self._loop.create_future()
@@ -348,24 +363,14 @@ class EventLoopRunner:
             if wake is not None and wake in idle:  # cancelled while it waited for a call
                 idle.remove(wake)
 
-    async def _call(self, message: KmqMessage, attributes: Attributes) -> None:
-        error: BaseException | None = None
-        result: object = None
-        try:
-            if tracing_active():
-                record = (message.topic, message.partition, message.offset)
-                with processing(record, message.headers, self.handler.group, attributes):
-                    result = await self.handler.handler(message)  # type: ignore[misc]
-            else:
-                result = await self.handler.handler(message)  # type: ignore[misc]
-        except asyncio.CancelledError as exc:
-            if self._closed:
-                raise  # the worker stops: this call's end no longer matters
-            error = exc  # the handler's own: a failure like any other, never a silent end
-        except BaseException as exc:  # reported, not raised: the caller decides
-            error = exc
+    async def _traced(self, message: KmqMessage, attributes: Attributes) -> object:
+        record = (message.topic, message.partition, message.offset)
+        with processing(record, message.headers, self.handler.group, attributes):
+            return await self.handler.handler(message)  # type: ignore[misc]
+
+    def _ended(self, end: CallEnd) -> None:
         self._open -= 1
-        self._ends.append(CallEnd(message, error, result))
+        self._ends.append(end)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
