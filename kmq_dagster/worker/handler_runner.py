@@ -353,7 +353,11 @@ class EventLoopRunner:
                     except BaseException as exc:  # reported, not raised: the caller decides
                         error = exc
                     self._ended(CallEnd(message, error, result))
-                    if task.cancelling() or contextvars.copy_context() != fresh:
+                    try:  # the same context object's variables compare by identity first
+                        clean = not task.cancelling() and contextvars.copy_context() == fresh
+                    except Exception:  # a variable set to a value that refuses comparison
+                        clean = False
+                    if not clean:
                         return  # a later call must not inherit what this one left behind
                 wake = self._loop.create_future()
                 idle.append(wake)

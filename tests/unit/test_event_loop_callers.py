@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
+import logging
 import time
+
+import pytest
 
 from kmq_dagster.worker.handler_call import HandlerCall
 from kmq_dagster.worker.handler_runner import CallEnd, EventLoopRunner
@@ -89,3 +93,40 @@ def test_calls_queued_behind_busy_callers_all_run_and_wait_together() -> None:
         runner.close()
     assert sorted(end.message.offset for end in ends) == list(range(60))
     assert at_once[1] == 60
+
+
+class _Incomparable:
+    def __eq__(self, other: object) -> bool:
+        raise TypeError("compare me not")
+
+    __hash__ = object.__hash__
+
+
+SETTING: contextvars.ContextVar[object] = contextvars.ContextVar("setting")
+
+
+def test_a_context_value_that_refuses_comparison_ends_its_task_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def body() -> list[CallEnd]:
+        SETTING.set(_Incomparable())  # in the context every task copies
+
+        async def replaces_it(msg: object) -> None:
+            await asyncio.sleep(0)
+            SETTING.set(_Incomparable())  # equal to the first only if compared: it raises
+
+        runner = EventLoopRunner(HandlerCall(replaces_it))
+        try:
+            ends = []
+            for offset in range(2):
+                runner.submit(message("orders", offset))
+                ends += _ends_of(runner, 1)
+            return ends
+        finally:
+            runner.close()
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        ends = contextvars.copy_context().run(body)  # the test's own context stays as it was
+        gc.collect()  # a task that ended with an exception nobody took says so when collected
+    assert [(end.message.offset, end.error) for end in ends] == [(0, None), (1, None)]
+    assert "exception was never retrieved" not in caplog.text
