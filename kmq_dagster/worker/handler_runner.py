@@ -240,8 +240,9 @@ class EventLoopRunner:
     runner's).
 
     Calls are run by *callers*: tasks that each take the next submitted call once their last
-    one ended, and wait when none is left. A task per call cost about 4 us more a message
-    (making one, registering it, scheduling its first step; docs/benchmarks.md, stop 59). A
+    one ended, and wait when none is left. A task per call (making one, registering it,
+    scheduling its first step) cost 8% more instructions a message in the I/O benchmark
+    (docs/benchmarks.md, stop 59). A
     call still starts in a task's fresh context: a caller whose call changed its context
     variables, or left it with a cancellation request, ends after that call, and the next call
     gets a new caller.
@@ -257,7 +258,7 @@ class EventLoopRunner:
         self._queued: deque[Job] = deque()
         #: Calls submitted and not yet ended.
         self._open = 0
-        #: Wakes of callers waiting for a call (the last one waited last).
+        #: Wakes of callers waiting for a call (the one that waited last is woken first).
         self._idle: list[asyncio.Future[None]] = []
         #: Callers woken or made that have not taken a call yet: one per queued call at most.
         self._waking = 0
