@@ -242,9 +242,13 @@ class WorkerLoop:
         add = self.scheduler.add
         keyed = self.ordering is Ordering.KEY  # no other ordering reads a key
         for index, message in enumerate(fetched):
+            # The record's own methods, not the view's properties: no Python frame for each
+            # (N = 100, threads: 4.8% of the loop's instructions a message; stop 59).
+            record = message.record
             try:
-                key = message.key if keyed else None
-                add(message, (message.topic, message.partition), message.offset, key)
+                key = record.key() if keyed else None
+                source = (record.topic() or "", record.partition() or 0)
+                add(message, source, record.offset() or 0, key)
             except ValueError:  # fetched again from an earlier offset: rare, one at a time
                 self._held.update(dict.fromkeys(fetched[:index]))
                 self._fetched_at_ms.update(dict.fromkeys(fetched[:index], fetched_ms))
