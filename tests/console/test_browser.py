@@ -400,6 +400,9 @@ def choose(page: Page, label: str, option_text: str) -> None:
             combobox.click()
         try:
             option.wait_for(timeout=10_000)
+            # Such a rerun may also shut the list between finding the option and clicking
+            # it: the click then waits for an option that is gone (120 s in a CI run).
+            option.click(timeout=10_000)
             break
         except PlaywrightTimeoutError:
             page.keyboard.press("Escape")
@@ -409,7 +412,6 @@ def choose(page: Page, label: str, option_text: str) -> None:
             f"no option with {option_text!r} in {label!r} after 5 openings; listed: "
             f"{options.all_inner_texts()}"
         )
-    option.click()
     settle(page)
 
 
