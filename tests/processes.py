@@ -87,17 +87,22 @@ def stacks_in_log(process: subprocess.Popen[Any], log: Path, timeout_s: float = 
     """Ask a ``kmq`` process that does not stop for every thread's stack (``kill -USR1``,
     which a long-lived command answers on stderr) and return the end of ``log`` once they
     are written there: what a test that timed out on it shows."""
+    from kmq_dagster.crash_guard import supervised_pid
     from tests.kafka_helpers import wait_for
 
-    def dumps() -> int:
-        return log.read_text(errors="replace").count("most recent call first")
+    def main_stacks() -> int:
+        # A process's dump ends with its main thread's stack, whose first frame is a module's
+        return log.read_text(errors="replace").count(" in <module>\n")
 
     # Wait for this request's stacks, not an earlier dump's (a test that asked once already
-    # showed its stacks from before the step that hung).
-    before = dumps()
+    # showed its stacks from before the step that hung), and for all of them: a supervisor
+    # writes its own, then its command's, main thread last (CI once showed a cut dump).
+    processes = 2 if supervised_pid(process.pid) != process.pid else 1
+    before, start = main_stacks(), len(log.read_text(errors="replace"))
     process.send_signal(signal.SIGUSR1)
-    wait_for(lambda: dumps() > before, timeout_s)
-    return log.read_text(errors="replace")[-8000:]
+    wait_for(lambda: main_stacks() >= before + processes, timeout_s)
+    text = log.read_text(errors="replace")
+    return text[max(0, min(start, len(text) - 8000)) :]
 
 
 def stop(process: subprocess.Popen[Any], timeout_s: float = 30, log: Path | None = None) -> None:

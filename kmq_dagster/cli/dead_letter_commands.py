@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from kmq_dagster.cli import signal_safe
 from kmq_dagster.cli.app import cli, configure_logging, connection_options, settings_of, verbose
 from kmq_dagster.cli.options import (
     DeadLetterSource,
@@ -48,11 +49,16 @@ def stopping_on_signals() -> Iterator[StopRequest]:
     """A stop request set by the first SIGTERM or Ctrl-C (the action finishes its step and
     records how it ended); the second one raises :class:`Signalled` at once."""
     stop = StopRequest()
+    signal_safe.prepare()
+
+    asked: list[str] = []  # not stop.is_set(): the event is set a moment after the signal
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
-        if stop.is_set():
-            raise Signalled(stop.reason)
-        stop.request("SIGTERM" if signum == signal.SIGTERM else "Ctrl-C")
+        if asked:
+            raise Signalled(asked[0])
+        asked.append("SIGTERM" if signum == signal.SIGTERM else "Ctrl-C")
+        stop.reason = asked[0]
+        signal_safe.set_soon(stop)  # not stop.set(): see signal_safe
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:

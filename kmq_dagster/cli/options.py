@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from kmq_dagster.cli import signal_safe
 from kmq_dagster.cli.setting_options import setting_option
 from kmq_dagster.cli.value_types import Moment
 from kmq_dagster.core.dead_letter_formats import FORMATS
@@ -210,14 +211,19 @@ DUMP_STACKS_SIGNAL = signal.SIGUSR1
 def stop_on_signals() -> threading.Event:
     """An event set by SIGTERM or Ctrl-C, so loops finish their step and clean up; which
     signal came first decides the exit code (:func:`stop_exit_code`). From here on,
-    :data:`DUMP_STACKS_SIGNAL` writes every thread's stack to stderr."""
+    :data:`DUMP_STACKS_SIGNAL` writes every thread's stack to stderr.
+
+    The event is set a moment after the signal, on a thread of its own
+    (:mod:`kmq_dagster.cli.signal_safe`): a handler setting it itself hung the process when
+    a second Ctrl-C came during the first one's ``set``."""
     faulthandler.register(DUMP_STACKS_SIGNAL, all_threads=True)
     stop_requested = threading.Event()
     _stop_signals.clear()
+    signal_safe.prepare()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
         _stop_signals.append(signum)
-        stop_requested.set()
+        signal_safe.set_soon(stop_requested)
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
