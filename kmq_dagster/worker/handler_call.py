@@ -18,6 +18,7 @@ from typing import Any
 
 from kmq_dagster.errors import ConfigError, HandlerResultError
 from kmq_dagster.tracing import processing, tracing_active
+from kmq_dagster.worker.event_loops import event_loop_choice, new_event_loop
 
 Handler = Callable[[Any], object]
 
@@ -39,7 +40,8 @@ class HandlerCall:
     With tracing on (``kmq_dagster.tracing``), each call is a ``process`` span of ``group``.
 
     Raises:
-        ConfigError: ``handler`` is a generator function (sync or async).
+        ConfigError: ``handler`` is a generator function (sync or async), or
+            ``KMQ_EVENT_LOOP`` is not a known event loop.
     """
 
     def __init__(self, handler: Handler, *, group: str | None = None) -> None:
@@ -49,6 +51,7 @@ class HandlerCall:
                 "its body; return (or `async def` and await) instead of yield",
                 setting="handler",
             )
+        event_loop_choice()  # a bad KMQ_EVENT_LOOP is an error here, not at a first await
         self.handler = handler
         #: The consumer group calls are made for (named in their trace spans).
         self.group = group
@@ -106,7 +109,7 @@ class HandlerCall:
 
     def _run(self, awaitable: Any) -> object:
         if self._loop is None:
-            self._loop = asyncio.new_event_loop()
+            self._loop = new_event_loop()
         coroutine: Coroutine[Any, Any, object] = _await(awaitable)
         return self._loop.run_until_complete(coroutine)
 

@@ -43,6 +43,7 @@ from typing import Any
 from kmq_dagster.core.wait_histogram import WaitHistogram
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.tracing import ORDERING_WAIT_MS, processing, tracing_active
+from kmq_dagster.worker.event_loops import new_event_loop
 from kmq_dagster.worker.handler_call import HandlerCall
 
 #: Span attributes of one call (``None``: none beyond the message's own).
@@ -253,7 +254,7 @@ class EventLoopRunner:
 
     def __init__(self, handler: HandlerCall) -> None:
         self.handler = handler
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_event_loop()
         #: Calls submitted and not yet taken by a caller, in submission order.
         self._queued: deque[Job] = deque()
         #: Calls submitted and not yet ended.

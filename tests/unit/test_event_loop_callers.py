@@ -12,11 +12,19 @@ import time
 
 import pytest
 
+from kmq_dagster.worker.event_loops import EVENT_LOOP_ENV
 from kmq_dagster.worker.handler_call import HandlerCall
 from kmq_dagster.worker.handler_runner import CallEnd, EventLoopRunner
 from tests.unit.fakes import message
 
 TENANT: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="none")
+
+
+@pytest.fixture(autouse=True, params=["uvloop", "asyncio"])
+def event_loop_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every rule holds on both loops a handler may run on (KMQ_EVENT_LOOP)."""
+    monkeypatch.setenv(EVENT_LOOP_ENV, request.param)
+    return str(request.param)
 
 
 def _ends_of(runner: EventLoopRunner, count: int) -> list[CallEnd]:
