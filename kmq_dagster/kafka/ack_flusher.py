@@ -76,14 +76,16 @@ class AckFlusher:
         )
         self._thread.start()
 
-    def flush_before_poll(self, *, waiting: bool) -> None:
+    def flush_before_poll(self, *, waiting: bool, serve: bool = True) -> None:
         """:meth:`flush` for a poll: always if it is ``waiting`` for messages, else only once
         the last flush is ``ACK_FLUSH_GAP_S`` old (the next poll comes soon)."""
         if self.acks and (waiting or self._clock_s() - self._last_flush >= ACK_FLUSH_GAP_S):
-            self.flush()
+            self.flush(serve=serve)
 
-    def flush(self) -> None:
-        """4. Turn acknowledgements into end markers, one per contiguous run."""
+    def flush(self, *, serve: bool = True) -> None:
+        """4. Turn acknowledgements into end markers, one per contiguous run; with ``serve``,
+        serve the producer's delivery reports too (a poll that serves them itself soon after
+        passes ``False``)."""
         self._last_flush = self._clock_s()
         acks = self.acks
         # poll() and the background thread both flush: one drains at a time. Acks appended
@@ -99,7 +101,8 @@ class AckFlusher:
         if matched.leftovers:
             runs = runs + record_runs(self._records_of(matched.leftovers))
         self._markers.end(runs)
-        self._markers.serve()
+        if serve:
+            self._markers.serve()
         self._stats.acked += sum(count for _, _, count in runs)
         self._stats.end_markers += len(runs)
 

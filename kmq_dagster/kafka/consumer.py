@@ -262,10 +262,19 @@ class KmqConsumer:
     # -- internals --------------------------------------------------------------------------
 
     def _fetch(self, timeout_s: float) -> tuple[list[Message], list[OffsetRun]]:
-        """1. Fetch a batch; 2. send its start markers. Returns the records and their runs."""
+        """1. Fetch a batch; 2. send its start markers; 4. write the acknowledgements so far.
+        Returns the records and their runs.
+
+        The end markers follow the start markers at once: the producer's first record after
+        a fetch's worth of idleness took about four times the CPU of the one after it (30
+        against 7 us, stop 61). A poll that will wait writes them before it waits."""
+        fetched = self._fetch_and_start(timeout_s)
+        self._ack_flusher.flush_before_poll(waiting=timeout_s > 0, serve=False)
+        return fetched
+
+    def _fetch_and_start(self, timeout_s: float) -> tuple[list[Message], list[OffsetRun]]:
         waiting = timeout_s > 0
         self._topic_watch.check_due()
-        self._ack_flusher.flush_before_poll(waiting=waiting)
         self._batches.settle()
         if self._fetching_held and not self._paused:
             held_s = time.monotonic() - self._held_since_s
@@ -273,6 +282,7 @@ class KmqConsumer:
                 # As a paused poll waits; one that may not wait returns at once (a sleep(0)
                 # handed the GIL to another thread on every step of a busy loop).
                 if waiting:
+                    self._ack_flusher.flush_before_poll(waiting=True)  # before the wait
                     time.sleep(min(timeout_s, PAUSE_AFTER_HOLD_S - held_s))
                 return [], []
             self._paused = True
@@ -319,6 +329,7 @@ class KmqConsumer:
             left_s = deadline_s - time.monotonic()
             if left_s <= 0:
                 return []
+            self._ack_flusher.flush_before_poll(waiting=True)  # before the wait, not after it
             if not self._fetching_held:
                 self._parking.peek_if_due(self._not_waiting_for_due)
             records = self._consumer.consume(1, min(left_s, self._parking.until_peek_s()))
