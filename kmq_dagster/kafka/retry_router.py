@@ -41,7 +41,7 @@ from kmq_dagster.core.retry_headers import (
 )
 from kmq_dagster.kafka.clients import new_producer
 from kmq_dagster.kafka.delivery import COPY_ANSWER_TIMEOUT_S, DELIVERY_TIMEOUT_S, Deliveries
-from kmq_dagster.kafka.message import QueueMessage, origin_or_own
+from kmq_dagster.kafka.message import QueueMessage, fetched_value, origin_or_own
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.oversize import References, RefusedCopy, is_size_refusal, size_refusal
 from kmq_dagster.tracing import copied_headers, tracing_active
@@ -169,7 +169,7 @@ class RetryRouter:
                 copies.produce(
                     target,
                     key=message.key,
-                    value=message.value,
+                    value=fetched_value(message),  # as fetched, whatever a handler set
                     headers=planned[index][1],
                     # the message's partition, folded into the target's count (Queue.partition_for)
                     partition=message.partition % self.aux_partitions,
@@ -200,7 +200,8 @@ class RetryRouter:
     ) -> RefusedCopy:
         source = ValueRef(message.topic, message.partition, message.offset)
         partition = message.partition % self.aux_partitions
-        return RefusedCopy(source, target, message.key, message.value, headers, partition, refusal)
+        value = fetched_value(message)
+        return RefusedCopy(source, target, message.key, value, headers, partition, refusal)
 
     def _plan(
         self, message: QueueMessage, failure: Failure | str | GiveUp

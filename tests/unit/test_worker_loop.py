@@ -97,6 +97,23 @@ def test_successes_are_acked_and_failures_acked_only_after_their_retry_copy_is_w
     assert (loop.stats.handled, loop.stats.failed) == (2, 1)
 
 
+def test_a_value_the_handler_replaced_before_failing_is_retried_as_fetched() -> None:
+    # given a handler that sets the message's value to something else, then fails
+    def handler(msg: KmqMessage) -> None:
+        msg.value = b"half-processed"
+        raise Outage("failed")
+
+    loop, consumer, producer = loop_for([[message("orders", 0, b"original")]], handler)
+
+    # when the worker takes one step
+    loop.step()
+
+    # then the retry copy carries the bytes the message was fetched with
+    (copy,) = producer.to(RETRY_TOPIC)
+    assert copy.value == b"original"
+    assert len(consumer.acked) == 1
+
+
 def test_a_retry_copy_the_broker_refuses_is_nacked_never_acked() -> None:
     producer = FakeProducer(failing_topics={RETRY_TOPIC})
     loop, consumer, _ = loop_for([[message("orders", 0, b"x")]], fails_on(b"x"), producer=producer)
