@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 
 from confluent_kafka import Message
 
@@ -105,3 +106,43 @@ def test_handing_out_views_in_steady_state_triggers_no_garbage_collection() -> N
 
     # 40 batches of 500 new views each would pass the generation-0 threshold (700) ~28 times
     assert len(collections) <= 2 * 2
+
+
+def test_views_still_buffered_when_their_batch_is_reclaimed_are_reused_once_released() -> None:
+    # A worker at concurrency 100 holds its last fetches' messages one by one (its buffer and
+    # its calls in flight) well past the pool's reclaim: those views wait and come back later.
+    pool = ViewPool()
+    buffered: list[list[KmqMessage]] = []
+    for first in range(0, 400, 10):
+        buffered.append(list(pool.views_of(batch(first, size=10))))
+        if len(buffered) > 3:
+            buffered.pop(0)
+
+    assert pool.allocated <= 60  # six batches' worth, then reuse (not a new batch each time)
+    assert pool.reused >= 340
+
+
+def test_a_batch_whose_list_somebody_holds_is_reused_after_they_let_it_go() -> None:
+    pool = ViewPool()
+    held = pool.views_of(batch(0))  # as the consumer's handout ledger holds a batch's list
+    first_ids = {id(view) for view in held}
+    pool.views_of(batch(5))
+    pool.views_of(batch(10))  # batch 0 is reclaimed here, while its list is held
+    assert [view.offset for view in held] == [0, 1, 2, 3, 4]
+    del held
+
+    later = [id(view) for first in (15, 20) for view in pool.views_of(batch(first))]
+
+    assert first_ids <= set(later)
+
+
+def test_views_a_caller_keeps_for_good_are_let_go_by_the_pool() -> None:
+    pool = ViewPool()
+    kept: list[KmqMessage] = []
+    for first in range(0, 200, 5):
+        kept += pool.views_of(batch(first))
+
+    assert [view.offset for view in kept] == list(range(200))
+    # ``kept`` and the argument: the pool waits for a bounded number of views, not for ever
+    references = sys.getrefcount(kept[0])
+    assert references == 2
