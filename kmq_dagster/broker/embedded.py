@@ -82,15 +82,35 @@ class EmbeddedBroker(Service):
             raise
 
     def _start(self, timeout_s: float) -> str:
-        if self.port == 0:
-            self.port = free_port(self.host)
-        elif not port_is_free(self.port, self.host) and not self._released_soon():
+        pick_port = self.port == 0
+        if not pick_port and not port_is_free(self.port, self.host) and not self._released_soon():
             holder = who_listens(self.port)
             raise BrokerError(
                 f"port {self.port} on {self.host} is already in use "
                 f"{f'by {holder} ' if holder else ''}"
                 "(another broker running? pass --port 0 to pick a free port)"
             )
+        env = dict(os.environ)
+        if self.data_dir is None:
+            self._scratch_dir = Path(tempfile.mkdtemp(prefix="kmq-broker-"))
+            log_dir = self._scratch_dir
+            storage = "memory://tansu/"
+        else:
+            log_dir = self._prepare_data_dir(self.data_dir)
+            self._seaweed = SeaweedS3(
+                self.data_dir / "s3",
+                log_dir / "seaweedfs.log",
+                self.host,
+                avoid=() if pick_port else (self.port,),
+            )
+            self._seaweed.start(timeout_s)
+            env.update(self._seaweed.tansu_env())
+            storage = f"s3://{BUCKET}/"
+        if pick_port:
+            # Picked once SeaweedFS listens on every port of its own: picked before, the
+            # broker's port was once one of SeaweedFS's gRPC ports (its HTTP ports + 10,000),
+            # and Tansu found it taken.
+            self.port = free_port(self.host)
         argv = [
             tansu_binary(),
             "broker",
@@ -100,18 +120,9 @@ class EmbeddedBroker(Service):
             f"tcp://{self.bootstrap_servers}",
             "--advertised-listener-url",
             f"tcp://{self.bootstrap_servers}",
+            "--storage-engine",
+            storage,
         ]
-        env = dict(os.environ)
-        if self.data_dir is None:
-            self._scratch_dir = Path(tempfile.mkdtemp(prefix="kmq-broker-"))
-            log_dir = self._scratch_dir
-            argv += ["--storage-engine", "memory://tansu/"]
-        else:
-            log_dir = self._prepare_data_dir(self.data_dir)
-            self._seaweed = SeaweedS3(self.data_dir / "s3", log_dir / "seaweedfs.log", self.host)
-            self._seaweed.start(timeout_s)
-            env.update(self._seaweed.tansu_env())
-            argv += ["--storage-engine", f"s3://{BUCKET}/"]
         self._tansu = ManagedProcess("Tansu", argv, log_dir / "tansu.log", env=env)
         self._tansu.start()
         self._wait_until_serving(self._tansu, timeout_s)

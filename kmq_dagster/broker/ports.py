@@ -7,6 +7,7 @@ import os
 import random
 import socket
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from kmq_dagster.errors import BrokerError
@@ -28,8 +29,9 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
-def free_port(host: str = "127.0.0.1", paired_offset: int = 0) -> int:
+def free_port(host: str = "127.0.0.1", paired_offset: int = 0, avoid: Collection[int] = ()) -> int:
     """A port free on ``host``; with ``paired_offset``, ``port + paired_offset`` is free too.
+    Neither is in ``avoid``: ports promised to servers that do not listen yet.
 
     SeaweedFS serves gRPC on its HTTP port + 10000, hence the pair.
 
@@ -40,9 +42,10 @@ def free_port(host: str = "127.0.0.1", paired_offset: int = 0) -> int:
     low, high = _PICK_RANGE
     for _ in range(200):
         port = rng.randrange(low, high)
-        if port_is_free(port, host) and (
-            paired_offset == 0 or port_is_free(port + paired_offset, host)
-        ):
+        paired = port + paired_offset if paired_offset else None
+        if port in avoid or paired in avoid:
+            continue
+        if port_is_free(port, host) and (paired is None or port_is_free(paired, host)):
             return port
     raise BrokerError(f"no free port found on {host} in {low}-{high}")
 

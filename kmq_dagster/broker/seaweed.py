@@ -6,6 +6,7 @@ import os
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 
 from kmq_dagster.broker.binaries import weed_binary
@@ -25,10 +26,12 @@ _COMPONENTS = ("s3", "master", "volume", "filer", "admin")
 class SeaweedS3:
     """One ``weed mini`` process storing its data under ``data_dir``."""
 
-    def __init__(self, data_dir: Path, log_path: Path, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, data_dir: Path, log_path: Path, host: str = "127.0.0.1", avoid: Iterable[int] = ()
+    ) -> None:
         self.host = host
         self.data_dir = data_dir
-        self.ports = {name: free_port(host, GRPC_PORT_OFFSET) for name in _COMPONENTS}
+        self.ports = _component_ports(host, set(avoid))
         argv = [
             weed_binary(),
             "mini",
@@ -89,6 +92,18 @@ class SeaweedS3:
                 return bool(response.status == 200)
         except (urllib.error.URLError, OSError):
             return False
+
+
+def _component_ports(host: str, avoid: set[int]) -> dict[str, int]:
+    """A free HTTP port per component, its gRPC port (+ ``GRPC_PORT_OFFSET``) free too, and
+    none of them in ``avoid`` nor among each other's: nothing listens on any of them until
+    ``weed mini`` starts, so a free-port check alone let two of them take one port."""
+    ports: dict[str, int] = {}
+    for name in _COMPONENTS:
+        port = free_port(host, GRPC_PORT_OFFSET, avoid)
+        ports[name] = port
+        avoid |= {port, port + GRPC_PORT_OFFSET}
+    return ports
 
 
 def _env_with_credentials() -> dict[str, str]:

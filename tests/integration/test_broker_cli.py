@@ -14,11 +14,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kmq_dagster.bench.fleet import BrokerRun, Fleet
 from kmq_dagster.broker.embedded import EmbeddedBroker
 from kmq_dagster.broker.ports import free_port
+from kmq_dagster.broker.probe import kafka_answers
 from kmq_dagster.child_processes import is_running
 from kmq_dagster.kafka.provision import provision_topic
 from kmq_dagster.kafka.topic_reader import records_and_ends
 from kmq_dagster.settings import KmqSettings
 from tests.processes import BrokerProcess, run_kmq
+from tests.support.port_window import narrow_pick_range
 
 pytestmark = pytest.mark.kafka
 
@@ -176,3 +178,16 @@ def test_a_broker_started_the_moment_its_predecessor_was_killed_serves_on_the_sa
         provision_topic(settings, "again", partitions=1)
     finally:
         broker.stop()
+
+
+def test_a_durable_broker_on_port_0_takes_a_port_seaweedfs_does_not_use(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # CI once failed here: the broker's port, picked before SeaweedFS started, was one of
+    # SeaweedFS's gRPC ports by the time Tansu bound it. Six ports to pick from: SeaweedFS's
+    # five and the broker's must all differ.
+    window = narrow_pick_range(monkeypatch, 6)
+
+    with EmbeddedBroker(port=0, data_dir=tmp_path / "data") as broker:
+        assert broker.port in window
+        assert kafka_answers(broker.host, broker.port)
