@@ -138,3 +138,47 @@ def test_a_context_value_that_refuses_comparison_ends_its_task_quietly(
         gc.collect()  # a task that ended with an exception nobody took says so when collected
     assert [(end.message.offset, end.error) for end in ends] == [(0, None), (1, None)]
     assert "exception was never retrieved" not in caplog.text
+
+
+def test_calls_that_never_wait_are_all_run_by_one_caller() -> None:
+    tasks_seen: list[int] = []
+
+    async def returns_at_once(msg: object) -> int:
+        tasks_seen.append(len(asyncio.all_tasks()))
+        return getattr(msg, "offset", -1)
+
+    runner = EventLoopRunner(HandlerCall(returns_at_once))
+    try:
+        for offset in range(100):
+            runner.submit(message("orders", offset))
+        runner.begin()
+        ends = runner.take_ends(0.0)
+    finally:
+        runner.close()
+    assert [end.result for end in ends] == list(range(100))  # all ended in begin's run, in order
+    assert max(tasks_seen) == 1  # one caller was made for them, not one each
+
+
+def test_every_call_that_waits_has_started_when_begin_returns() -> None:
+    started: list[int] = []
+    release = asyncio.Event()
+
+    async def waits_for_release(msg: object) -> None:
+        offset = getattr(msg, "offset", -1)
+        if offset == 999:
+            release.set()
+            return
+        started.append(offset)
+        await release.wait()
+
+    runner = EventLoopRunner(HandlerCall(waits_for_release))
+    try:
+        for offset in range(50):
+            runner.submit(message("orders", offset))
+        runner.begin()
+        assert sorted(started) == list(range(50))  # all waiting at once, none left queued
+        runner.submit(message("orders", 999))
+        ends = _ends_of(runner, 51)
+    finally:
+        runner.close()
+    assert sorted(end.message.offset for end in ends) == [*range(50), 999]
