@@ -27,6 +27,8 @@ from kmq_dagster.settings import KmqSettings
 
 #: How long a fetch waits for a first message, for both consumers.
 FETCH_WAIT_S = 0.05
+#: How long the offered load's producer lets a batch fill (librdkafka's default).
+LINGER_MS = 5
 
 
 class OfferedLoad:
@@ -39,7 +41,13 @@ class OfferedLoad:
         self.total = int(rate_per_s * seconds)
         self.sent_at: dict[int, float] = {}
         self._topic, self._rate_per_s, self._partitions = topic, rate_per_s, partitions
-        self._producer = Producer(settings.producer_config(**{"linger.ms": 1}))
+        # librdkafka's default linger (5 ms), as producers in the field run. At 1 ms the load
+        # came in ~5x more record batches, and the embedded broker's fetch time grows with a
+        # partition's batch count: at 10,000 msg/s its fetches went from 4 to 57 ms in 8 s, so
+        # every consumer fell further behind for the whole run and the latencies measured that
+        # (p95 in seconds, plain consumer too). At 5 ms they stayed flat (p50 42 ms, p95 66 ms
+        # for a plain consumer; docs/benchmarks.md, stop 63).
+        self._producer = Producer(settings.producer_config(**{"linger.ms": LINGER_MS}))
         # An idempotent producer first fetches a producer id (about 0.5 s on the embedded
         # broker): a start-up cost, not per-message latency, so it is paid before the clock.
         warm_up_topic = f"{topic}-warm-up"
