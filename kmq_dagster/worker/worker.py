@@ -21,6 +21,7 @@ from kmq_dagster.kafka.clients import wall_clock_ms
 from kmq_dagster.kafka.consumer import KmqConsumer
 from kmq_dagster.kafka.opened_queue import OpenedQueue
 from kmq_dagster.kafka.retry_router import RetryRouter
+from kmq_dagster.worker.garbage_collection import GC_FIRST_THRESHOLD, fewer_collections
 from kmq_dagster.worker.handler_call import HandlerCall
 from kmq_dagster.worker.loop import WorkerLoop, default_max_buffered
 from kmq_dagster.worker.loop_types import Handler, LoopConsumer, WorkerStats
@@ -124,6 +125,11 @@ class Worker:
             the worker lives (default). ``False``: a call that outlives the visibility timeout
             is redelivered while it runs, as at ``concurrency`` 1 (a hung call cannot hold its
             message, or its key, for ever).
+        gc_threshold: the garbage collector's first threshold while the worker runs, if the
+            process has a lower one (CPython's default is 700); the last worker to stop puts
+            back what it found. Calls in flight keep many short-lived objects alive at once,
+            and at 700 the collector ran every few hundred messages
+            (:mod:`kmq_dagster.worker.garbage_collection`). ``None`` leaves the collector alone.
     """
 
     def __init__(
@@ -139,12 +145,12 @@ class Worker:
         max_buffered: int | None = None,
         drain_timeout_s: float = 30.0,
         extend_running: bool = True,
+        gc_threshold: int | None = GC_FIRST_THRESHOLD,
     ) -> None:
         CONCURRENCY.check(concurrency)
-        if max_buffered is not None and max_buffered < 1:
-            raise ConfigError(
-                f"max_buffered must be >= 1, got {max_buffered}", setting="max_buffered"
-            )
+        for name, value in (("max_buffered", max_buffered), ("gc_threshold", gc_threshold)):
+            if value is not None and value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}", setting=name)
         #: Refuses a generator function now, before joining the group; runs ``async def``
         #: handlers to completion.
         self.handler = HandlerCall(handler, group=opened.queue.group)
@@ -164,6 +170,7 @@ class Worker:
         self.max_buffered = max_buffered
         self.drain_timeout_s = drain_timeout_s
         self.extend_running = extend_running
+        self.gc_threshold = gc_threshold
         #: The counts of the current (or last) :meth:`run`; read from any thread.
         self.stats = WorkerStats()
 
@@ -181,11 +188,12 @@ class Worker:
         loop = self._new_loop(stop)
         self.stats = loop.stats
         try:
-            while not stop.is_set():
-                loop.step()
-                if on_batch is not None:
-                    on_batch(loop.stats)
-            loop.drain(self.drain_timeout_s)
+            with fewer_collections(self.gc_threshold):
+                while not stop.is_set():
+                    loop.step()
+                    if on_batch is not None:
+                        on_batch(loop.stats)
+                loop.drain(self.drain_timeout_s)
         finally:
             loop.close()
             self.consumer.close()
