@@ -36,9 +36,12 @@ from kmq_dagster.core.queue_settings import MAX_PARTITIONS, PARTITIONS
 from kmq_dagster.core.wording import counted
 from kmq_dagster.kafka.provision import ProvisionPlan, ProvisionReport
 from kmq_dagster.settings import MAX_BATCH_SIZE
+from kmq_dagster.worker.garbage_collection import GC_FIRST_THRESHOLD
 
 #: Largest --max-buffered: the worker's memory bound (invariant 11) must stay a bound.
 MAX_BUFFERED = 1_000_000
+#: The highest ``--gc-threshold`` (far above anything useful: a typo, not a choice).
+MAX_GC_THRESHOLD = 100_000_000
 #: Longest --drain-timeout: an hour; a stop that waits longer is a hang.
 MAX_DRAIN_TIMEOUT_S = 3600
 
@@ -226,6 +229,15 @@ def _print_provision_report(report: ProvisionReport) -> None:
     help="With --concurrency above 1: keep extending the visibility of a message whose call "
     "is still running; off, a call that outlives the visibility timeout is redelivered.",
 )
+@click.option(
+    "--gc-threshold",
+    type=click.IntRange(0, MAX_GC_THRESHOLD),
+    default=GC_FIRST_THRESHOLD,
+    show_default=True,
+    help="Python's garbage collector's first threshold while the worker runs, if the process "
+    "has a lower one (CPython's is 700): calls in flight keep many short-lived objects alive. "
+    "0 leaves the collector alone.",
+)
 @breaker_options
 @audit_url_option
 @non_retryable_option
@@ -244,6 +256,7 @@ def worker(
     max_buffered: int | None,
     drain_timeout: float,
     extend_running: bool,
+    gc_threshold: int,
     breaker: BreakerOptions,
     audit_url: str | None,
     non_retryable: str,
@@ -267,6 +280,7 @@ def worker(
         max_buffered=max_buffered,
         drain_timeout_s=drain_timeout,
         extend_running=extend_running,
+        gc_threshold=gc_threshold or None,
     )
     from kmq_dagster.metrics import worker_snapshot
 

@@ -211,6 +211,35 @@ def test_an_async_handler_runs_for_every_message(
     assert sorted(map(int, handled.read_text().split())) == list(range(20))
 
 
+@pytest.mark.parametrize(("flags", "threshold"), [([], 10_000), (["--gc-threshold", "0"], 700)])
+def test_gc_threshold_sets_the_collector_the_handler_runs_under_and_0_leaves_it_alone(
+    settings: KmqSettings,
+    topic_name: str,
+    group: str,
+    tmp_path: Path,
+    flags: list[str],
+    threshold: int,
+) -> None:
+    # given a message and `kmq worker` in a process with CPython's default thresholds
+    new_queue(settings, topic_name, group)
+    produce(settings, topic_name, [b"first"])
+    env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+           "KMQ_SESSION_TIMEOUT_MS": "6000", "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}  # fmt: skip
+    seen = tmp_path / "gc_threshold.txt"
+    worker = subprocess.Popen(
+        kmq_argv("worker", "-t", topic_name, "-g", group, "--handler",
+                 "tests.support.gc_threshold_handler:record", *flags),
+        cwd=REPO_ROOT, env=env, stderr=(tmp_path / "worker.log").open("wb"),
+    )  # fmt: skip
+    try:
+        # then the handler ran under the threshold the flag asked for
+        assert wait_for(seen.exists, timeout_s=60), (tmp_path / "worker.log").read_text()[-3000:]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    assert seen.read_text().split() == [str(threshold)]
+
+
 def test_a_generator_handler_is_a_one_line_error(
     settings: KmqSettings, topic_name: str, group: str
 ) -> None:
