@@ -185,20 +185,29 @@ def test_log_json_writes_one_json_object_per_log_line(
     assert any("caught up" in entry["message"] for entry in entries)
 
 
+def start_worker(
+    settings: KmqSettings, topic: str, group: str, tmp_path: Path, handler: str, *flags: str
+) -> subprocess.Popen[bytes]:
+    """``kmq worker`` on ``topic`` with ``handler`` (its output files in ``tmp_path``, its
+    stderr in ``worker.log`` there); the caller stops it."""
+    env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+           "KMQ_SESSION_TIMEOUT_MS": "6000", "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}  # fmt: skip
+    return subprocess.Popen(
+        kmq_argv("worker", "-t", topic, "-g", group, "--handler", handler, *flags),
+        cwd=REPO_ROOT, env=env, stderr=(tmp_path / "worker.log").open("wb"),
+    )  # fmt: skip
+
+
 def test_an_async_handler_runs_for_every_message(
     settings: KmqSettings, topic_name: str, group: str, tmp_path: Path
 ) -> None:
     # given 20 messages and `kmq worker` with an `async def` handler
     new_queue(settings, topic_name, group)
     produce(settings, topic_name, [str(i).encode() for i in range(20)])
-    env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-           "KMQ_SESSION_TIMEOUT_MS": "6000", "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}  # fmt: skip
     handled = tmp_path / "handled.txt"
-    worker = subprocess.Popen(
-        kmq_argv("worker", "-t", topic_name, "-g", group, "--handler",
-                 "tests.support.async_handlers:record"),
-        cwd=REPO_ROOT, env=env, stderr=(tmp_path / "worker.log").open("wb"),
-    )  # fmt: skip
+    worker = start_worker(
+        settings, topic_name, group, tmp_path, "tests.support.async_handlers:record"
+    )
     try:
         # then its coroutine ran (past its await) for each of them
         assert wait_for(
@@ -223,14 +232,10 @@ def test_gc_threshold_sets_the_collector_the_handler_runs_under_and_0_leaves_it_
     # given a message and `kmq worker` in a process with CPython's default thresholds
     new_queue(settings, topic_name, group)
     produce(settings, topic_name, [b"first"])
-    env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-           "KMQ_SESSION_TIMEOUT_MS": "6000", "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}  # fmt: skip
     seen = tmp_path / "gc_threshold.txt"
-    worker = subprocess.Popen(
-        kmq_argv("worker", "-t", topic_name, "-g", group, "--handler",
-                 "tests.support.gc_threshold_handler:record", *flags),
-        cwd=REPO_ROOT, env=env, stderr=(tmp_path / "worker.log").open("wb"),
-    )  # fmt: skip
+    worker = start_worker(
+        settings, topic_name, group, tmp_path, "tests.support.gc_threshold_handler:record", *flags
+    )
     try:
         # then the handler ran under the threshold the flag asked for
         assert wait_for(seen.exists, timeout_s=60), (tmp_path / "worker.log").read_text()[-3000:]
