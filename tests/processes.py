@@ -74,6 +74,15 @@ class BrokerProcess:
         self._log.close()
         return code
 
+    def stop_expecting(self, code: int = 0, sig: signal.Signals = signal.SIGTERM) -> None:
+        """:meth:`terminate` and assert the exit code; a broker that exited otherwise (a child
+        of its that died, say) shows what it printed, its children's log tails included."""
+        exit_code = self.terminate(sig=sig)
+        assert exit_code == code, (
+            f"kmq broker exited with {exit_code}, not {code}; it printed:\n"
+            f"{self.log_path.read_text(errors='replace')}"
+        )
+
     def kill(self) -> None:
         """SIGKILL the process and every descendant (cleanup after a failed test)."""
         for pid in [*descendants(self.popen.pid), self.popen.pid]:

@@ -14,6 +14,9 @@ from kmq_dagster.errors import BrokerError
 
 #: Ports picked for helper servers come from here, below the usual ephemeral range.
 _PICK_RANGE = (15_000, 30_000)
+#: Where the kernel takes the local ports of outgoing connections, when it does not say.
+_DEFAULT_EPHEMERAL_RANGE = (32_768, 60_999)
+_EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -33,21 +36,44 @@ def free_port(host: str = "127.0.0.1", paired_offset: int = 0, avoid: Collection
     """A port free on ``host``; with ``paired_offset``, ``port + paired_offset`` is free too.
     Neither is in ``avoid``: ports promised to servers that do not listen yet.
 
-    SeaweedFS serves gRPC on its HTTP port + 10000, hence the pair.
+    SeaweedFS serves gRPC on its HTTP port + 10000, hence the pair. Neither port is in the
+    kernel's ephemeral range when the pick range allows it: any outgoing connection (SeaweedFS's
+    own components dialling each other while they start) may take such a port between the
+    pick and the server's bind, and the server then fails after it was reported ready.
 
     Raises:
         BrokerError: no such port was found after many tries.
     """
     rng = random.Random()
     low, high = _PICK_RANGE
+    candidates = _outside_ephemeral_range(low, high, paired_offset) or [(low, high)]
     for _ in range(200):
-        port = rng.randrange(low, high)
+        start, end = rng.choices(candidates, weights=[e - s for s, e in candidates])[0]
+        port = rng.randrange(start, end)
         paired = port + paired_offset if paired_offset else None
         if port in avoid or paired in avoid:
             continue
         if port_is_free(port, host) and (paired is None or port_is_free(paired, host)):
             return port
     raise BrokerError(f"no free port found on {host} in {low}-{high}")
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of local ports for outgoing connections, both ends included."""
+    try:
+        first, last = _EPHEMERAL_RANGE_FILE.read_text().split()
+        return int(first), int(last)
+    except (OSError, ValueError):
+        return _DEFAULT_EPHEMERAL_RANGE
+
+
+def _outside_ephemeral_range(low: int, high: int, paired_offset: int) -> list[tuple[int, int]]:
+    """The parts of ``low``-``high`` (end excluded) whose ports, and their partners at
+    ``+ paired_offset``, all lie outside the ephemeral range; empty if there are none."""
+    first, last = ephemeral_range()
+    below = (low, min(high, first - paired_offset))
+    above = (max(low, last + 1), high)
+    return [(start, end) for start, end in (below, above) if start < end]
 
 
 #: ``st`` of a listening socket in ``/proc/net/tcp``.
