@@ -3,6 +3,9 @@ tracing failure never keeps a message from being sent, copied or handled."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -16,6 +19,48 @@ def test_tracing_is_off_until_a_tracer_provider_is_configured() -> None:
     # given OpenTelemetry imported (by this test) but no provider set, then nothing is traced
     assert not tracing_active()
     assert sent_headers("orders", [("user", b"1")]) == [("user", b"1")]
+
+
+# A global provider is set once a process: each case runs in a fresh interpreter.
+_SET_LATER = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from kmq_dagster.tracing import tracing_active
+
+print(tracing_active())
+trace.set_tracer_provider(TracerProvider())
+print(tracing_active())
+"""
+_NAMED_BY_ENV = """
+import opentelemetry.trace
+from kmq_dagster.tracing import tracing_active
+
+print(tracing_active())
+"""
+
+
+def _printed(script: str, **env: str) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
+def test_a_global_provider_set_after_kmq_found_none_turns_tracing_on() -> None:
+    # given OpenTelemetry imported and nothing configured: off (and found off cheaply), then
+    # when the application sets a global provider, kmq traces from then on
+    assert _printed(_SET_LATER) == ["False", "True"]
+
+
+def test_a_provider_named_by_the_environment_turns_tracing_on() -> None:
+    # OpenTelemetry loads the provider OTEL_PYTHON_TRACER_PROVIDER names on first use
+    assert _printed(_NAMED_BY_ENV, OTEL_PYTHON_TRACER_PROVIDER="sdk_tracer_provider") == ["True"]
 
 
 def test_a_copy_carries_its_own_trace_context_in_place_of_the_previous_hops(
