@@ -269,6 +269,8 @@ class EventLoopRunner:
         self._waiter: asyncio.Future[None] | None = None
         #: Calls were submitted since the event loop last ran.
         self._unstarted = False
+        #: Whether the calls of this run are traced: read once a run, not once a call.
+        self._traced = False
         self._closed = False
 
     def submit(self, message: KmqMessage, attributes: Attributes = None) -> None:
@@ -291,6 +293,7 @@ class EventLoopRunner:
         in the run's next pass: every call still starts in this run."""
         if self._unstarted:
             self._unstarted = False
+            self._traced = tracing_active()
             self._wake_callers(1)
             self._loop.call_soon(self._wake_the_rest)
             self._loop.run_forever()
@@ -363,8 +366,8 @@ class EventLoopRunner:
                     error: BaseException | None = None
                     result: object = None
                     try:
-                        if tracing_active():
-                            result = await self._traced(message, attributes)
+                        if self._traced:
+                            result = await self._traced_call(message, attributes)
                         else:
                             result = await handler(message)  # type: ignore[misc]
                     except asyncio.CancelledError as exc:
@@ -388,7 +391,7 @@ class EventLoopRunner:
             if wake is not None and wake in idle:  # cancelled while it waited for a call
                 idle.remove(wake)
 
-    async def _traced(self, message: KmqMessage, attributes: Attributes) -> object:
+    async def _traced_call(self, message: KmqMessage, attributes: Attributes) -> object:
         record = (message.topic, message.partition, message.offset)
         with processing(record, message.headers, self.handler.group, attributes):
             return await self.handler.handler(message)  # type: ignore[misc]

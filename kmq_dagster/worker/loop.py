@@ -460,22 +460,27 @@ class WorkerLoop:
 
     def _handle_ends(self, ends: Sequence[CallEnd | Unstarted]) -> None:
         failed: list[ToRoute] = []
+        # Looked up once for the whole batch: this runs for every message.
+        running, cancelled, stats = self._running, self._cancelled, self.stats
+        breaker, ack = self.breaker, self.consumer.acknowledger()
+        finish, drop = self.scheduler.finish, self._drop
         for end in ends:
             if isinstance(end, Unstarted):
                 self._unstarted(end.messages)
                 continue
             message, error = end.message, end.error
-            self._running.discard(message)
-            if self._cancelled:  # it had started: it was no longer to be stopped
-                self._cancelled.discard(message)
+            running.discard(message)
+            if cancelled:  # it had started: it was no longer to be stopped
+                cancelled.discard(message)
             if end.first_call:  # its wait from fetch to start was observed by the thread
                 del self._fetched_at_ms[message]
             if error is None:
-                self.consumer.ack(message)
-                self.stats.handled += 1
-                if self.breaker is not None:
-                    self.breaker.record(True, self.clock_ms())
-                self._finish(message)
+                ack(message)
+                stats.handled += 1
+                if breaker is not None:
+                    breaker.record(True, self.clock_ms())
+                finish(message)
+                drop(message)
             elif isinstance(error, KeyboardInterrupt | SystemExit):
                 self._interrupted(message, error)
             else:  # any other BaseException (GeneratorExit, ...) fails the message too
