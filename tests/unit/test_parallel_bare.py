@@ -24,3 +24,11 @@ def test_key_order_waits_for_each_keys_messages_in_turn(measure: object) -> None
 
     assert measure(waits_s, 4, 16, keyed=True) >= 0.16  # type: ignore[operator]
     assert measure(waits_s, 4, 16, keyed=False) >= 0.04  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("measure", [bare_threads_s, bare_asyncio_s])
+def test_no_more_than_concurrency_waits_run_at_once(measure: object) -> None:
+    # Eight waits of 40 ms, two at a time: four rounds, whatever the ordering.
+    waits_s = [0.04] * 8
+
+    assert measure(waits_s, 8, 2, keyed=False) >= 0.16  # type: ignore[operator]
