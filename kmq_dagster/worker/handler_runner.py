@@ -247,16 +247,45 @@ class EventLoopRunner:
     call still starts in a task's fresh context: a caller whose call changed its context
     variables, or left it with a cancellation request, ends after that call, and the next call
     gets a new caller.
+
+    With ``max_calls``, no more than that many calls run at once, and calls submitted beyond
+    them wait here: a caller whose call ended takes the next at once, in the same step of
+    the event loop, instead of waiting for the worker loop to hand one over (in the I/O
+    benchmark, 1,000 calls awaiting 20 ms, a call ended and the next started a whole
+    worker-loop step later: docs/benchmarks.md, stop 65). A call submitted with the time its
+    message was fetched observes its wait (in ``waits``, read on ``clock_ms``) as it starts.
+    Once ``stop`` is set no waiting call starts: :meth:`take_ends` hands each back as an
+    :class:`Unstarted`.
     """
 
     #: Calls run while the caller waits for ends: :meth:`submit` returns before they start.
     inline = False
 
-    def __init__(self, handler: HandlerCall) -> None:
+    def __init__(
+        self,
+        handler: HandlerCall,
+        *,
+        max_calls: int | None = None,
+        clock_ms: Callable[[], int] | None = None,
+        stop: threading.Event | None = None,
+        waits: WaitHistogram | None = None,
+    ) -> None:
         self.handler = handler
         self._loop = new_event_loop()
-        #: Calls submitted and not yet taken by a caller, in submission order.
-        self._queued: deque[Job] = deque()
+        #: The context callers are made in when not from the caller's thread (see _serve).
+        self._context = contextvars.copy_context()
+        self._max_calls = max_calls
+        #: Messages of calls not to start (their partition was fetched again): a caller that
+        #: takes one ends it as an :class:`Unstarted`. The worker loop adds and discards.
+        self.cancelled: set[KmqMessage] = set()
+        self._clock_ms = clock_ms
+        self._stop = stop or threading.Event()
+        self._waits = waits
+        #: Waits of the calls started in this run, observed together when it ends.
+        self._started_waits_s: list[float] = []
+        #: Calls submitted and not yet taken by a caller, in submission order, each with its
+        #: message's fetch time (clock ms) if its wait is to be observed as it starts.
+        self._queued: deque[tuple[KmqMessage, Attributes, int | None]] = deque()
         #: Calls submitted and not yet ended.
         self._open = 0
         #: Wakes of callers waiting for a call (the one that waited last is woken first).
@@ -264,7 +293,7 @@ class EventLoopRunner:
         #: Callers woken or made that have not taken a call yet: one per queued call at most.
         self._waking = 0
         self._callers: set[asyncio.Task[None]] = set()
-        self._ends: list[CallEnd] = []
+        self._ends: list[CallEnd | Unstarted] = []
         #: Set by the first end while :meth:`take_ends` waits for one.
         self._waiter: asyncio.Future[None] | None = None
         #: Calls were submitted since the event loop last ran.
@@ -273,11 +302,14 @@ class EventLoopRunner:
         self._traced = False
         self._closed = False
 
-    def submit(self, message: KmqMessage, attributes: Attributes = None) -> None:
+    def submit(
+        self, message: KmqMessage, attributes: Attributes = None, fetched_ms: int | None = None
+    ) -> None:
         """Queue the call on ``message``; it starts when :meth:`begin` or :meth:`take_ends`
-        next runs the event loop. With tracing on, its ``process`` span carries ``attributes``
-        too."""
-        self._queued.append((message, attributes))
+        next runs the event loop (and a call slot is free). With tracing on, its ``process``
+        span carries ``attributes`` too; with ``fetched_ms``, its wait from then to its start
+        is observed as it starts (and is the span's ordering wait)."""
+        self._queued.append((message, attributes, fetched_ms))
         self._open += 1
         self._unstarted = True
 
@@ -297,6 +329,7 @@ class EventLoopRunner:
             self._wake_callers(1)
             self._loop.call_soon(self._wake_the_rest)
             self._loop.run_forever()
+            self._observe_waits()
 
     def _wake_the_rest(self) -> None:
         """After the first pass: a caller for each call still queued, then stop the run once
@@ -307,18 +340,27 @@ class EventLoopRunner:
     def _wake_callers(self, count: int) -> None:
         """Wake (or make) callers until ``count`` of them, at most one per queued call, are on
         their way to a call."""
-        queued, idle = len(self._queued), self._idle
+        queued, idle, callers = len(self._queued), self._idle, self._callers
+        most = self._max_calls
         while self._waking < min(count, queued):
-            self._waking += 1
             if idle:
+                self._waking += 1
                 idle.pop().set_result(None)
-            else:
-                caller = self._loop.create_task(self._serve())
-                self._callers.add(caller)
+            elif most is None or len(callers) < most:
+                self._waking += 1
+                callers.add(self._loop.create_task(self._serve()))
+            else:  # every caller is busy: the next to end takes what waits
+                return
 
-    def take_ends(self, timeout_s: float | None) -> list[CallEnd]:
+    def take_ends(self, timeout_s: float | None) -> list[CallEnd | Unstarted]:
         """Run the calls until at least one has ended or ``timeout_s`` has passed (``None``: as
-        long as it takes); the ends of that run, all at once."""
+        long as it takes); the ends of that run, all at once. Once ``stop`` is set, each call
+        still waiting for a slot comes back at once as an :class:`Unstarted` of its own."""
+        if self._queued and self._stop.is_set():
+            unstarted = [Unstarted([message]) for message, _, _ in self._queued]
+            self._queued.clear()
+            self._open -= len(unstarted)
+            self._ends.extend(unstarted)
         self.begin()  # calls submitted since the last run start first
         if self._open and not self._ends:
             waiter = self._waiter = self._loop.create_future()
@@ -329,8 +371,16 @@ class EventLoopRunner:
                 self._waiter = None
                 if timer is not None:
                     timer.cancel()
+            self._observe_waits()
         ends, self._ends = self._ends, []
         return ends
+
+    def _observe_waits(self) -> None:
+        """Observe the waits of the calls the last run started, together (one lock)."""
+        started = self._started_waits_s
+        if started and self._waits is not None:
+            self._waits.observe_all(started)
+        started.clear()
 
     def close(self) -> None:
         """Cancel the calls still running, give them ``CANCEL_WAIT_S`` to end, and close the
@@ -357,12 +407,22 @@ class EventLoopRunner:
         assert task is not None
         fresh = contextvars.copy_context()
         queued, idle, handler = self._queued, self._idle, self.handler.handler
+        stopped, clock_ms, cancelled = self._stop.is_set, self._clock_ms, self.cancelled
+        started_waits_s = self._started_waits_s
         wake: asyncio.Future[None] | None = None
         try:
             while True:
                 self._waking -= 1  # woken (or made): this caller takes calls now
-                while queued:
-                    message, attributes = queued.popleft()
+                while queued and not stopped():
+                    message, attributes, fetched_ms = queued.popleft()
+                    if cancelled and message in cancelled:
+                        self._ended(Unstarted([message]))
+                        continue
+                    if fetched_ms is not None and clock_ms is not None:
+                        wait_ms = max(0, clock_ms() - fetched_ms)
+                        started_waits_s.append(wait_ms / 1000)
+                        if self._traced:
+                            attributes = {ORDERING_WAIT_MS: wait_ms}
                     error: BaseException | None = None
                     result: object = None
                     try:
@@ -387,16 +447,26 @@ class EventLoopRunner:
                 idle.append(wake)
                 await wake
         finally:
-            self._callers.discard(task)
-            if wake is not None and wake in idle:  # cancelled while it waited for a call
-                idle.remove(wake)
+            self._left(task, wake)
+
+    def _left(self, caller: asyncio.Task[None], wake: asyncio.Future[None] | None) -> None:
+        """``caller`` ends: cancelled while it waited for a call, or after a call that left its
+        context unclean (then, if calls wait for a slot, a new caller takes its slot)."""
+        self._callers.discard(caller)
+        if wake is not None and wake in self._idle:
+            self._idle.remove(wake)
+        elif self._queued and not self._closed:
+            # Made in the runner's own context: a task made here would copy the caller's.
+            self._loop.call_soon(
+                self._wake_callers, len(self._queued), context=self._context.copy()
+            )
 
     async def _traced_call(self, message: KmqMessage, attributes: Attributes) -> object:
         record = (message.topic, message.partition, message.offset)
         with processing(record, message.headers, self.handler.group, attributes):
             return await self.handler.handler(message)  # type: ignore[misc]
 
-    def _ended(self, end: CallEnd) -> None:
+    def _ended(self, end: CallEnd | Unstarted) -> None:
         self._open -= 1
         self._ends.append(end)
         if self._waiter is not None and not self._waiter.done():
@@ -416,7 +486,9 @@ def concurrent_runner(
     ``concurrency`` threads for a sync one (runs read ``clock_ms``, obey ``stop`` and observe
     ``waits``)."""
     if is_async_handler(handler.handler):
-        return EventLoopRunner(handler)
+        return EventLoopRunner(
+            handler, max_calls=concurrency, clock_ms=clock_ms, stop=stop, waits=waits
+        )
     return ThreadRunner(handler, concurrency, name=name, clock_ms=clock_ms, stop=stop, waits=waits)
 
 

@@ -96,6 +96,10 @@ END_WAIT_S = 0.05
 #: Runs handed to a thread runner per thread: while some run, the rest wait on its queue, so a
 #: thread that ends one starts the next at once.
 RUNS_QUEUED_PER_THREAD = 2
+#: Calls handed to an event loop runner per call slot: as many again as slots wait there, so a
+#: call that ends is followed at once by the next (not with a breaker, whose calls start one
+#: at a time, nor when only waiting messages are extended: a handed-over call may wait).
+CALLS_HANDED_PER_SLOT = 2
 
 
 def default_max_buffered(concurrency: int) -> int:
@@ -154,10 +158,25 @@ class WorkerLoop:
         )
         #: Messages of runs that must not start (the threads read it): see :meth:`_add`.
         self._cancelled: set[KmqMessage] = (
-            self.runner.cancelled if isinstance(self.runner, ThreadRunner) else set()
+            self.runner.cancelled
+            if isinstance(self.runner, ThreadRunner | EventLoopRunner)
+            else set()
+        )
+        #: An event loop runner that calls wait in for a slot, and that observes their waits.
+        self._slot_runner = (
+            self.runner
+            if isinstance(self.runner, EventLoopRunner) and breaker is None and extend_running
+            else None
+        )
+        handed = (
+            RUNS_QUEUED_PER_THREAD
+            if self._run_runner
+            else CALLS_HANDED_PER_SLOT
+            if self._slot_runner
+            else 1
         )
         self.scheduler: LaneScheduler[KmqMessage] = LaneScheduler(
-            self.ordering, RUNS_QUEUED_PER_THREAD * concurrency if self._run_runner else concurrency
+            self.ordering, handed * concurrency
         )
         #: When the straight path's calls must stop to extend what waits behind them.
         self._alarm = (
@@ -267,8 +286,8 @@ class WorkerLoop:
         except ValueError:
             # Fetched again from an earlier offset (partition reassigned): what waits of the
             # source is left for redelivery, the new copies are ordered afresh; so is what a
-            # run of it has not started yet.
-            if self._run_runner is not None:
+            # run of it, or an event loop's call waiting for a slot, has not started yet.
+            if self._run_runner is not None or self._slot_runner is not None:
                 self._cancelled.update(self.scheduler.in_flight_of([source]))
             for dropped in self.scheduler.forget([source]):
                 self._drop(dropped)
@@ -405,6 +424,8 @@ class WorkerLoop:
     def _submit(self, taken: list[KmqMessage], traced: bool, now_ms: int) -> None:
         breaker, suspects, waits = self.breaker, self._suspects, self.stats.waits
         fetched_at_of, running, submit = self._fetched_at_ms.pop, self._running, self.runner.submit
+        # An event loop observes each call's wait as the call starts (it may wait for a slot).
+        on_loop = self.runner if isinstance(self.runner, EventLoopRunner) else None
         # First starts' waits, observed together (above 1: at 1 a call waits for the last).
         started_waits_s: list[float] = []
         for message in taken:
@@ -417,6 +438,10 @@ class WorkerLoop:
                 breaker.started()
             attributes = None
             fetched_at_ms = fetched_at_of(message, None)
+            if on_loop is not None:
+                running.add(message)
+                on_loop.submit(message, None, fetched_at_ms)
+                continue
             if fetched_at_ms is not None and waits is not None:
                 # First start only: a retry in place waits its delay.
                 wait_ms = max(0, now_ms - fetched_at_ms)
@@ -489,8 +514,11 @@ class WorkerLoop:
             self._route(failed)
 
     def _unstarted(self, messages: list[KmqMessage]) -> None:
-        """A run's end that never started: back in its lane, or left for redelivery if its
-        partition was fetched again since."""
+        """A run's end that never started (or a call handed to an event loop that the stop
+        kept from starting): back in its lane, or left for redelivery if its partition was
+        fetched again since."""
+        for message in messages:
+            self._running.discard(message)
         drop = messages[0] in self._cancelled
         self.scheduler.give_back(messages, drop=drop)
         if drop:

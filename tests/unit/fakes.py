@@ -3,13 +3,14 @@ deliveries can fail, and a consumer with KmqConsumer's interface. No broker, no 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError
 
 from kmq_dagster.kafka.message import KmqMessage
+from kmq_dagster.worker.handler_runner import CallEnd, Unstarted
 
 
 @dataclass
@@ -52,6 +53,13 @@ class FakeRecord:
 def message(topic: str, offset: int, value: bytes = b"v", **fields: Any) -> KmqMessage:
     """A message as the consumer hands it out, at partition 0."""
     return KmqMessage(FakeRecord(topic, 0, offset, value, **fields))  # type: ignore[arg-type]
+
+
+def call_ends(taken: Sequence[CallEnd | Unstarted]) -> list[CallEnd]:
+    """The ends a runner's ``take_ends`` gave, all of calls that ran (nothing was stopped)."""
+    ends = [end for end in taken if isinstance(end, CallEnd)]
+    assert len(ends) == len(taken), f"calls left unstarted: {taken!r}"
+    return ends
 
 
 @dataclass

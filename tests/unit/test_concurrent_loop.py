@@ -18,6 +18,7 @@ from kmq_dagster.core.breaker import State
 from kmq_dagster.core.headers import DLQ_REASON, ERROR_MESSAGE, ERROR_TYPE
 from kmq_dagster.core.ordering import Ordering
 from kmq_dagster.core.retry_headers import ATTEMPT, FIRST_FAILURE_MS
+from kmq_dagster.core.wait_histogram import WaitHistogram
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.opened_queue import vouch_for
 from kmq_dagster.kafka.retry_router import RetryRouter
@@ -76,6 +77,20 @@ def step_until(loop: WorkerLoop, done: Callable[[], bool], timeout_s: float = 10
     while not done():
         assert time.monotonic() < deadline, "the loop did not get there in time"
         loop.step()
+
+
+def _waits_once_released_after_2_s(
+    loop: WorkerLoop, consumer: FakeConsumer, clock: FakeClock, release: threading.Event, count: int
+) -> WaitHistogram:
+    """Move the clock on 2 s, release the blocked calls, run until ``count`` are acknowledged
+    and drain: the waits observed."""
+    clock.advance(2_000)
+    release.set()
+    step_until(loop, lambda: len(consumer.acked) == count)
+    loop.drain(1.0)
+    waits = loop.stats.waits
+    assert waits is not None
+    return waits
 
 
 class Calls:
@@ -586,14 +601,10 @@ def test_the_stats_show_calls_in_flight_held_messages_and_each_wait_from_fetch_t
     # when the loop starts what it may and the clock moves on 2 s before the calls end
     loop.step()
     assert (loop.stats.calls_in_flight, loop.stats.held) == (2, 3)  # a0 and b4 run
-    clock.advance(2_000)
-    release.set()
-    step_until(loop, lambda: len(consumer.acked) == 5)
-    loop.drain(1.0)
+    waits = _waits_once_released_after_2_s(loop, consumer, clock, release, 5)
 
     # then each message's wait was observed once: a1 waited the 2 s, the first two none
-    waits = loop.stats.waits
-    assert waits is not None and waits.count == 5
+    assert waits.count == 5
     assert waits.sum_s == pytest.approx(3 * 2.0)  # a1, a2, a3 started after the 2 s
     assert (loop.stats.calls_in_flight, loop.stats.held) == (0, 0)
 
@@ -655,3 +666,76 @@ def test_a_partition_fetched_again_from_an_earlier_offset_runs_the_new_copies_on
     loop.clock_ms.advance(9_000)  # type: ignore[attr-defined]
     loop.step()
     assert consumer.extended == []  # nothing is held any more: the dropped copies are not
+
+
+def _async_blocked_until(release: threading.Event, called: list[int]) -> Callable[..., object]:
+    async def handler(msg: KmqMessage) -> None:
+        called.append(msg.offset)
+        while not release.is_set():
+            await asyncio.sleep(0.001)
+
+    return handler
+
+
+def test_async_calls_waiting_for_a_slot_never_start_once_the_worker_stops() -> None:
+    # given two slots busy with async calls, and more calls handed over behind them
+    release = threading.Event()
+    called: list[int] = []
+    loop, consumer, _ = loop_for(
+        [keyed(6, [b"a"])], _async_blocked_until(release, called), concurrency=2
+    )
+    step_until(loop, lambda: len(called) == 2)
+    assert loop.scheduler.in_flight == 4  # two running, two waiting for a slot
+
+    # when the worker stops, and the two calls end during the drain
+    loop.stop.set()
+    release.set()
+    loop.drain(5.0)
+
+    # then only they ran and were acknowledged: the waiting ones are left for redelivery
+    assert sorted(m.offset for m in consumer.acked) == sorted(called) and len(called) == 2
+    assert (loop.scheduler.in_flight, loop.stats.calls_in_flight, consumer.nacked) == (0, 0, [])
+
+
+def test_an_async_call_that_waited_for_a_slot_has_that_wait_observed() -> None:
+    # given two slots, four unordered messages: two run, two wait for a slot
+    clock = FakeClock()
+    release = threading.Event()
+    called: list[int] = []
+    loop, consumer, _ = loop_for(
+        [keyed(4, [b"a"])], _async_blocked_until(release, called), concurrency=2, clock=clock
+    )
+    step_until(loop, lambda: len(called) == 2)
+
+    # when the clock moves on 2 s before the first two end
+    waits = _waits_once_released_after_2_s(loop, consumer, clock, release, 4)
+
+    # then the two that waited for a slot observed the 2 s, the first two none
+    assert waits.count == 4
+    assert waits.sum_s == pytest.approx(2 * 2.0)
+
+
+def test_async_calls_waiting_for_a_slot_of_a_partition_fetched_again_never_run() -> None:
+    # given offsets 0-3 unordered on two slots: 0 and 1 run, 2 and 3 wait for a slot
+    release = threading.Event()
+    called: list[int] = []
+    ran: list[KmqMessage] = []
+    blocked = _async_blocked_until(release, called)
+
+    async def handler(msg: KmqMessage) -> None:
+        await blocked(msg)  # type: ignore[misc]
+        ran.append(msg)
+
+    first = [message("orders", offset) for offset in range(4)]
+    again = [message("orders", offset) for offset in (2, 3)]
+    loop, consumer, _ = loop_for([first, again], handler, concurrency=2)
+    step_until(loop, lambda: len(called) == 2)
+    # when the partition comes back from offset 2 (after a rebalance) while 0 and 1 run
+    loop.step()
+    release.set()
+    step_until(loop, lambda: len(consumer.acked) == 4)
+    loop.drain(1.0)
+
+    # then 0, 1 and the new copies of 2 and 3 ran: the earlier copies never did
+    assert {id(m) for m in ran} == {id(first[0]), id(first[1]), id(again[0]), id(again[1])}
+    assert (loop.scheduler.in_flight, loop.scheduler.holding) == (0, 0)

@@ -8,14 +8,15 @@ import asyncio
 import contextvars
 import gc
 import logging
+import threading
 import time
 
 import pytest
 
 from kmq_dagster.worker.event_loops import EVENT_LOOP_ENV
 from kmq_dagster.worker.handler_call import HandlerCall
-from kmq_dagster.worker.handler_runner import CallEnd, EventLoopRunner
-from tests.unit.fakes import message
+from kmq_dagster.worker.handler_runner import CallEnd, EventLoopRunner, Unstarted
+from tests.unit.fakes import call_ends, message
 
 TENANT: contextvars.ContextVar[str] = contextvars.ContextVar("tenant", default="none")
 
@@ -32,7 +33,7 @@ def _ends_of(runner: EventLoopRunner, count: int) -> list[CallEnd]:
     ends: list[CallEnd] = []
     while len(ends) < count:
         assert time.monotonic() - began < 60, f"only {len(ends)} of {count} calls ended"
-        ends += runner.take_ends(0.05)
+        ends += call_ends(runner.take_ends(0.05))
     return ends
 
 
@@ -152,7 +153,7 @@ def test_calls_that_never_wait_are_all_run_by_one_caller() -> None:
         for offset in range(100):
             runner.submit(message("orders", offset))
         runner.begin()
-        ends = runner.take_ends(0.0)
+        ends = call_ends(runner.take_ends(0.0))
     finally:
         runner.close()
     assert [end.result for end in ends] == list(range(100))  # all ended in begin's run, in order
@@ -182,3 +183,76 @@ def test_every_call_that_waits_has_started_when_begin_returns() -> None:
     finally:
         runner.close()
     assert sorted(end.message.offset for end in ends) == [*range(50), 999]
+
+
+def test_no_more_calls_run_than_max_calls_and_an_ended_call_is_followed_at_once() -> None:
+    # given six calls for two slots, each awaiting 20 ms
+    running, started = [0, 0], []  # now, most; start order
+
+    async def waits(msg: object) -> None:
+        started.append(getattr(msg, "offset", -1))
+        running[0] += 1
+        running[1] = max(running)
+        await asyncio.sleep(0.02)
+        running[0] -= 1
+
+    runner = EventLoopRunner(HandlerCall(waits), max_calls=2)
+    try:
+        for offset in range(6):
+            runner.submit(message("orders", offset))
+        runner.begin()
+        assert started == [0, 1]  # two slots: the rest wait
+        # when the first ends, then the next call starts in that same run: no submit, no begin
+        first = call_ends(runner.take_ends(5.0))
+        assert len(started) == 2 + len(first)
+        ends = first + _ends_of(runner, 6 - len(first))
+    finally:
+        runner.close()
+    assert running[1] == 2
+    assert sorted(end.message.offset for end in ends) == list(range(6))
+
+
+def test_once_stopped_calls_waiting_for_a_slot_come_back_unstarted() -> None:
+    stop = threading.Event()
+    release = asyncio.Event()
+    started: list[int] = []
+
+    async def blocked(msg: object) -> None:
+        started.append(getattr(msg, "offset", -1))
+        await release.wait()
+
+    runner = EventLoopRunner(HandlerCall(blocked), max_calls=1, stop=stop)
+    try:
+        for offset in range(3):
+            runner.submit(message("orders", offset))
+        runner.begin()
+        stop.set()
+        taken = runner.take_ends(0.0)
+    finally:
+        runner.close()
+    assert started == [0]
+    unstarted = [end for end in taken if isinstance(end, Unstarted)]
+    assert [[m.offset for m in end.messages] for end in unstarted] == [[1], [2]]
+
+
+def test_calls_waiting_for_the_slot_of_a_caller_that_left_still_run() -> None:
+    # given one slot and three calls, the first of which leaves a context variable set (its
+    # caller ends after it: a later call must not inherit it)
+    seen: list[str] = []
+
+    async def sets_tenant(msg: object) -> None:
+        seen.append(TENANT.get())
+        if getattr(msg, "offset", -1) == 0:
+            TENANT.set("acme")
+        await asyncio.sleep(0.001)
+
+    runner = EventLoopRunner(HandlerCall(sets_tenant), max_calls=1)
+    try:
+        for offset in range(3):
+            runner.submit(message("orders", offset))
+        # then the other two still run, on a new caller, with nothing more submitted
+        ends = _ends_of(runner, 3)
+    finally:
+        runner.close()
+    assert sorted(end.message.offset for end in ends) == [0, 1, 2]
+    assert seen == ["none", "none", "none"]

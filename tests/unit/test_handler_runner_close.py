@@ -16,7 +16,7 @@ import pytest
 from kmq_dagster.worker.handler_call import HandlerCall
 from kmq_dagster.worker.handler_runner import CallEnd, EventLoopRunner
 from tests.kafka_helpers import wait_for
-from tests.unit.fakes import message
+from tests.unit.fakes import call_ends, message
 
 
 @pytest.mark.parametrize("obeys_cancel", [True, False], ids=["ends when cancelled", "ignores it"])
@@ -71,7 +71,7 @@ def test_calls_on_the_callers_event_loop_wait_together_and_each_end_is_taken_onc
     ends: list[CallEnd] = []
     while len(ends) < 10:
         assert time.monotonic() - began < 60, f"only {len(ends)} of 10 calls ended"
-        ends += runner.take_ends(0.05)
+        ends += call_ends(runner.take_ends(0.05))
     runner.close()
 
     assert waiting[1] == 10  # all ten awaited at once
@@ -96,6 +96,6 @@ def test_begin_starts_the_calls_submitted_so_they_wait_while_the_caller_works() 
     runner.begin()  # nothing new: no run
     ends: list[CallEnd] = []
     while len(ends) < 2:
-        ends += runner.take_ends(1.0)
+        ends += call_ends(runner.take_ends(1.0))
     runner.close()
     assert [end.error for end in ends] == [None, None]
