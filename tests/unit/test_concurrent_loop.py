@@ -677,6 +677,41 @@ def _async_blocked_until(release: threading.Event, called: list[int]) -> Callabl
     return handler
 
 
+def test_async_calls_waiting_for_a_slot_keep_key_order() -> None:
+    # given 8 keys' messages in key order on three slots (more keys may start than slots),
+    # one key's calls slow and the others' quick
+    starts: list[tuple[bytes | None, int]] = []
+    running: dict[bytes | None, int] = {}
+    overlaps: list[int] = []
+    handed: list[int] = []
+
+    async def handler(msg: KmqMessage) -> None:
+        if running.get(msg.key):
+            overlaps.append(msg.offset)
+        running[msg.key] = running.get(msg.key, 0) + 1
+        starts.append((msg.key, msg.offset))
+        await asyncio.sleep(0.01 if msg.key == b"k0" else 0)
+        running[msg.key] -= 1
+
+    keys = [b"k%d" % k for k in range(8)]
+    loop, consumer, _ = loop_for([keyed(80, keys)], handler, concurrency=3, ordering=Ordering.KEY)
+
+    # when the loop runs them all
+    def all_acked() -> bool:
+        handed.append(loop.scheduler.in_flight)
+        return len(consumer.acked) == 80
+
+    step_until(loop, all_acked)
+    loop.drain(1.0)
+
+    # then calls waited for a slot, yet no key ran twice at once and each started in order
+    assert max(handed) > 3
+    assert overlaps == []
+    for key in keys:
+        offsets = [offset for k, offset in starts if k == key]
+        assert offsets == sorted(offsets) and len(offsets) == 10
+
+
 def test_async_calls_waiting_for_a_slot_never_start_once_the_worker_stops() -> None:
     # given two slots busy with async calls, and more calls handed over behind them
     release = threading.Event()
