@@ -29,6 +29,7 @@ from typing import Any
 from kmq_dagster.bench.common import Cluster, Report, rotated
 from kmq_dagster.bench.parallel_bare import bare_asyncio_s, bare_threads_s
 from kmq_dagster.bench.parallel_memory import SAMPLE_EVERY_S, RssFigures, drain_with_rss
+from kmq_dagster.bench.parallel_runner_alone import runner_threads_s
 from kmq_dagster.bench.parallel_runs import (
     CallLog,
     Drain,
@@ -53,6 +54,8 @@ SHAPES: dict[str, tuple[Ordering, bool]] = {
     "async_partition": (Ordering.PARTITION, True),
 }
 NO_OP_RUNS = ("noop_n1", "noop_n1_direct", "noop_concurrent_loop")
+#: The prefix of kmq's thread runner's own runs among Python alone's.
+RUNNER_ALONE = "runner_threads_"
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,9 @@ class ParallelFigures:
     #: The shape's floor with unlimited fetch speed and free CPU, per ordering.
     floors_s: dict[str, float] = field(default_factory=dict)
     #: Python alone on the same waits (no Kafka, no kmq), seconds per round: the floor this
-    #: interpreter sets on this machine (:mod:`~kmq_dagster.bench.parallel_bare`).
+    #: interpreter sets on this machine (:mod:`~kmq_dagster.bench.parallel_bare`); and, as
+    #: ``runner_threads_*``, kmq's thread runner with no worker loop around it
+    #: (:mod:`~kmq_dagster.bench.parallel_runner_alone`).
     python_alone_s: dict[str, list[float]] = field(default_factory=dict)
     #: The backlog run's memory, when asked for.
     rss: RssFigures | None = None
@@ -129,6 +134,11 @@ class ParallelFigures:
             f"key {alone['asyncio_key']:.2f} s, unordered {alone['asyncio_unordered']:.2f} s; "
             f"the I/O run's awaits {self.io_python_alone_rate() / 1000:.1f}k/s"
         )
+        lines.append(
+            "kmq's thread runner alone, same waits (no Kafka, no worker loop; each key one run): "
+            f"key {alone['runner_threads_key']:.2f} s, "
+            f"unordered {alone['runner_threads_unordered']:.2f} s"
+        )
         if self.rss is not None:
             rss = self.rss
             lines.append(
@@ -163,7 +173,14 @@ class ParallelFigures:
             "noop_concurrent_loop_msgs_per_s": round(self.rate("noop_concurrent_loop")),
             "floor_seconds": {name: round(s, 3) for name, s in self.floors_s.items()},
             "python_alone_seconds": {
-                name: round(seconds, 3) for name, seconds in self.python_alone().items()
+                name: round(seconds, 3)
+                for name, seconds in self.python_alone().items()
+                if not name.startswith(RUNNER_ALONE)
+            },
+            "thread_runner_alone_seconds": {
+                name.removeprefix(RUNNER_ALONE): round(seconds, 3)
+                for name, seconds in self.python_alone().items()
+                if name.startswith(RUNNER_ALONE)
             },
             "io_python_alone_msgs_per_s": round(self.io_python_alone_rate()),
             "cpu_per_wall": {name: round(self.cpu_share(name), 2) for name in self.runs},
@@ -233,7 +250,8 @@ def run_parallel_benchmark(
 
 
 def _python_alone(sizes: ParallelSizes, waits_s: list[float]) -> dict[str, Callable[[], float]]:
-    """Python's own runs of the shape's waits and of the I/O run's, by name."""
+    """Python's own runs of the shape's waits and of the I/O run's, and kmq's thread runner's
+    with nothing around it, by name."""
     keys, concurrency = sizes.keys, sizes.concurrency
     io_waits_s = [sizes.io_wait_ms / 1000] * sizes.io_messages
     return {
@@ -242,6 +260,10 @@ def _python_alone(sizes: ParallelSizes, waits_s: list[float]) -> dict[str, Calla
         "asyncio_key": lambda: bare_asyncio_s(waits_s, keys, concurrency, keyed=True),
         "asyncio_unordered": lambda: bare_asyncio_s(waits_s, keys, concurrency, keyed=False),
         "asyncio_io": lambda: bare_asyncio_s(io_waits_s, keys, sizes.io_concurrency, keyed=False),
+        "runner_threads_key": lambda: runner_threads_s(waits_s, keys, concurrency, keyed=True),
+        "runner_threads_unordered": lambda: runner_threads_s(
+            waits_s, keys, concurrency, keyed=False
+        ),
     }
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from kmq_dagster.worker.event_loops import new_event_loop
 
 
-def _lanes(count: int, keys: int, keyed: bool) -> list[list[int]]:
+def lanes_of(count: int, keys: int, keyed: bool) -> list[list[int]]:
     """Message indices in the runs they must keep: one per key (message ``i`` has key
     ``i % keys``, as the filled queue has it), or one per message."""
     if keyed:
@@ -30,7 +30,7 @@ def _lanes(count: int, keys: int, keyed: bool) -> list[list[int]]:
 def bare_threads_s(waits_s: Sequence[float], keys: int, concurrency: int, keyed: bool) -> float:
     """Seconds for ``concurrency`` threads to sleep through every wait (each lane in turn)."""
     lanes: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
-    for lane in _lanes(len(waits_s), keys, keyed):
+    for lane in lanes_of(len(waits_s), keys, keyed):
         lanes.put(lane)
 
     def serve() -> None:
@@ -61,7 +61,7 @@ def bare_asyncio_s(waits_s: Sequence[float], keys: int, concurrency: int, keyed:
     there, slower than the worker (and so no floor), against 46-48k/s now."""
 
     async def run() -> None:
-        lanes = iter(_lanes(len(waits_s), keys, keyed))
+        lanes = iter(lanes_of(len(waits_s), keys, keyed))
 
         async def serve() -> None:
             for lane in lanes:  # shared: each coroutine takes the next lane when it is free

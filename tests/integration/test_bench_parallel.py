@@ -68,6 +68,9 @@ def test_bench_parallel_prints_every_figure_and_handles_every_message_in_every_r
     }  # fmt: skip
     assert figures["io_python_alone_msgs_per_s"] > 0
     assert "python alone, same waits" in result.stderr
+    # and kmq's thread runner alone on them, between that floor and the worker
+    assert set(figures["thread_runner_alone_seconds"]) == {"key", "unordered"}
+    assert "kmq's thread runner alone, same waits" in result.stderr
     # the peak is the highest RSS seen, the kernel's high-water mark or a sample above it
     assert 0 < figures["rss_start_mb"] <= figures["rss_peak_mb"]
     assert max(figures["rss_samples_mb"]) <= figures["rss_peak_mb"]
