@@ -239,8 +239,13 @@ def run_parallel_benchmark(
             )
         for name, measure in _python_alone(sizes, waits_s).items():
             figures.python_alone_s.setdefault(name, []).append(measure())
+            who = (
+                f"kmq's thread runner alone, {name.removeprefix(RUNNER_ALONE):<9}"
+                if name.startswith(RUNNER_ALONE)
+                else f"python alone, {name:<17}"
+            )
             report(
-                f"round {round_number}/{sizes.rounds}: python alone, {name:<17} "
+                f"round {round_number}/{sizes.rounds}: {who} "
                 f"{figures.python_alone_s[name][-1]:7.2f} s"
             )
     if rss_backlog:
