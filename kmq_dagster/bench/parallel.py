@@ -54,8 +54,6 @@ SHAPES: dict[str, tuple[Ordering, bool]] = {
     "async_partition": (Ordering.PARTITION, True),
 }
 NO_OP_RUNS = ("noop_n1", "noop_n1_direct", "noop_concurrent_loop")
-#: The prefix of kmq's thread runner's own runs among Python alone's.
-RUNNER_ALONE = "runner_threads_"
 
 
 @dataclass(frozen=True)
@@ -87,10 +85,11 @@ class ParallelFigures:
     #: The shape's floor with unlimited fetch speed and free CPU, per ordering.
     floors_s: dict[str, float] = field(default_factory=dict)
     #: Python alone on the same waits (no Kafka, no kmq), seconds per round: the floor this
-    #: interpreter sets on this machine (:mod:`~kmq_dagster.bench.parallel_bare`); and, as
-    #: ``runner_threads_*``, kmq's thread runner with no worker loop around it
-    #: (:mod:`~kmq_dagster.bench.parallel_runner_alone`).
+    #: interpreter sets on this machine (:mod:`~kmq_dagster.bench.parallel_bare`).
     python_alone_s: dict[str, list[float]] = field(default_factory=dict)
+    #: kmq's thread runner with no worker loop around it, seconds per round, per ordering
+    #: (:mod:`~kmq_dagster.bench.parallel_runner_alone`).
+    runner_alone_s: dict[str, list[float]] = field(default_factory=dict)
     #: The backlog run's memory, when asked for.
     rss: RssFigures | None = None
 
@@ -134,10 +133,10 @@ class ParallelFigures:
             f"key {alone['asyncio_key']:.2f} s, unordered {alone['asyncio_unordered']:.2f} s; "
             f"the I/O run's awaits {self.io_python_alone_rate() / 1000:.1f}k/s"
         )
+        runner = self.runner_alone()
         lines.append(
             "kmq's thread runner alone, same waits (no Kafka, no worker loop; each key one run): "
-            f"key {alone['runner_threads_key']:.2f} s, "
-            f"unordered {alone['runner_threads_unordered']:.2f} s"
+            f"key {runner['key']:.2f} s, unordered {runner['unordered']:.2f} s"
         )
         if self.rss is not None:
             rss = self.rss
@@ -157,6 +156,10 @@ class ParallelFigures:
         """Median seconds of each of Python's own runs."""
         return {name: statistics.median(runs) for name, runs in self.python_alone_s.items()}
 
+    def runner_alone(self) -> dict[str, float]:
+        """Median seconds of the thread runner's own runs, per ordering."""
+        return {name: statistics.median(runs) for name, runs in self.runner_alone_s.items()}
+
     def io_python_alone_rate(self) -> float:
         return self.sizes.io_messages / self.python_alone()["asyncio_io"]
 
@@ -173,14 +176,10 @@ class ParallelFigures:
             "noop_concurrent_loop_msgs_per_s": round(self.rate("noop_concurrent_loop")),
             "floor_seconds": {name: round(s, 3) for name, s in self.floors_s.items()},
             "python_alone_seconds": {
-                name: round(seconds, 3)
-                for name, seconds in self.python_alone().items()
-                if not name.startswith(RUNNER_ALONE)
+                name: round(seconds, 3) for name, seconds in self.python_alone().items()
             },
             "thread_runner_alone_seconds": {
-                name.removeprefix(RUNNER_ALONE): round(seconds, 3)
-                for name, seconds in self.python_alone().items()
-                if name.startswith(RUNNER_ALONE)
+                name: round(seconds, 3) for name, seconds in self.runner_alone().items()
             },
             "io_python_alone_msgs_per_s": round(self.io_python_alone_rate()),
             "cpu_per_wall": {name: round(self.cpu_share(name), 2) for name in self.runs},
@@ -239,14 +238,16 @@ def run_parallel_benchmark(
             )
         for name, measure in _python_alone(sizes, waits_s).items():
             figures.python_alone_s.setdefault(name, []).append(measure())
-            who = (
-                f"kmq's thread runner alone, {name.removeprefix(RUNNER_ALONE):<9}"
-                if name.startswith(RUNNER_ALONE)
-                else f"python alone, {name:<17}"
-            )
             report(
-                f"round {round_number}/{sizes.rounds}: {who} "
+                f"round {round_number}/{sizes.rounds}: python alone, {name:<17} "
                 f"{figures.python_alone_s[name][-1]:7.2f} s"
+            )
+        for name, keyed in (("key", True), ("unordered", False)):
+            seconds = runner_threads_s(waits_s, sizes.keys, sizes.concurrency, keyed=keyed)
+            figures.runner_alone_s.setdefault(name, []).append(seconds)
+            report(
+                f"round {round_number}/{sizes.rounds}: kmq's thread runner alone, {name:<9} "
+                f"{seconds:7.2f} s"
             )
     if rss_backlog:
         with cluster() as settings:
@@ -255,8 +256,7 @@ def run_parallel_benchmark(
 
 
 def _python_alone(sizes: ParallelSizes, waits_s: list[float]) -> dict[str, Callable[[], float]]:
-    """Python's own runs of the shape's waits and of the I/O run's, and kmq's thread runner's
-    with nothing around it, by name."""
+    """Python's own runs of the shape's waits and of the I/O run's, by name."""
     keys, concurrency = sizes.keys, sizes.concurrency
     io_waits_s = [sizes.io_wait_ms / 1000] * sizes.io_messages
     return {
@@ -265,10 +265,6 @@ def _python_alone(sizes: ParallelSizes, waits_s: list[float]) -> dict[str, Calla
         "asyncio_key": lambda: bare_asyncio_s(waits_s, keys, concurrency, keyed=True),
         "asyncio_unordered": lambda: bare_asyncio_s(waits_s, keys, concurrency, keyed=False),
         "asyncio_io": lambda: bare_asyncio_s(io_waits_s, keys, sizes.io_concurrency, keyed=False),
-        "runner_threads_key": lambda: runner_threads_s(waits_s, keys, concurrency, keyed=True),
-        "runner_threads_unordered": lambda: runner_threads_s(
-            waits_s, keys, concurrency, keyed=False
-        ),
     }
 
 

@@ -20,10 +20,7 @@ from typing import Any
 from kmq_dagster.bench.parallel_bare import lanes_of
 from kmq_dagster.worker.handler_call import HandlerCall
 from kmq_dagster.worker.handler_runner import CallEnd, RunJob, ThreadRunner
-from kmq_dagster.worker.loop import RUNS_QUEUED_PER_THREAD
-
-#: How long the caller waits for ends at a time (the worker loop's wait).
-END_WAIT_S = 0.05
+from kmq_dagster.worker.loop import END_WAIT_S, RUNS_QUEUED_PER_THREAD
 
 
 def runner_threads_s(waits_s: Sequence[float], keys: int, concurrency: int, keyed: bool) -> float:
