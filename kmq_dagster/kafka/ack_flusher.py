@@ -11,10 +11,14 @@ worker whose calls end one or two at a time polls between every two of them, and
 marker (a produce, and serving the producer) per message, with a ``sleep(0)`` in each such
 poll, held a no-op handler at concurrency 2 to 7.5k msg/s quiet and 4-7k loaded (13-15k and
 34-47k without both: docs/benchmarks.md, stop 49). The gap is the background thread's
-interval, 20 ms: at 1 ms, unordered calls ending out of order still made an end marker for
-almost every message (Parallel Consumer's shape unordered took 0.38-0.41 s against
-0.34-0.37 s at 20 ms, stop 50). So acknowledgements wait at most that long for their end
-marker whoever writes it; a poll that is about to wait writes them first.
+interval, 50 ms. Calls that end out of order (``key``, ``unordered``) leave gaps in each
+flush's offsets, and every gap starts another end marker: at 1 ms almost every message had
+its own (stop 50); at 20 ms Parallel Consumer's shape still wrote 3,700-5,500 end markers for
+its 10,000 messages in key order and 930-1,400 unordered, at 50 ms 2,000-2,900 and 460-670,
+and drained 5-10% faster (each marker's delivery report takes the GIL from the handler
+threads; stop 67). So acknowledgements wait at most that long for their end marker whoever
+writes it, small beside a visibility timeout of seconds; a poll that is about to wait writes
+them first.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from kmq_dagster.kafka.runs import record_runs
 log = logging.getLogger("kmq_dagster.kafka.consumer")
 
 #: How often acknowledgements are turned into end markers when nobody polls.
-ACK_FLUSH_INTERVAL_S = 0.02
+ACK_FLUSH_INTERVAL_S = 0.05
 #: A poll that will not wait writes acknowledgements once the last flush is this old.
 ACK_FLUSH_GAP_S = ACK_FLUSH_INTERVAL_S
 
