@@ -103,6 +103,11 @@ class ParallelFigures:
         """CPU seconds per wall second while timed: 2.0 would be both cores busy."""
         return statistics.median(d.cpu_s / d.seconds for d in self.runs[name] if d.seconds)
 
+    def end_markers_per_1000(self, name: str) -> float:
+        """End markers written per 1,000 messages acknowledged (median of the rounds): one
+        per run of offsets acknowledged together, so calls ending out of order write more."""
+        return statistics.median(1000 * d.end_markers / d.acked for d in self.runs[name] if d.acked)
+
     def handled(self, name: str) -> int:
         """The fewest messages handled and acknowledged in any round of ``name``."""
         return min(min(d.handled, d.acked) for d in self.runs[name])
@@ -126,6 +131,10 @@ class ParallelFigures:
                 f"{name:<22} {self.rate(name) / 1000:>6.1f}k/s {rounds:>26} {'':>8} "
                 f"{self.cpu_share(name):>8.2f}"
             )
+        lines.append(
+            "end markers per 1,000 messages: "
+            + ", ".join(f"{name} {self.end_markers_per_1000(name):.0f}" for name in self.runs)
+        )
         alone = self.python_alone()
         lines.append(
             "python alone, same waits (no Kafka, no kmq): threads key "
@@ -183,6 +192,9 @@ class ParallelFigures:
             },
             "io_python_alone_msgs_per_s": round(self.io_python_alone_rate()),
             "cpu_per_wall": {name: round(self.cpu_share(name), 2) for name in self.runs},
+            "end_markers_per_1000_msgs": {
+                name: round(self.end_markers_per_1000(name), 1) for name in self.runs
+            },
             "handled": {name: self.handled(name) for name in self.runs},
             "messages": {name: self._messages(name) for name in self.runs},
             "concurrency": self.sizes.concurrency,

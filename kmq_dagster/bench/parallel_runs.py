@@ -3,7 +3,7 @@
 A run fills a fresh queue with ``messages`` messages (value: the message's index; key: one of
 ``keys``), starts a ``Worker`` with the handler and settings asked for, and times it from the
 first handler call's start to the moment the worker loop has acknowledged the last message
-(``ack()`` called for every message; its end markers follow within the flusher's 20 ms). The
+(``ack()`` called for every message; its end markers follow within the flusher's 50 ms). The
 group join, which the embedded broker makes last about half the session timeout, is before the
 first call and so is never timed; nor are the worker's drain and group leave after the last ack.
 
@@ -54,6 +54,8 @@ class Drain:
     #: ``time.perf_counter()`` at the first call's start and at the last ack.
     started_at_s: float = 0.0
     ended_at_s: float = 0.0
+    #: End markers the worker's consumer wrote (one per run of offsets acknowledged together).
+    end_markers: int = 0
 
     @property
     def msgs_per_s(self) -> float:
@@ -204,4 +206,5 @@ def timed_drain(
         cpu_s=ended[1] - calls.first_cpu_s,
         started_at_s=started_at_s,
         ended_at_s=ended[0],
+        end_markers=worker.consumer.stats.end_markers,
     )

@@ -71,6 +71,10 @@ def test_bench_parallel_prints_every_figure_and_handles_every_message_in_every_r
     # and kmq's thread runner alone on them, between that floor and the worker
     assert set(figures["thread_runner_alone_seconds"]) == {"key", "unordered"}
     assert "kmq's thread runner alone, same waits" in result.stderr
+    # what each run wrote to the markers topic: at least one end marker, at most one a message
+    assert set(figures["end_markers_per_1000_msgs"]) == set(RUNS)
+    assert all(0 < per_1000 <= 1000 for per_1000 in figures["end_markers_per_1000_msgs"].values())
+    assert "end markers per 1,000 messages: key " in result.stderr
     # the peak is the highest RSS seen, the kernel's high-water mark or a sample above it
     assert 0 < figures["rss_start_mb"] <= figures["rss_peak_mb"]
     assert max(figures["rss_samples_mb"]) <= figures["rss_peak_mb"]
