@@ -163,11 +163,11 @@ class ParallelFigures:
 
     def python_alone(self) -> dict[str, float]:
         """Median seconds of each of Python's own runs."""
-        return {name: statistics.median(runs) for name, runs in self.python_alone_s.items()}
+        return _medians(self.python_alone_s)
 
     def runner_alone(self) -> dict[str, float]:
         """Median seconds of the thread runner's own runs, per ordering."""
-        return {name: statistics.median(runs) for name, runs in self.runner_alone_s.items()}
+        return _medians(self.runner_alone_s)
 
     def io_python_alone_rate(self) -> float:
         return self.sizes.io_messages / self.python_alone()["asyncio_io"]
@@ -265,6 +265,11 @@ def run_parallel_benchmark(
         with cluster() as settings:
             figures.rss = drain_with_rss(settings, rss_backlog, report)
     return figures
+
+
+def _medians(rounds: dict[str, list[float]]) -> dict[str, float]:
+    """The median of each name's rounds."""
+    return {name: statistics.median(values) for name, values in rounds.items()}
 
 
 def _python_alone(sizes: ParallelSizes, waits_s: list[float]) -> dict[str, Callable[[], float]]:
