@@ -32,7 +32,7 @@ from kmq_dagster.cli.stop_deadline import exit_if_still_calling
 from kmq_dagster.cli.value_types import Number
 from kmq_dagster.core.delay import DEFAULT_DELAY_LEVELS_MS, MAX_DELAY_LEVELS, parse_delay_levels
 from kmq_dagster.core.durations import format_duration_ms
-from kmq_dagster.core.queue_settings import MAX_PARTITIONS, PARTITIONS
+from kmq_dagster.core.queue_settings import MAX_PARTITIONS, PARTITIONS, short_visibility_warning
 from kmq_dagster.core.wording import counted
 from kmq_dagster.kafka.provision import ProvisionPlan, ProvisionReport
 from kmq_dagster.settings import MAX_BATCH_SIZE
@@ -156,6 +156,9 @@ def provision(
         report = provision_topic(settings, topic, partitions=partitions, **layout)
     else:
         queue = definition.new_queue(settings, topic, group, partitions)
+        short = short_visibility_warning(queue.visibility_timeout_ms)
+        if short is not None:
+            click.echo(f"kmq: warning: {short}", err=True)
         if plan_only:
             _print_plan(plan_queue(settings, queue, redefine=redefine, **layout), as_json)
             return

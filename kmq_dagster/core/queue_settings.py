@@ -42,6 +42,11 @@ MAX_CONCURRENCY = 1024
 MAX_VISIBILITY_TIMEOUT_MS = 7 * 86_400_000
 #: Most redeliveries of one message, and most attempts of a backoff, before the DLQ.
 MAX_TRIES = 1000
+#: A visibility timeout shorter than this is accepted with a warning: an acknowledgement
+#: reaches the markers topic tens of milliseconds after ``ack()`` (the end markers of a worker
+#: are written every 50 ms) and the tracker reads it after that, so a message acknowledged in
+#: time may still be redelivered (a duplicate, never a loss).
+SHORT_VISIBILITY_TIMEOUT_MS = 1_000
 
 
 class Kind(enum.StrEnum):
@@ -226,6 +231,18 @@ def check_settings(
             raise ConfigError(f"{prefix}{exc}", setting=exc.setting) from None
 
 
+def short_visibility_warning(visibility_timeout_ms: int) -> str | None:
+    """The warning for a visibility timeout under :data:`SHORT_VISIBILITY_TIMEOUT_MS`;
+    ``None`` for a longer one."""
+    if visibility_timeout_ms >= SHORT_VISIBILITY_TIMEOUT_MS:
+        return None
+    return (
+        f"a visibility timeout of {visibility_timeout_ms} ms leaves little time for an "
+        "acknowledgement to reach the tracker (tens of ms, seconds on a loaded machine): "
+        "messages acknowledged in time may be redelivered; give it a few seconds at least"
+    )
+
+
 def _number(value: float) -> str:
     """``1000`` for a whole number (never ``1e+03``), else as written (``0.5``, ``inf``)."""
     return str(int(value)) if math.isfinite(value) and value == int(value) else f"{value:g}"
@@ -301,7 +318,8 @@ QUEUE_SETTINGS: tuple[Setting, ...] = (
     Setting("retry_policy", Kind.GROUP, "when a failed message is retried", key="retry",
             members=RETRY_SETTINGS, default_note="10s, 1m, 10m"),
     _duration("visibility_timeout_ms", "a message not acknowledged within this time is "
-              "redelivered", flag="--visibility-timeout"),
+              "redelivered (under 1s: accepted, with a warning that acknowledged messages may "
+              "be redelivered)", flag="--visibility-timeout"),
     _int("max_redeliveries", "redeliveries of one message before the DLQ", 0, MAX_TRIES,
          flag="--max-redeliveries"),
     Setting("value_format", Kind.CHOICE, "how the values are encoded; avro, protobuf and "

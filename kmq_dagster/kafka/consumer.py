@@ -24,7 +24,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from kmq_dagster.core.handouts import HandoutLedger
-from kmq_dagster.core.queue_settings import MAX_VISIBILITY_TIMEOUT_MS
+from kmq_dagster.core.queue_settings import MAX_VISIBILITY_TIMEOUT_MS, short_visibility_warning
 from kmq_dagster.core.ranges import OffsetRun, Source
 from kmq_dagster.errors import ConfigError
 from kmq_dagster.kafka.ack_flusher import AckFlusher
@@ -107,6 +107,8 @@ class KmqConsumer:
         self.retry_topics = list(queue.retry_topics.values())
         self.markers_topic = queue.markers_topic
         self.visibility_timeout_ms = queue.visibility_timeout_ms
+        if (short := short_visibility_warning(queue.visibility_timeout_ms)) is not None:
+            log.warning("queue %s, group %s: %s", queue.topic, queue.group, short)
         self.batch_size = batch_size or settings.batch_size
         self.stats = ConsumerStats()
         self._clock_ms = clock_ms

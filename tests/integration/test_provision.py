@@ -73,11 +73,35 @@ def test_cli_provision_twice_changes_nothing_the_second_time(
     second = run_kmq(*args, env=env)
 
     assert first.returncode == 0, first.stderr
+    assert "warning" not in first.stderr  # the default visibility timeout, 30 s
     # the queue, markers, redelivery, 3 retries, the DLQ (no delay queue without --delays)
     assert first.stdout.count("created ") == 7
     assert second.returncode == 0, second.stderr
     assert "nothing to change: all 7 topics already exist with 2 partitions" in second.stdout
     assert _partition_counts(settings) == before
+
+
+def test_a_visibility_timeout_under_a_second_is_provisioned_with_a_warning_and_logged_by_workers(
+    settings: KmqSettings, topic_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = {"KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
+
+    result = run_kmq("provision", "--topic", topic_name, "--partitions", "1", "--group", "g",
+                     "--visibility-timeout", "200ms", env=env)  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (
+        "kmq: warning: a visibility timeout of 200 ms leaves little time for an acknowledgement "
+        "to reach the tracker (tens of ms, seconds on a loaded machine): messages acknowledged "
+        "in time may be redelivered; give it a few seconds at least\n"
+    )
+    assert "provisioned" in result.stdout
+    # and a consumer of the queue says so in its log, where a Dagster run or a worker shows it
+    consumer = KmqConsumer(open_queue(settings, topic_name, "g"))
+    consumer.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(f"queue {topic_name}, group g: a visibility timeout of 200 ms" in w
+               for w in warnings), warnings  # fmt: skip
 
 
 def test_a_second_group_adds_only_its_own_topics(settings: KmqSettings, topic_name: str) -> None:
