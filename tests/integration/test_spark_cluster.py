@@ -42,7 +42,10 @@ class StandaloneCluster:
         self.work_dirs = [scratch / f"worker-{i}" for i in range(workers)]
         self.processes: list[subprocess.Popen[bytes]] = []
         self.last_answer = "nothing yet"
-        self.env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
+        self.env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
+                    # Spark 4.1+ masters also serve unauthenticated REST submissions on the
+                    # fixed port 6066; kmq submits through the master's RPC port only.
+                    "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}  # fmt: skip
 
     def start(self) -> None:
         self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
