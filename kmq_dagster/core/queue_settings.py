@@ -237,9 +237,10 @@ def short_visibility_warning(visibility_timeout_ms: int) -> str | None:
     if visibility_timeout_ms >= SHORT_VISIBILITY_TIMEOUT_MS:
         return None
     return (
-        f"a visibility timeout of {visibility_timeout_ms} ms leaves little time for an "
-        "acknowledgement to reach the tracker (tens of ms, seconds on a loaded machine): "
-        "messages acknowledged in time may be redelivered; give it a few seconds at least"
+        f"a visibility timeout of {format_duration_ms(visibility_timeout_ms)} leaves little "
+        "time for an acknowledgement to reach the tracker (tens of ms, seconds on a loaded "
+        "machine): messages acknowledged in time may be redelivered; give it a few seconds at "
+        "least"
     )
 
 
@@ -318,8 +319,9 @@ QUEUE_SETTINGS: tuple[Setting, ...] = (
     Setting("retry_policy", Kind.GROUP, "when a failed message is retried", key="retry",
             members=RETRY_SETTINGS, default_note="10s, 1m, 10m"),
     _duration("visibility_timeout_ms", "a message not acknowledged within this time is "
-              "redelivered (under 1s: accepted, with a warning that acknowledged messages may "
-              "be redelivered)", flag="--visibility-timeout"),
+              f"redelivered (under {format_duration_ms(SHORT_VISIBILITY_TIMEOUT_MS)}: accepted, "
+              "with a warning that acknowledged messages may be redelivered)",
+              flag="--visibility-timeout"),
     _int("max_redeliveries", "redeliveries of one message before the DLQ", 0, MAX_TRIES,
          flag="--max-redeliveries"),
     Setting("value_format", Kind.CHOICE, "how the values are encoded; avro, protobuf and "

@@ -91,7 +91,7 @@ def test_a_visibility_timeout_under_a_second_is_provisioned_with_a_warning_and_l
 
     assert result.returncode == 0, result.stderr
     assert result.stderr == (
-        "kmq: warning: a visibility timeout of 200 ms leaves little time for an acknowledgement "
+        "kmq: warning: a visibility timeout of 200ms leaves little time for an acknowledgement "
         "to reach the tracker (tens of ms, seconds on a loaded machine): messages acknowledged "
         "in time may be redelivered; give it a few seconds at least\n"
     )
@@ -100,7 +100,7 @@ def test_a_visibility_timeout_under_a_second_is_provisioned_with_a_warning_and_l
     consumer = KmqConsumer(open_queue(settings, topic_name, "g"))
     consumer.close()
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert any(f"queue {topic_name}, group g: a visibility timeout of 200 ms" in w
+    assert any(f"queue {topic_name}, group g: a visibility timeout of 200ms" in w
                for w in warnings), warnings  # fmt: skip
 
 

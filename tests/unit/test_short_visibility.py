@@ -10,7 +10,7 @@ def test_a_timeout_just_under_a_second_warns_and_one_of_a_second_does_not() -> N
     assert SHORT_VISIBILITY_TIMEOUT_MS == 1_000
     warning = short_visibility_warning(999)
 
-    assert warning is not None and warning.startswith("a visibility timeout of 999 ms ")
+    assert warning is not None and warning.startswith("a visibility timeout of 999ms ")
     assert "may be redelivered" in warning
     assert short_visibility_warning(1_000) is None
 
