@@ -162,17 +162,16 @@ class WorkerLoop:
             if isinstance(self.runner, ThreadRunner | EventLoopRunner)
             else set()
         )
-        #: An event loop runner that calls wait in for a slot, and that observes their waits.
-        self._slot_runner = (
-            self.runner
-            if isinstance(self.runner, EventLoopRunner) and breaker is None and extend_running
-            else None
+        #: Calls handed to the event loop beyond its slots wait there for one (it observes
+        #: their waits as they start).
+        self._calls_wait_for_slots = (
+            isinstance(self.runner, EventLoopRunner) and breaker is None and extend_running
         )
         handed = (
             RUNS_QUEUED_PER_THREAD
             if self._run_runner
             else CALLS_HANDED_PER_SLOT
-            if self._slot_runner
+            if self._calls_wait_for_slots
             else 1
         )
         self.scheduler: LaneScheduler[KmqMessage] = LaneScheduler(
@@ -287,7 +286,7 @@ class WorkerLoop:
             # Fetched again from an earlier offset (partition reassigned): what waits of the
             # source is left for redelivery, the new copies are ordered afresh; so is what a
             # run of it, or an event loop's call waiting for a slot, has not started yet.
-            if self._run_runner is not None or self._slot_runner is not None:
+            if self._run_runner is not None or self._calls_wait_for_slots:
                 self._cancelled.update(self.scheduler.in_flight_of([source]))
             for dropped in self.scheduler.forget([source]):
                 self._drop(dropped)
