@@ -19,6 +19,15 @@ The child is in its own process group (Ctrl-C reaches the supervisor, which pass
 dies with the supervisor (``PR_SET_PDEATHSIG``: a SIGKILLed ``kmq tracker`` leaves no tracker
 behind), and inherits stdin, stdout and stderr. A death by another signal N is ``128 + N``,
 like a shell's.
+
+The supervisor is also the stop's last resort. A handler call stuck in C code that holds
+Python's GIL (a runaway regular expression, ``sum`` over a huge range) runs no Python at all
+in its process: not the signal handler that asks the worker to stop, not the thread that ends
+it at its ``--drain-timeout``. So the first SIGTERM or Ctrl-C passed on also starts a deadline
+(:data:`STOP_DEADLINE_ENV` seconds: the command's own deadline plus :data:`STOP_GRACE_S`); a
+child still running then is killed, with one line saying so, and the supervisor exits as the
+child's own deadline would have (0 after SIGTERM, 130 after Ctrl-C). What the child had not
+acknowledged is redelivered after its visibility timeout, as after any crash.
 """
 
 from __future__ import annotations
@@ -43,12 +52,23 @@ EXPLAIN_ENV = "KMQ_CRASH_GUARD_EXPLAIN"
 CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL})
 #: Signals the supervisor passes on to the child (SIGUSR1: the child writes its stacks).
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+#: Signals that ask the command to stop; the first starts the stop deadline.
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+#: Set for the supervisor: seconds from the first stop signal to killing a child still running.
+STOP_DEADLINE_ENV = "KMQ_CRASH_GUARD_STOP_DEADLINE_S"
+#: What a child gets beyond its own deadline (``kmq worker``'s ``--drain-timeout``) to write its
+#: acknowledgements, leave its group and exit; ``KMQ_CRASH_GUARD_STOP_GRACE_S`` overrides it.
+STOP_GRACE_S = 30.0
 
 
 def supervise(args: Sequence[str]) -> int:
     """Run ``kmq args`` in a child; its exit code (``128 + N`` after signal N), or, after a
     crash, whatever the command in explain mode ends with (this process is replaced)."""
     kmq = [sys.executable, "-m", "kmq_dagster.cli", *args]
+    deadline_s = float(os.environ.pop(STOP_DEADLINE_ENV, STOP_GRACE_S))
+    #: The first stop signal passed on, and whether the deadline then killed the child.
+    stopped_by: list[int] = []
+    killed: list[bool] = []
     child = subprocess.Popen(
         kmq,
         env={**os.environ, CHILD_ENV: "1"},
@@ -60,12 +80,30 @@ def supervise(args: Sequence[str]) -> int:
     def forward(signum: int, _frame: FrameType | None) -> None:
         if child.poll() is None:
             child.send_signal(signum)
+            if signum in STOP_SIGNALS and not stopped_by:
+                stopped_by.append(signum)
+                signal.setitimer(signal.ITIMER_REAL, deadline_s)
+
+    def kill_at_deadline(_signum: int, _frame: FrameType | None) -> None:
+        if child.poll() is None:
+            sys.stderr.write(
+                f"kmq: still running {deadline_s:g} s after the stop request: killed (a handler "
+                "call in C code that holds Python's GIL keeps a process from stopping itself); "
+                "what it had not acknowledged is redelivered after its visibility timeout\n"
+            )
+            sys.stderr.flush()
+            killed.append(True)
+            child.kill()
 
     for signum in FORWARDED_SIGNALS:
         signal.signal(signum, forward)
+    signal.signal(signal.SIGALRM, kill_at_deadline)
     # kill -USR1: this process's stack first, then the child's (forwarded by the chain)
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=True)
     code = child.wait()
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    if killed:  # as the child's own stop deadline exits: 0 after SIGTERM, 130 after Ctrl-C
+        return 128 + signal.SIGINT if stopped_by[0] == signal.SIGINT else 0
     if code >= 0:
         return code
     if signal.Signals(-code) not in CRASH_SIGNALS:

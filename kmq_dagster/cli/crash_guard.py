@@ -20,11 +20,14 @@ from typing import Any, TypeVar
 import click
 
 from kmq_dagster.cli.app import EXIT_ERROR, settings_of
-from kmq_dagster.crash_guard import EXPLAIN_ENV
+from kmq_dagster.crash_guard import EXPLAIN_ENV, STOP_DEADLINE_ENV, STOP_GRACE_S
+from kmq_dagster.errors import ConfigError
 from kmq_dagster.secrets import mask_text
 from kmq_dagster.settings import KmqSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: Overrides :data:`~kmq_dagster.crash_guard.STOP_GRACE_S` (seconds; tests use a short one).
+STOP_GRACE_ENV = "KMQ_CRASH_GUARD_STOP_GRACE_S"
 
 
 def crash_guarded(command: F) -> F:
@@ -50,10 +53,26 @@ def crash_guarded(command: F) -> F:
             sys.stdout.flush()
             sys.stderr.flush()
             supervisor = [sys.executable, "-m", "kmq_dagster.crash_guard", *given["argv"]]
-            os.execv(sys.executable, supervisor)
+            os.execve(sys.executable, supervisor, {**os.environ, **stop_deadline_env(kwargs)})
         return command(ctx, *args, **kwargs)
 
     return guarded  # type: ignore[return-value]
+
+
+def stop_deadline_env(options: dict[str, Any]) -> dict[str, str]:
+    """The supervisor's stop deadline for a command run with ``options``: its own deadline
+    (``kmq worker``'s ``drain_timeout``) plus the grace to write acks and leave its group."""
+    raw = os.environ.get(STOP_GRACE_ENV)
+    try:
+        grace_s = STOP_GRACE_S if raw is None else float(raw)
+    except ValueError:
+        grace_s = -1.0
+    if not 0 <= grace_s < float("inf"):
+        raise ConfigError(
+            f"{STOP_GRACE_ENV} must be a number of seconds >= 0, got {raw!r}",
+            setting=STOP_GRACE_ENV,
+        )
+    return {STOP_DEADLINE_ENV: f"{(options.get('drain_timeout') or 0.0) + grace_s:g}"}
 
 
 def explain_crash(

@@ -427,6 +427,49 @@ def test_a_serial_worker_whose_call_hangs_exits_after_the_drain_timeout(
     assert set(gated("ok", gated_lines(tmp_path, second.pid))) == {"hung-1"}
 
 
+#: A handler whose call never comes back to Python (C code holding the GIL).
+GIL_HOLDING = ("worker", "--handler", "tests.support.gil_holding_handler:handle")
+
+
+@each_stop_signal
+def test_a_worker_whose_call_holds_the_gil_is_killed_at_the_supervisors_stop_deadline(
+    settings: KmqSettings,
+    topic_name: str,
+    tmp_path: Path,
+    stop_signal: signal.Signals,
+    exit_code: int,
+) -> None:
+    # given a worker whose call runs C code that holds the GIL: no Python runs in its process,
+    # neither the signal handler that stops it nor its --drain-timeout's thread
+    queue = new_queue(settings, topic_name, group_of(topic_name), visibility_timeout_ms=3_000)
+    produce(settings, topic_name, [b"stuck-1"])
+    # the supervisor waits the drain timeout plus this grace after the stop request
+    processes = processes_for(settings, topic_name, tmp_path, KMQ_CRASH_GUARD_STOP_GRACE_S="3")
+    budget = WaitBudget(150)
+    try:
+        first = processes.start(*GIL_HOLDING, "--drain-timeout", "1")
+        assert wait_for(lambda: gated("start", gated_lines(tmp_path, first.pid)), budget.left_s())
+
+        # when it is asked to stop
+        first.send_signal(stop_signal)
+        first.wait(timeout=budget.left_s())
+        log = (tmp_path / "worker-0.log").read_text()
+
+        # and a tracker runs after it
+        with running_service(RedeliveryTracker(queue)):
+            redelivered = read_topic(
+                settings, queue.queue.redelivery_topic, 1, at_least=1, timeout_s=budget.left_s()
+            )
+    finally:
+        processes.stop_all()
+
+    # then the supervisor killed it at 1 + 3 s, said so in one line and exited with the stop's
+    # code, and the message it had not acknowledged was redelivered, not lost
+    assert first.returncode == exit_code, log[-2000:]
+    assert log.count("still running 4 s after the stop request: killed") == 1, log[-2000:]
+    assert [r.value() for r in redelivered] == [b"stuck-1"]
+
+
 def test_a_rebalance_while_calls_are_in_flight_loses_nothing(
     settings: KmqSettings, topic_name: str, tmp_path: Path
 ) -> None:

@@ -30,14 +30,15 @@ def handle(message: KmqMessage) -> None:
     out_dir = Path(os.environ["KMQ_TEST_OUTPUT_DIR"])
     value = (message.value or b"").decode()
     line = f"{value} {message.topic}:{message.partition}\n"
-    _write(out_dir, "start " + line)
+    write_line(out_dir, "start " + line)
     gate = gate_of(out_dir, value.partition("-")[0])
     while gate.exists():
         time.sleep(0.005)
-    _write(out_dir, "ok " + line)
+    write_line(out_dir, "ok " + line)
 
 
-def _write(out_dir: Path, text: str) -> None:
+def write_line(out_dir: Path, text: str) -> None:
+    """Append ``text`` (whole lines) to this worker's ``gated-<pid>.log`` in ``out_dir``."""
     pid = worker_pid()
     with _lock:
         if pid not in _output:
