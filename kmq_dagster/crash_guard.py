@@ -82,7 +82,8 @@ def supervise(args: Sequence[str]) -> int:
             child.send_signal(signum)
             if signum in STOP_SIGNALS and not stopped_by:
                 stopped_by.append(signum)
-                signal.setitimer(signal.ITIMER_REAL, deadline_s)
+                # (a zero timer would be none at all: a deadline of 0 s kills at once)
+                signal.setitimer(signal.ITIMER_REAL, max(deadline_s, 0.001))
 
     def kill_at_deadline(_signum: int, _frame: FrameType | None) -> None:
         if child.poll() is None:
