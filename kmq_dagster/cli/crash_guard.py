@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 import click
 
 from kmq_dagster.cli.app import EXIT_ERROR, settings_of
+from kmq_dagster.core.durations import seconds_from_env
 from kmq_dagster.crash_guard import EXPLAIN_ENV, STOP_DEADLINE_ENV, STOP_GRACE_S
-from kmq_dagster.errors import ConfigError
 from kmq_dagster.secrets import mask_text
 from kmq_dagster.settings import KmqSettings
 
@@ -62,16 +62,7 @@ def crash_guarded(command: F) -> F:
 def stop_deadline_env(options: dict[str, Any]) -> dict[str, str]:
     """The supervisor's stop deadline for a command run with ``options``: its own deadline
     (``kmq worker``'s ``drain_timeout``) plus the grace to write acks and leave its group."""
-    raw = os.environ.get(STOP_GRACE_ENV)
-    try:
-        grace_s = STOP_GRACE_S if raw is None else float(raw)
-    except ValueError:
-        grace_s = -1.0
-    if not 0 <= grace_s < float("inf"):
-        raise ConfigError(
-            f"{STOP_GRACE_ENV} must be a number of seconds >= 0, got {raw!r}",
-            setting=STOP_GRACE_ENV,
-        )
+    grace_s = seconds_from_env(os.environ, STOP_GRACE_ENV, STOP_GRACE_S, zero_allowed=True)
     return {STOP_DEADLINE_ENV: f"{(options.get('drain_timeout') or 0.0) + grace_s:g}"}
 
 

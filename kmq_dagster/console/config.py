@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kmq_dagster.console.auth import check_role
 from kmq_dagster.console.masking import Masker, masker_from_env
-from kmq_dagster.errors import ConfigError
+from kmq_dagster.core.durations import seconds_from_env
 
 #: ``none``: no login (loopback only); anything else: OIDC or the users file.
 AUTH_ENV = "KMQ_CONSOLE_AUTH"
@@ -60,22 +60,9 @@ class ConsoleConfig:
             users_file=Path(users_file) if users_file else default_users_file(),
             masker=masker_from_env(env),
             oidc_default_role=check_role(env.get(OIDC_DEFAULT_ROLE_ENV, "viewer")),
-            refresh_s=_seconds(env, REFRESH_ENV, DEFAULT_REFRESH_S),
-            idle_timeout_s=_seconds(env, IDLE_TIMEOUT_ENV, DEFAULT_IDLE_TIMEOUT_S),
+            refresh_s=seconds_from_env(env, REFRESH_ENV, DEFAULT_REFRESH_S),
+            idle_timeout_s=seconds_from_env(env, IDLE_TIMEOUT_ENV, DEFAULT_IDLE_TIMEOUT_S),
         )
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None:
-        return default
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = 0
-    if not seconds > 0 or seconds == float("inf"):
-        raise ConfigError(f"{name} must be a positive number of seconds, got {raw!r}")
-    return seconds
 
 
 def is_loopback(address: str) -> bool:

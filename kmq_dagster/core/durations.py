@@ -7,6 +7,7 @@ one (``now + duration``) always fits where kmq stores it.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from kmq_dagster.errors import ConfigError
 
@@ -88,3 +89,22 @@ def format_duration_ms(duration_ms: int) -> str:
         if count:
             parts.append(f"{count}{unit}")
     return "".join(parts)
+
+
+def seconds_from_env(
+    env: Mapping[str, str], name: str, default: float, *, zero_allowed: bool = False
+) -> float:
+    """The environment variable ``name`` as seconds, ``default`` when it is unset: a finite
+    number above 0 (from 0 with ``zero_allowed``); anything else is a :class:`ConfigError`
+    naming the variable."""
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not (seconds >= 0 if zero_allowed else seconds > 0) or seconds == float("inf"):
+        wanted = "a number of seconds >= 0" if zero_allowed else "a positive number of seconds"
+        raise ConfigError(f"{name} must be {wanted}, got {raw!r}", setting=name)
+    return seconds

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from kmq_dagster.core.durations import MAX_DURATION_MS, format_duration_ms, parse_duration_ms
+from kmq_dagster.core.durations import (
+    MAX_DURATION_MS,
+    format_duration_ms,
+    parse_duration_ms,
+    seconds_from_env,
+)
 from kmq_dagster.core.markers import StartMarker, decode_marker, encode_marker
 from kmq_dagster.errors import ConfigError
 
@@ -60,3 +65,17 @@ def test_zero_formats_and_negative_durations_are_refused() -> None:
     assert parse_duration_ms("0s") == 0
     with pytest.raises(ConfigError, match="negative duration"):
         format_duration_ms(-1)
+
+
+@pytest.mark.parametrize("raw", ["soon", "0", "-1", "nan", "inf"])
+def test_seconds_from_the_environment_must_be_positive_and_finite(raw: str) -> None:
+    with pytest.raises(ConfigError, match="KMQ_X_S must be a positive number of seconds"):
+        seconds_from_env({"KMQ_X_S": raw}, "KMQ_X_S", 5.0)
+
+
+def test_seconds_from_the_environment_default_when_unset_and_zero_where_allowed() -> None:
+    assert seconds_from_env({}, "KMQ_X_S", 5.0) == 5.0
+    assert seconds_from_env({"KMQ_X_S": "2.5"}, "KMQ_X_S", 5.0) == 2.5
+    assert seconds_from_env({"KMQ_X_S": "0"}, "KMQ_X_S", 5.0, zero_allowed=True) == 0.0
+    with pytest.raises(ConfigError, match="KMQ_X_S must be a number of seconds >= 0"):
+        seconds_from_env({"KMQ_X_S": "-0.5"}, "KMQ_X_S", 5.0, zero_allowed=True)
