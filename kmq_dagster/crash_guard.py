@@ -28,6 +28,10 @@ it at its ``--drain-timeout``. So the first SIGTERM or Ctrl-C passed on also sta
 child still running then is killed, with one line saying so, and the supervisor exits as the
 child's own deadline would have (0 after SIGTERM, 130 after Ctrl-C). What the child had not
 acknowledged is redelivered after its visibility timeout, as after any crash.
+
+A child that dies of the stop signal passed on got it before setting up its own stop (while it
+imported its handler or opened its queue): it started nothing, and the supervisor exits as a
+clean stop does (0 after SIGTERM, 130 after Ctrl-C) rather than ``128 + N``.
 """
 
 from __future__ import annotations
@@ -69,15 +73,14 @@ def supervise(args: Sequence[str]) -> int:
     #: The first stop signal passed on, and whether the deadline then killed the child.
     stopped_by: list[int] = []
     killed: list[bool] = []
-    child = subprocess.Popen(
-        kmq,
-        env={**os.environ, CHILD_ENV: "1"},
-        process_group=0,
-        # Safe: this process has no threads, and the child only calls prctl before exec.
-        preexec_fn=functools.partial(die_with_parent, os.getpid()),  # noqa: PLW1509
-    )
+    #: Signals that came before the child existed: passed on as soon as it does.
+    early: list[int] = []
+    child: subprocess.Popen[bytes] | None = None
 
     def forward(signum: int, _frame: FrameType | None) -> None:
+        if child is None:
+            early.append(signum)
+            return
         if child.poll() is None:
             child.send_signal(signum)
             if signum in STOP_SIGNALS and not stopped_by:
@@ -86,7 +89,7 @@ def supervise(args: Sequence[str]) -> int:
                 signal.setitimer(signal.ITIMER_REAL, max(deadline_s, 0.001))
 
     def kill_at_deadline(_signum: int, _frame: FrameType | None) -> None:
-        if child.poll() is None:
+        if child is not None and child.poll() is None:
             sys.stderr.write(
                 f"kmq: still running {deadline_s:g} s after the stop request: killed (a handler "
                 "call in C code that holds Python's GIL keeps a process from stopping itself); "
@@ -96,15 +99,33 @@ def supervise(args: Sequence[str]) -> int:
             killed.append(True)
             child.kill()
 
+    # In place before the child starts: a stop signal in between must not kill this process
+    # and leave the child to die of its parent's death instead.
     for signum in FORWARDED_SIGNALS:
         signal.signal(signum, forward)
     signal.signal(signal.SIGALRM, kill_at_deadline)
     # kill -USR1: this process's stack first, then the child's (forwarded by the chain)
     faulthandler.register(signal.SIGUSR1, all_threads=True, chain=True)
+    child = subprocess.Popen(
+        kmq,
+        env={**os.environ, CHILD_ENV: "1"},
+        process_group=0,
+        # Safe: this process has no threads, and the child only calls prctl before exec.
+        preexec_fn=functools.partial(die_with_parent, os.getpid()),  # noqa: PLW1509
+    )
+    for early_signal in early:
+        forward(early_signal, None)
     code = child.wait()
     signal.setitimer(signal.ITIMER_REAL, 0)
-    if killed:  # as the child's own stop deadline exits: 0 after SIGTERM, 130 after Ctrl-C
-        return 128 + signal.SIGINT if stopped_by[0] == signal.SIGINT else 0
+    if killed:  # as the child's own stop deadline exits
+        return _stop_exit_code(stopped_by[0])
+    if stopped_by and code == -stopped_by[0]:
+        # It died of the stop signal passed on: it came before the command had set up its
+        # own stop (while it imported its handler or opened its queue), so it had started no
+        # call. Stopped as asked, with the code a clean stop exits with.
+        sys.stderr.write("kmq: stopped while starting\n")
+        sys.stderr.flush()
+        return _stop_exit_code(stopped_by[0])
     if code >= 0:
         return code
     if signal.Signals(-code) not in CRASH_SIGNALS:
@@ -112,6 +133,11 @@ def supervise(args: Sequence[str]) -> int:
     sys.stdout.flush()
     os.execve(sys.executable, kmq, {**os.environ, CHILD_ENV: "1", EXPLAIN_ENV: str(-code)})
     return 128 - code  # not reached: execve does not return
+
+
+def _stop_exit_code(stop_signal: int) -> int:
+    """What a command stopped by ``stop_signal`` exits with: 130 after Ctrl-C, 0 after SIGTERM."""
+    return 128 + signal.SIGINT if stop_signal == signal.SIGINT else 0
 
 
 def supervised_pid(pid: int) -> int:

@@ -335,3 +335,42 @@ def test_ctrl_c_exits_130_and_sigterm_0_after_a_clean_stop(
         assert process.wait(timeout=60) == exit_code, log.read_text()[-3000:]
     assert "Traceback" not in log.read_text()
     assert f"kmq {command}: stopped" in log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("stop_signal", "exit_code", "line"),
+    [(signal.SIGTERM, 0, "kmq: stopped while starting"), (signal.SIGINT, 130, "kmq: aborted")],
+)
+def test_a_worker_stopped_while_it_starts_exits_with_a_clean_stops_code(
+    settings: KmqSettings,
+    topic_name: str,
+    group: str,
+    tmp_path: Path,
+    stop_signal: signal.Signals,
+    exit_code: int,
+    line: str,
+) -> None:
+    # given a worker still importing its handler module (before it sets up its own stop)
+    new_queue(settings, topic_name, group)
+    env = {**os.environ, "KMQ_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+           "KMQ_TEST_OUTPUT_DIR": str(tmp_path)}  # fmt: skip
+    log = tmp_path / "worker.log"
+    process = subprocess.Popen(
+        kmq_argv("worker", "-t", topic_name, "-g", group,
+                 "--handler", "tests.support.slow_import_handler:handle"),
+        cwd=REPO_ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        assert wait_for((tmp_path / "importing").exists, timeout_s=60), log.read_text()[-3000:]
+        # when it is asked to stop
+        process.send_signal(stop_signal)
+        # then it exits at once with the code a clean stop exits with (SIGTERM: 0, not 143),
+        # saying so in one line, without a traceback
+        assert process.wait(timeout=30) == exit_code, log.read_text()[-3000:]
+    finally:
+        (tmp_path / "go").touch()  # a child left running imports on and is stopped below
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert line in log.read_text()
+    assert "Traceback" not in log.read_text()
