@@ -5,7 +5,9 @@ each call's end. Messages queue in *lanes*; a lane runs one message at a time in
 added, and one retried in place stays at its lane's head, so later ones never overtake it.
 A worker may take a lane's whole queue as one *run* (:meth:`LaneScheduler.take_runs`), to call
 on one thread in turn: its calls still end one at a time, in order, and what the thread did not
-start comes back to the lane's head (:meth:`LaneScheduler.give_back`).
+start comes back to the lane's head (:meth:`LaneScheduler.give_back`). Messages added to a
+lane while its run is in flight may join that run (:meth:`LaneScheduler.grown_runs`,
+:meth:`LaneScheduler.extend_run`), so its thread goes on without waiting for the worker.
 What a lane is depends on the :class:`Ordering`:
 
 * ``partition``: one lane per source ``(topic, partition)``;
@@ -56,7 +58,7 @@ class _Lane(Generic[T]):
     order every message is a lane of its own, and building a deque for each was a tenth of a
     concurrent worker's loop)."""
 
-    __slots__ = ("busy", "head", "lane_id", "rest", "retry_seq", "run")
+    __slots__ = ("busy", "head", "lane_id", "rest", "retry_seq", "run", "run_handle")
 
     def __init__(self, lane_id: tuple[Source, bytes | int | None], head: T) -> None:
         self.lane_id = lane_id
@@ -68,6 +70,9 @@ class _Lane(Generic[T]):
         self.busy = False
         #: The head waits for this retry heap entry (-1: none); other entries are stale.
         self.retry_seq = -1
+        #: The caller's handle of the run in flight (see :meth:`LaneScheduler.tag_run`):
+        #: messages added meanwhile may join it.
+        self.run_handle: object = None
 
 
 class LaneScheduler(Generic[T]):
@@ -97,6 +102,8 @@ class LaneScheduler(Generic[T]):
         self._retries: list[tuple[int, int, _Lane[T]]] = []
         self._seq = itertools.count()
         self._last_offset: dict[Source, int] = {}
+        #: Lanes with a tagged run in flight that were added to since :meth:`grown_runs`.
+        self._grown: dict[_Lane[T], None] = {}
 
     @property
     def in_flight(self) -> int:
@@ -163,6 +170,8 @@ class LaneScheduler(Generic[T]):
             lane.rest = deque((item,))
         else:
             lane.rest.append(item)
+        if lane.run_handle is not None:
+            self._grown[lane] = None
         lane_of[item] = lane
 
     def take(self, now_ms: int, limit: int | None = None) -> list[T]:
@@ -189,6 +198,43 @@ class LaneScheduler(Generic[T]):
             else:
                 runs.append([lane.head])
         return runs
+
+    def tag_run(self, item: T, handle: object) -> None:
+        """Name the run ``item`` heads (just taken from :meth:`take_runs`) by the caller's
+        ``handle``: messages added to its lane while it is in flight are then offered to it
+        by :meth:`grown_runs`, so its thread can go on without a round trip through the
+        caller. The tag ends with the run (its last message finished or given back)."""
+        self._lane_of[item].run_handle = handle
+
+    def grown_runs(self) -> list[tuple[object, list[T]]]:
+        """``(handle, waiting)`` for each tagged run whose lane was added to since the last
+        call: the messages waiting behind it, in order. Nothing changes here; those the
+        caller's run takes on are passed to :meth:`extend_run`."""
+        grown, self._grown = self._grown, {}
+        return [
+            (lane.run_handle, list(lane.rest))
+            for lane in grown
+            if lane.run_handle is not None and lane.rest
+        ]
+
+    def extend_run(self, items: list[T]) -> None:
+        """The first waiting messages of a tagged run's lane, ``items``, joined that run: in
+        flight now, started by its thread in turn after the run's others."""
+        lane = self._lane_of[items[0]]
+        rest = lane.rest
+        if lane.run_handle is None or not rest:
+            raise ValueError(f"{items!r} cannot join a run in flight")
+        if list(itertools.islice(rest, len(items))) != items:
+            raise ValueError(f"{items!r} are not the next messages waiting in their lane")
+        for _ in items:
+            rest.popleft()
+        if not rest:
+            lane.rest = None
+        if lane.run is None:
+            lane.run = deque(items)
+        else:
+            lane.run.extend(items)
+        self._in_flight.update(items)
 
     def _start_lanes(self, now_ms: int, limit: int | None) -> list[_Lane[T]]:
         due: list[_Lane[T]] = []
@@ -231,6 +277,7 @@ class LaneScheduler(Generic[T]):
                 lane.run = None
             return
         lane.busy = False
+        lane.run_handle = None
         self._busy -= 1
         if lane.rest:
             lane.head = lane.rest.popleft()
@@ -263,6 +310,7 @@ class LaneScheduler(Generic[T]):
             if drop:
                 del self._lane_of[item]
         lane.run = None
+        lane.run_handle = None  # what the run's thread did not start: no more joins it
         back = items[1:] if head_back else items
         if head_back:  # the head never started: the lane waits no more
             lane.busy = False
@@ -305,6 +353,7 @@ class LaneScheduler(Generic[T]):
         for lane_id, lane in list(self._lanes.items()):
             if lane_id[0] not in revoked:
                 continue
+            lane.run_handle = None  # new copies of the source must not join its run
             if not lane.busy:  # the head waits too (a retried head included)
                 dropped.append(lane.head)
                 del self._lanes[lane_id]
@@ -327,5 +376,6 @@ class LaneScheduler(Generic[T]):
             raise ValueError(f"{item!r} ended before {lane.head!r}, which its run started first")
         self._in_flight.remove(item)
         lane.busy = False
+        lane.run_handle = None
         self._busy -= 1
         return lane

@@ -13,8 +13,10 @@
   taken by the caller's thread only (:meth:`ThreadRunner.take_ends`), so only that thread
   touches the scheduler, the router and the breaker. It also takes *runs*
   (:meth:`ThreadRunner.submit_run`): one lane's messages, called in turn on one thread with no
-  hand-off between them; a run stops at its first call that does not return, or once the
-  worker stops, and reports what it did not start as :class:`Unstarted`. A run's end wakes
+  hand-off between them; what the caller adds to a run while it goes
+  (:meth:`ThreadRunner.extend_run`) is called next on the same thread. A run stops at its
+  first call that does not return, or once the worker stops, and reports what it did not start
+  as :class:`Unstarted`. A run's end wakes
   a waiting caller only when the caller has something to do: a failure, or a lane freed
   while few jobs wait for a thread.
 
@@ -79,6 +81,19 @@ class Unstarted:
     messages: list[KmqMessage]
 
 
+class Run:
+    """Calls one thread of a :class:`ThreadRunner` makes in turn: what is left of them, and
+    whether the thread has finished with it (then nothing more joins it)."""
+
+    __slots__ = ("closed", "joinable", "pending")
+
+    def __init__(self, jobs: list[RunJob], *, joinable: bool = False) -> None:
+        self.pending: deque[RunJob] = deque(jobs)
+        #: :meth:`ThreadRunner.extend_run` may add to it (closing it then takes a lock).
+        self.joinable = joinable
+        self.closed = False
+
+
 def is_async_handler(handler: Callable[..., object]) -> bool:
     """``async def`` (a function, a partial, or an object whose ``__call__`` is one)."""
     call = getattr(handler, "__call__", None)  # noqa: B004 (a callable object's method)
@@ -109,7 +124,9 @@ class ThreadRunner:
         self._ends: list[CallEnd | Unstarted] = []
         #: A token per wake of :meth:`take_ends`: see :meth:`_ended`.
         self._wakes: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self._jobs: queue.SimpleQueue[Job | list[RunJob] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job | Run | None] = queue.SimpleQueue()
+        #: Taken to close a run (its thread found nothing left) or to add to it.
+        self._runs_lock = threading.Lock()
         #: While more jobs than this wait for a thread, a call's end does not wake the caller.
         self._wake_below = threads // 2
         self._clock_ms = clock_ms
@@ -133,11 +150,26 @@ class ThreadRunner:
         on, its ``process`` span carries ``attributes`` too."""
         self._jobs.put((message, attributes))
 
-    def submit_run(self, run: list[RunJob]) -> None:
+    def submit_run(self, run: list[RunJob], *, joinable: bool = False) -> Run:
         """Call ``run``'s messages in turn on one thread, as soon as one is free; each end
         comes back from :meth:`take_ends`, and what the run did not start as one
-        :class:`Unstarted`."""
-        self._jobs.put(run)
+        :class:`Unstarted`. Returns the run, which :meth:`extend_run` can add to if
+        ``joinable``."""
+        handle = Run(run, joinable=joinable)
+        self._jobs.put(handle)
+        return handle
+
+    def extend_run(self, run: Run, jobs: list[RunJob]) -> bool:
+        """Add ``jobs`` to the end of ``run`` if it is still going (its thread calls them in
+        turn after the rest, with no hand-off through the caller); ``False`` if its thread
+        has finished with it: ``jobs`` were not taken."""
+        if not run.joinable:
+            raise ValueError("this run was not submitted joinable")
+        with self._runs_lock:
+            if run.closed:
+                return False
+            run.pending.extend(jobs)
+            return True
 
     def begin(self) -> None:
         """Nothing to do: a call starts on a thread as it is submitted."""
@@ -191,7 +223,7 @@ class ThreadRunner:
         call = HandlerCall(self.handler.handler, group=self.handler.group)
         try:
             while (job := self._jobs.get()) is not None:
-                if isinstance(job, list):
+                if isinstance(job, Run):
                     self._run(call, job)
                 else:
                     # One call at a time (with a breaker; Spark): its caller waits for it.
@@ -199,16 +231,17 @@ class ThreadRunner:
         finally:
             call.close()
 
-    def _run(self, call: HandlerCall, run: list[RunJob]) -> None:
+    def _run(self, call: HandlerCall, run: Run) -> None:
         ended, stopped, clock_ms = self._ended, self._stop.is_set, self._clock_ms
         cancelled, waits = self.cancelled, self.waits
         # One tracing check per run (when unordered, a run is one message: per message).
         traced = tracing_active()
         function, settle = call.handler, call.settle
-        last = len(run) - 1
-        for index, (message, fetched_ms) in enumerate(run):
+        pending = run.pending
+        while pending:
+            message, fetched_ms = pending.popleft()
             if stopped() or (cancelled and message in cancelled):
-                ended(Unstarted([queued for queued, _ in run[index:]]), wake=True)
+                ended(Unstarted([message, *self._close(run)]), wake=True)
                 return
             wait_ms = None
             if fetched_ms is not None and clock_ms is not None:
@@ -225,14 +258,30 @@ class ThreadRunner:
                     if result is not None:
                         result = settle(result)
             except BaseException as exc:  # reported, not raised: the loop thread decides
-                if index < last:  # the rest waits for this one's retry (or its copy)
-                    ended(Unstarted([queued for queued, _ in run[index + 1 :]]), wake=False)
+                rest = self._close(run)
+                if rest:  # the rest waits for this one's retry (or its copy)
+                    ended(Unstarted(rest), wake=False)
                 ended(CallEnd(message, exc, None, first_call), wake=True)
                 return
-            ended(
-                CallEnd(message, None, result, first_call),
-                wake=index == last and self._must_wake(),
-            )
+            # The run's last call (nothing was added meanwhile) frees its lane.
+            last = not pending and (not run.joinable or not self._close(run, only_if_empty=True))
+            ended(CallEnd(message, None, result, first_call), wake=last and self._must_wake())
+
+    def _close(self, run: Run, *, only_if_empty: bool = False) -> list[KmqMessage]:
+        """End ``run``: nothing more joins it. Returns what it holds that was not started,
+        in order (with ``only_if_empty``, closes it only if it holds nothing: a non-empty
+        list means it goes on)."""
+        if not run.joinable:  # only its thread touches it: no lock
+            left = [message for message, _ in run.pending]
+            run.pending.clear()
+            return left
+        with self._runs_lock:
+            left = [message for message, _ in run.pending]
+            if left and only_if_empty:
+                return left
+            run.pending.clear()
+            run.closed = True
+            return left
 
 
 class EventLoopRunner:

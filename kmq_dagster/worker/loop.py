@@ -18,7 +18,10 @@ With threads and no breaker, the loop hands out *runs*: each lane that may start
 holds (a key's, or a partition's, messages in offset order; one message in ``unordered``), and
 one thread calls them in turn, so a key's next message starts without a round trip through
 this loop; up to ``2 * N`` runs are handed out, the ones no thread has taken yet waiting on the
-runner's queue. A run stops at its first call that does not return (the rest comes back to its
+runner's queue. Messages fetched for a lane while its run goes join that run (in ``key`` and
+``partition`` order), so its thread calls them next, without a round trip through this loop;
+a run its thread has just finished takes none (they start as the lane's next run). A run stops
+at its first call that does not return (the rest comes back to its
 lane's head, behind the failed one's retry) and once the worker stops (the rest is left for
 redelivery). Its messages count as held for the memory bound (fetching pauses at
 ``max_buffered`` + ``N`` held), and their waits are measured as they start. With a breaker, calls
@@ -70,6 +73,7 @@ from kmq_dagster.worker.handler_runner import (
     CallEnd,
     EventLoopRunner,
     InlineRunner,
+    Run,
     RunJob,
     ThreadRunner,
     Unstarted,
@@ -155,6 +159,11 @@ class WorkerLoop:
             self.runner
             if isinstance(self.runner, ThreadRunner) and breaker is None and extend_running
             else None
+        )
+        #: Messages fetched for a lane whose run is going join that run (only where a lane
+        #: can hold more than one message: not ``unordered``).
+        self._joinable_runs = (
+            self._run_runner is not None and self.ordering is not Ordering.UNORDERED
         )
         #: Messages of runs that must not start (the threads read it): see :meth:`_add`.
         self._cancelled: set[KmqMessage] = (
@@ -397,6 +406,8 @@ class WorkerLoop:
         # With a breaker, one at a time: a half-open breaker allows a single probe.
         if (runner := self._run_runner) is not None:
             if not self.stop.is_set():
+                if self._joinable_runs:
+                    self._join_runs(runner)
                 for run in self.scheduler.take_runs(now_ms):
                     self._submit_run(runner, run)
             return
@@ -469,7 +480,32 @@ class WorkerLoop:
             else:
                 self._route([(message, problem)])  # its run's next message is the head now
         if jobs:
-            runner.submit_run(jobs)
+            handle = runner.submit_run(jobs, joinable=self._joinable_runs)
+            if self._joinable_runs:
+                self.scheduler.tag_run(jobs[0][0], handle)
+
+    def _join_runs(self, runner: ThreadRunner) -> None:
+        """Messages fetched for a lane whose run is still going join that run: its thread
+        calls them next, with no round trip through this loop (key order on Parallel
+        Consumer's shape: 6-11 ms between a key's runs, a fifth of a drain). A run its
+        thread has just finished takes none: they wait in the lane for its end, as before;
+        nor does one from a message with corrupt retry headers on (it goes to the DLQ in its
+        turn, as the head of a run of its own)."""
+        fetched_at_ms, suspects = self._fetched_at_ms, self._suspects
+        for handle, waiting in self.scheduler.grown_runs():
+            joining = self._before_corrupt(waiting) if suspects else waiting
+            if not joining or not isinstance(handle, Run):
+                continue
+            if runner.extend_run(handle, [(m, fetched_at_ms.get(m)) for m in joining]):
+                self.scheduler.extend_run(joining)
+
+    def _before_corrupt(self, messages: list[KmqMessage]) -> list[KmqMessage]:
+        """``messages`` up to the first whose retry headers are corrupt."""
+        suspects, problem_of = self._suspects, self.router.metadata_problem
+        for index, message in enumerate(messages):
+            if message in suspects and problem_of(message) is not None:
+                return messages[:index]
+        return messages
 
     def _wait_for_ends(self, timeout_s: float) -> Sequence[CallEnd | Unstarted]:
         if not self.scheduler.in_flight:

@@ -25,6 +25,7 @@ from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.settings import KmqSettings
 from kmq_dagster.worker.handler_call import HandlerCall
 from kmq_dagster.worker.loop import WorkerLoop
+from tests.kafka_helpers import wait_for
 from tests.unit.fakes import FakeClock, FakeConsumer, FakeProducer, message
 from tests.unit.test_worker_loop import (
     QUEUE,
@@ -774,3 +775,28 @@ def test_async_calls_waiting_for_a_slot_of_a_partition_fetched_again_never_run()
     # then 0, 1 and the new copies of 2 and 3 ran: the earlier copies never did
     assert {id(m) for m in ran} == {id(first[0]), id(first[1]), id(again[0]), id(again[1])}
     assert (loop.scheduler.in_flight, loop.scheduler.holding) == (0, 0)
+
+
+def test_a_keys_messages_fetched_while_its_run_goes_join_it_and_start_without_the_loop() -> None:
+    # given key a's run of two, its first call running, then a fetch of two more of key a
+    release = threading.Event()
+    ran: list[int] = []
+
+    def handler(msg: KmqMessage) -> None:
+        if msg.offset == 0:
+            assert release.wait(30)
+        ran.append(msg.offset)
+
+    first, later = keyed(2, [b"a"]), [message("orders", i, b"v", _key=b"a") for i in (2, 3)]
+    loop, consumer, _ = loop_for([first, later], handler, ordering=Ordering.KEY)
+    loop.step()
+    loop.step()  # the later fetch comes in while a's run still runs
+    # when the run's first call returns and the loop takes no further step
+    release.set()
+    # then the later two run after the first two, in order, on the run's thread: nothing had
+    # to come back through the loop (which would start them only in its next step)
+    assert wait_for(lambda: len(ran) == 4, timeout_s=30), ran
+    assert ran == [0, 1, 2, 3]
+    step_until(loop, lambda: len(consumer.acked) == 4)
+    loop.drain(1.0)
+    assert sorted(m.offset for m in consumer.acked) == [0, 1, 2, 3]

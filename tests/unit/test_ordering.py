@@ -211,6 +211,48 @@ def test_a_run_never_started_makes_its_lane_idle_with_its_head_first() -> None:
     assert scheduler.take_runs(0) == [["b1", "b2", "b3"]]
 
 
+def test_messages_added_behind_a_tagged_run_are_offered_to_it_and_end_in_order() -> None:
+    # given a run a1 a2 in flight, tagged by its caller's handle
+    scheduler = key_ordered(("a1", P0, b"a"), ("a2", P0, b"a"))
+    assert scheduler.take_runs(0) == [["a1", "a2"]]
+    scheduler.tag_run("a1", "run-a")
+    # when a3 and a4 of its key and b1 of another are added
+    scheduler.add("a3", P0, 2, b"a")
+    scheduler.add("b1", P0, 3, b"b")
+    scheduler.add("a4", P0, 4, b"a")
+    # then the run is offered its key's two, once, and b1 waits for a run of its own
+    assert scheduler.grown_runs() == [("run-a", ["a3", "a4"])]
+    assert scheduler.grown_runs() == []
+    with pytest.raises(ValueError, match="not the next messages"):
+        scheduler.extend_run(["a4"])
+    scheduler.extend_run(["a3"])  # the caller's run took one of them
+    assert (scheduler.in_flight, scheduler.busy_lanes, scheduler.buffered) == (3, 1, 2)
+    for item in ("a1", "a2", "a3"):
+        scheduler.finish(item)
+    # and once the run has ended, what it did not take starts as a run of its own, untagged
+    assert scheduler.take_runs(0) == [["b1"], ["a4"]]
+    scheduler.add("a5", P0, 5, b"a")
+    assert scheduler.grown_runs() == []
+
+
+def test_a_run_given_back_retried_or_forgotten_is_offered_nothing_more() -> None:
+    scheduler = key_ordered(("a1", P0, b"a"), ("a2", P0, b"a"), ("b1", P0, b"b"))
+    assert scheduler.take_runs(0) == [["a1", "a2"], ["b1"]]
+    scheduler.tag_run("a1", "run-a")
+    scheduler.tag_run("b1", "run-b")
+    # when a's run stops at a1's failure (a2 given back, a1 retried in place) and b's
+    # partition is fetched again
+    scheduler.give_back(["a2"])
+    scheduler.retry_in_place("a1", 10)
+    scheduler.forget([P0])
+    # then messages of their keys added afterwards join neither run
+    scheduler.add("a3", P0, 0, b"a")
+    scheduler.add("b2", P0, 1, b"b")
+    assert scheduler.grown_runs() == []
+    with pytest.raises(ValueError, match="cannot join"):
+        scheduler.extend_run(["b2"])
+
+
 SOURCES: list[Source] = [("t", 0), ("t", 1), ("u", 0)]
 
 
