@@ -146,23 +146,28 @@ def test_key_ordered_worker_never_overlaps_a_key_and_starts_its_messages_in_offs
     assert read_topic(settings, opened.queue.dlq_topic, 2, timeout_s=2) == []  # 7 attempts each
 
 
+@pytest.mark.parametrize("ordering", ["unordered", "key"])
 def test_a_sigkilled_concurrent_worker_loses_nothing(
-    settings: KmqSettings, topic_name: str, tmp_path: Path
+    settings: KmqSettings, topic_name: str, tmp_path: Path, ordering: str
 ) -> None:
-    # given 3,000 messages and a worker running 16 calls of 0-20 ms at once
+    # given 3,000 messages and a worker running 16 calls of 0-20 ms at once (in key order on
+    # 16 keys: a key's messages fetched while its run goes join that run)
     count = 3_000
     queue = new_queue(
         settings, topic_name, group_of(topic_name), partitions=2, visibility_timeout_ms=5_000
     )
-    ids = [f"id-{i:05d}" for i in range(count)]
+    ids = [f"m-{i:05d}" for i in range(count)]
     processes = processes_for(
         settings, topic_name, tmp_path, KMQ_TEST_FAILURE_RATE="0", KMQ_TEST_MAX_WORK_S="0.02"
     )
     worker = ["worker", "--handler", "tests.support.keyed_handler:handle", "--concurrency", "16"]
     budget = WaitBudget(200)
     try:
-        victim = processes.start(*worker, "--ordering", "unordered")
-        produce(settings, topic_name, [i.encode() for i in ids], partitions=2)
+        victim = processes.start(*worker, "--ordering", ordering)
+        if ordering == "key":
+            produce_keyed(settings, topic_name, count, keys=16, partitions=2)
+        else:
+            produce(settings, topic_name, [i.encode() for i in ids], partitions=2)
 
         # when it is SIGKILLed with calls in flight, then a tracker and a second worker run
         def victim_busy() -> bool:
@@ -174,7 +179,7 @@ def test_a_sigkilled_concurrent_worker_loses_nothing(
         victim_lines = calls_logged(tmp_path, victim.pid)
         in_flight = count_of("start", victim_lines) - count_of("end", victim_lines)
         processes.start("tracker")
-        processes.start(*worker, "--ordering", "unordered")
+        processes.start(*worker, "--ordering", ordering)
 
         # then every message is processed at least once
         def all_processed() -> bool:
