@@ -10,7 +10,7 @@ import pytest
 
 from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.worker.handler_call import HandlerCall
-from kmq_dagster.worker.handler_runner import CallEnd, ThreadRunner, Unstarted
+from kmq_dagster.worker.handler_runner import CallEnd, Run, ThreadRunner, Unstarted
 from tests.kafka_helpers import wait_for
 from tests.unit.fakes import message
 
@@ -89,4 +89,42 @@ def test_a_run_not_submitted_joinable_cannot_be_added_to() -> None:
         with pytest.raises(ValueError, match="not submitted joinable"):
             runner.extend_run(run, [(message("orders", 1), None)])
     finally:
+        runner.close()
+
+
+def test_calls_added_while_a_runs_thread_finds_it_empty_still_run() -> None:
+    """The race the lock in ``_close`` decides: a run's thread has called everything it held
+    and is about to close the run when the caller adds to it. The thread is held at exactly
+    that point (before it takes the lock), so the interleaving is certain, not hoped for."""
+    calls: list[tuple[int, int]] = []
+    runner = ThreadRunner(
+        HandlerCall(lambda msg: calls.append((msg.offset, threading.get_ident()))), 2
+    )
+    at_close, go_on = threading.Event(), threading.Event()
+    real_close = runner._close
+
+    def close_after_the_caller(run: Run, *, only_if_empty: bool = False) -> list[KmqMessage]:
+        if only_if_empty and not at_close.is_set():  # the run's first "anything left?"
+            at_close.set()
+            assert go_on.wait(60)
+        return real_close(run, only_if_empty=only_if_empty)
+
+    runner._close = close_after_the_caller  # type: ignore[method-assign]
+    messages = [message("orders", offset) for offset in range(4)]
+    try:
+        # given a run whose thread called its one message and found nothing left
+        run = runner.submit_run([(messages[0], None)], joinable=True)
+        assert at_close.wait(60)
+        # when the caller adds two before the thread closes the run
+        assert runner.extend_run(run, [(messages[1], 7), (messages[2], 8)])
+        go_on.set()
+        # then the thread calls them too, in order, and reports every end
+        ends = ends_until(runner, 3)
+        assert [e.message.offset for e in ends] == [0, 1, 2]  # type: ignore[union-attr]
+        assert [offset for offset, _ in calls] == [0, 1, 2]
+        assert len({thread for _, thread in calls}) == 1
+        # and it closed the run before reporting the last end: it takes nothing more now
+        assert not runner.extend_run(run, [(messages[3], None)])
+    finally:
+        go_on.set()
         runner.close()
