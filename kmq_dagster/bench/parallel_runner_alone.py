@@ -2,8 +2,9 @@
 
 The same seeded waits as the worker's sync runs, called by the
 :class:`~kmq_dagster.worker.handler_runner.ThreadRunner` the worker uses, handed over as the
-worker loop hands them (each lane as one run, up to ``RUNS_QUEUED_PER_THREAD`` runs a thread
-at once, the next run when one ends) by a caller that does nothing else: no fetch, no
+worker loop hands them (each key's lane as one run, each message of ``unordered`` order as a
+run of its own without a run object, up to ``RUNS_QUEUED_PER_THREAD`` runs a thread at once,
+the next run when one ends) by a caller that does nothing else: no fetch, no
 bookkeeping, no acknowledgement. Every key's messages are there from the start, so a key is one
 run. What this takes bounds the worker's threads shapes from below, between Python alone
 (:mod:`~kmq_dagster.bench.parallel_bare`) and the worker: the runner's hand-offs and the
@@ -35,11 +36,13 @@ def runner_threads_s(waits_s: Sequence[float], keys: int, concurrency: int, keye
     runner = ThreadRunner(HandlerCall(handle), concurrency, name="kmq-bench-runner")
     # The runner only hashes and hands back what it is given: message indices do.
     runs: list[list[RunJob]] = [[(index, None) for index in lane] for lane in lanes]  # type: ignore[misc]
+    # As the worker loop hands them over: a key's lane as a run, an unordered message alone.
+    submit = runner.submit_run if keyed else runner.submit_singles
     started = time.perf_counter()
     try:
         handed = min(len(runs), RUNS_QUEUED_PER_THREAD * concurrency)
         for run in runs[:handed]:
-            runner.submit_run(run)
+            submit(run)
         left = len(waits_s)
         while left:
             for end in runner.take_ends(END_WAIT_S):
@@ -48,7 +51,7 @@ def runner_threads_s(waits_s: Sequence[float], keys: int, concurrency: int, keye
                 left -= 1
                 message: Any = end.message
                 if message in lasts and handed < len(runs):
-                    runner.submit_run(runs[handed])
+                    submit(runs[handed])
                     handed += 1
         return time.perf_counter() - started
     finally:

@@ -1,10 +1,11 @@
 """How long fetched messages waited for their call to start, as Prometheus buckets.
 
-The worker observes each wait as its call starts, on the loop's thread or on the handler thread
-running it (a lock keeps concurrent observations whole); the metrics server reads the counts on
-another when scraped. Counts only grow and each is one list slot, so a scrape sees every
-bucket at most one observation behind, and :meth:`WaitHistogram.cumulative` derives the total
-from the same counts it returns (the ``+Inf`` bucket always equals the count reported).
+The worker observes each wait on its loop's thread, as its call starts or, when a handler
+thread started it, at the loop's next wait for ends (a lock keeps concurrent observations
+whole); the metrics server reads the counts on another thread when scraped. Counts only grow
+and each is one list slot, so a scrape sees every bucket at most one observation behind, and
+:meth:`WaitHistogram.cumulative` derives the total from the same counts it returns (the
+``+Inf`` bucket always equals the count reported).
 """
 
 from __future__ import annotations

@@ -14,11 +14,11 @@
   touches the scheduler, the router and the breaker. It also takes *runs*
   (:meth:`ThreadRunner.submit_run`): one lane's messages, called in turn on one thread with no
   hand-off between them; what the caller adds to a run while it goes
-  (:meth:`ThreadRunner.extend_run`) is called next on the same thread. A run stops at its
-  first call that does not return, or once the worker stops, and reports what it did not start
-  as :class:`Unstarted`. A run's end wakes
-  a waiting caller only when the caller has something to do: a failure, or a lane freed
-  while few jobs wait for a thread.
+  (:meth:`ThreadRunner.extend_run`) is called next on the same thread. Runs of one message
+  (``unordered`` order) go over as their jobs alone (:meth:`ThreadRunner.submit_singles`). A
+  run stops at its first call that does not return, or once the worker stops, and reports what
+  it did not start as :class:`Unstarted`. A run's end wakes a waiting caller only when the
+  caller has something to do: a failure, or a lane freed while few jobs wait for a thread.
 
 How many calls run at once is the caller's rule (the
 :class:`~kmq_dagster.core.ordering.LaneScheduler`'s in-flight limit): a call starts as soon as
@@ -50,8 +50,6 @@ from kmq_dagster.worker.handler_call import HandlerCall
 
 #: Span attributes of one call (``None``: none beyond the message's own).
 Attributes = Mapping[str, Any] | None
-#: A call to start: the message, and its span's attributes.
-Job = tuple[KmqMessage, Attributes]
 #: A call of a run: the message, and when it was fetched if this is its first call (its wait
 #: from fetch to start is measured as it starts).
 RunJob = tuple[KmqMessage, int | None]
@@ -81,6 +79,14 @@ class Unstarted:
     messages: list[KmqMessage]
 
 
+@dataclass(slots=True)
+class _Alone:
+    """A call submitted alone (:meth:`ThreadRunner.submit`): its caller waits for its end."""
+
+    message: KmqMessage
+    attributes: Attributes
+
+
 class Run:
     """Calls one thread of a :class:`ThreadRunner` makes in turn: what is left of them, and
     whether the thread has finished with it (then nothing more joins it)."""
@@ -104,7 +110,8 @@ class ThreadRunner:
     """Start calls of a sync ``handler`` on ``threads`` daemon threads.
 
     Runs read ``clock_ms`` (the caller's clock) for each first call's wait (observed in
-    ``waits``), and start no call once ``stop`` is set."""
+    ``waits`` by the caller's next :meth:`take_ends`), and start no call once ``stop`` is
+    set."""
 
     def __init__(
         self,
@@ -117,14 +124,21 @@ class ThreadRunner:
         waits: WaitHistogram | None = None,
     ) -> None:
         self.handler = handler
-        #: Where runs observe each first call's wait from fetch to start, as it starts.
+        #: Where each first call's wait from fetch to start is observed.
         self.waits = waits
+        #: Waits (s) of first calls started since the last :meth:`take_ends`: threads append,
+        #: the caller observes them. A lock per observation, taken on 100 threads at once,
+        #: made threads that lost the GIL inside it block each other (docs/benchmarks.md,
+        #: stop 72).
+        self._started_waits_s: list[float] = []
         #: Ends of calls, in the order they ended (a run's in its order); threads append,
         #: :meth:`take_ends` takes a prefix (list appends are atomic: no lock).
         self._ends: list[CallEnd | Unstarted] = []
         #: A token per wake of :meth:`take_ends`: see :meth:`_ended`.
         self._wakes: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self._jobs: queue.SimpleQueue[Job | Run | None] = queue.SimpleQueue()
+        #: What threads take: a run, a run of one message (its job alone: no :class:`Run` for
+        #: it), a call submitted alone, or ``None`` (stop).
+        self._jobs: queue.SimpleQueue[Run | RunJob | _Alone | None] = queue.SimpleQueue()
         #: Taken to close a run (its thread found nothing left) or to add to it.
         self._runs_lock = threading.Lock()
         #: While more jobs than this wait for a thread, a call's end does not wake the caller.
@@ -148,7 +162,17 @@ class ThreadRunner:
     def submit(self, message: KmqMessage, attributes: Attributes = None) -> None:
         """Start a call on ``message`` now; its end comes back from :meth:`take_ends`. With tracing
         on, its ``process`` span carries ``attributes`` too."""
-        self._jobs.put((message, attributes))
+        self._jobs.put(_Alone(message, attributes))
+
+    def submit_singles(self, jobs: list[RunJob]) -> None:
+        """Each of ``jobs`` as a run of its own (``unordered`` order's runs): its call starts
+        on the next free thread, and its end (or its :class:`Unstarted`, if the worker stops
+        or its message is cancelled first) comes back from :meth:`take_ends`. Nothing joins
+        such a run, and no :class:`Run` is made for it (a fifth of the loop's CPU a message
+        at concurrency 100, unordered: docs/benchmarks.md, stop 72)."""
+        put = self._jobs.put
+        for job in jobs:
+            put(job)
 
     def submit_run(self, run: list[RunJob], *, joinable: bool = False) -> Run:
         """Call ``run``'s messages in turn on one thread, as soon as one is free; each end
@@ -188,7 +212,16 @@ class ThreadRunner:
         count = len(ends)
         taken = ends[:count]
         del ends[:count]  # what a thread appends meanwhile stays, for the next take
+        self._observe_waits()
         return taken
+
+    def _observe_waits(self) -> None:
+        """Observe the waits the threads noted so far, together (one lock, this thread's)."""
+        started = self._started_waits_s
+        if started and self.waits is not None:
+            count = len(started)
+            self.waits.observe_all(started[:count])
+            del started[:count]  # as with ends: what a thread appends meanwhile stays
 
     def _ended(self, end: CallEnd | Unstarted, *, wake: bool) -> None:
         """Report ``end``, and wake the caller if ``wake`` (see :meth:`_must_wake`)."""
@@ -216,24 +249,53 @@ class ThreadRunner:
         self._closed = True
         for _ in self._threads:
             self._jobs.put(None)
+        self._observe_waits()
 
     def _serve(self) -> None:
         # One HandlerCall per thread: an awaitable a plain function returns is run on this
         # thread's own event loop, never on another thread's.
         call = HandlerCall(self.handler.handler, group=self.handler.group)
+        get, single = self._jobs.get, self._single
         try:
-            while (job := self._jobs.get()) is not None:
-                if isinstance(job, Run):
+            while (job := get()) is not None:
+                if type(job) is tuple:
+                    single(call, *job)
+                elif type(job) is Run:
                     self._run(call, job)
                 else:
                     # One call at a time (with a breaker; Spark): its caller waits for it.
-                    self._ended(_end(call, *job), wake=True)
+                    self._ended(_end(call, job.message, job.attributes), wake=True)  # type: ignore[union-attr]
         finally:
             call.close()
 
+    def _single(self, call: HandlerCall, message: KmqMessage, fetched_ms: int | None) -> None:
+        """A run of one message (:meth:`submit_singles`): :meth:`_run`'s steps for it, without
+        a :class:`Run` to keep."""
+        if self._stop.is_set() or message in self.cancelled:
+            self._ended(Unstarted([message]), wake=True)
+            return
+        wait_ms = None
+        if fetched_ms is not None and (clock_ms := self._clock_ms) is not None:
+            wait_ms = max(0, clock_ms() - fetched_ms)
+            if self.waits is not None:
+                self._started_waits_s.append(wait_ms / 1000)
+        try:
+            if tracing_active():
+                result = call(message, None if wait_ms is None else {ORDERING_WAIT_MS: wait_ms})
+            else:
+                result = call.handler(message)
+                if result is not None:
+                    result = call.settle(result)
+        except BaseException as exc:  # reported, not raised: the loop thread decides
+            self._ended(CallEnd(message, exc, None, fetched_ms is not None), wake=True)
+            return
+        end = CallEnd(message, None, result, fetched_ms is not None)
+        self._ended(end, wake=self._must_wake())
+
     def _run(self, call: HandlerCall, run: Run) -> None:
         ended, stopped, clock_ms = self._ended, self._stop.is_set, self._clock_ms
-        cancelled, waits = self.cancelled, self.waits
+        cancelled = self.cancelled
+        started_waits_s = self._started_waits_s if self.waits is not None else None
         # One tracing check per run (when unordered, a run is one message: per message).
         traced = tracing_active()
         function, settle = call.handler, call.settle
@@ -246,8 +308,8 @@ class ThreadRunner:
             wait_ms = None
             if fetched_ms is not None and clock_ms is not None:
                 wait_ms = max(0, clock_ms() - fetched_ms)
-                if waits is not None:
-                    waits.observe(wait_ms / 1000)
+                if started_waits_s is not None:
+                    started_waits_s.append(wait_ms / 1000)
             first_call = fetched_ms is not None
             try:
                 if traced:

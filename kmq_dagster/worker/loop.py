@@ -15,17 +15,18 @@ handler, and an :class:`~kmq_dagster.worker.handler_runner.EventLoopRunner` for 
 one (tasks on an event loop that this thread runs while it waits for ends).
 
 With threads and no breaker, the loop hands out *runs*: each lane that may start gives all it
-holds (a key's, or a partition's, messages in offset order; one message in ``unordered``), and
-one thread calls them in turn, so a key's next message starts without a round trip through
-this loop; up to ``2 * N`` runs are handed out, the ones no thread has taken yet waiting on the
-runner's queue. Messages fetched for a lane while its run goes join that run (in ``key`` and
-``partition`` order), so its thread calls them next, without a round trip through this loop;
-a run its thread has just finished takes none (they start as the lane's next run). A run stops
-at its first call that does not return (the rest comes back to its
-lane's head, behind the failed one's retry) and once the worker stops (the rest is left for
-redelivery). Its messages count as held for the memory bound (fetching pauses at
-``max_buffered`` + ``N`` held), and their waits are measured as they start. With a breaker, calls
-start one at a time as before; with ``extend_running`` off, one message at a time per lane.
+holds (a key's, or a partition's, messages in offset order), and one thread calls them in turn
+(in ``unordered`` order each message is a run of its own, handed over without a run object), so
+a key's next message starts without a round trip through this loop; up to ``2 * N`` runs are
+handed out, the ones no thread has taken yet waiting on the runner's queue. Messages fetched
+for a lane while its run goes join that run (in ``key`` and ``partition`` order), so its thread
+calls them next, without a round trip through this loop; a run its thread has just finished
+takes none (they start as the lane's next run). A run stops at its first call that does not
+return (the rest comes back to its lane's head, behind the failed one's retry) and once the
+worker stops (the rest is left for redelivery). Its messages count as held for the memory bound
+(fetching pauses at ``max_buffered`` + ``N`` held), and their waits are measured as they start.
+With a breaker, calls start one at a time as before; with ``extend_running`` off, one message
+at a time per lane.
 
 * Returned: acknowledged. Raised, ``unordered`` or ``partition``: copied to its retry topic (or
   the DLQ), acknowledged once the copy is durable, redelivered now if the copy failed.
@@ -405,11 +406,17 @@ class WorkerLoop:
     def _start_calls(self, now_ms: int) -> None:
         # With a breaker, one at a time: a half-open breaker allows a single probe.
         if (runner := self._run_runner) is not None:
-            if not self.stop.is_set():
-                if self._joinable_runs:
-                    self._join_runs(runner)
-                for run in self.scheduler.take_runs(now_ms):
-                    self._submit_run(runner, run)
+            if self.stop.is_set():
+                return
+            if self.ordering is Ordering.UNORDERED:
+                # Every lane holds one message (a duplicate of one in flight waits behind it):
+                # runs of one, handed over together.
+                self._submit_singles(runner, self.scheduler.take(now_ms))
+                return
+            if self._joinable_runs:
+                self._join_runs(runner)
+            for run in self.scheduler.take_runs(now_ms):
+                self._submit_run(runner, run)
             return
         limit = None if self.breaker is None else 1
         inline = self.runner.inline
@@ -483,6 +490,23 @@ class WorkerLoop:
             handle = runner.submit_run(jobs, joinable=self._joinable_runs)
             if self._joinable_runs:
                 self.scheduler.tag_run(jobs[0][0], handle)
+
+    def _submit_singles(self, runner: ThreadRunner, taken: list[KmqMessage]) -> None:
+        """Hand each of ``taken`` to ``runner``'s threads as a run of its own; one whose retry
+        headers are corrupt goes to the DLQ instead."""
+        fetched_at_ms = self._fetched_at_ms
+        if self._suspects:
+            problem_of, suspects = self.router.metadata_problem, self._suspects
+            routed: list[ToRoute] = [
+                (message, problem)
+                for message in taken
+                if message in suspects and (problem := problem_of(message)) is not None
+            ]
+            if routed:
+                self._route(routed)
+                gone = {message for message, _ in routed}
+                taken = [message for message in taken if message not in gone]
+        runner.submit_singles([(message, fetched_at_ms.get(message)) for message in taken])
 
     def _join_runs(self, runner: ThreadRunner) -> None:
         """Messages fetched for a lane whose run is still going join that run: its thread

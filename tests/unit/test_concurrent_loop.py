@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from kmq_dagster.audit.shared_breaker import SharedBreaker
 from kmq_dagster.core.breaker import State
@@ -23,7 +24,9 @@ from kmq_dagster.kafka.message import KmqMessage
 from kmq_dagster.kafka.opened_queue import vouch_for
 from kmq_dagster.kafka.retry_router import RetryRouter
 from kmq_dagster.settings import KmqSettings
+from kmq_dagster.tracing import ORDERING_WAIT_MS
 from kmq_dagster.worker.handler_call import HandlerCall
+from kmq_dagster.worker.handler_runner import ThreadRunner
 from kmq_dagster.worker.loop import WorkerLoop
 from tests.kafka_helpers import wait_for
 from tests.unit.fakes import FakeClock, FakeConsumer, FakeProducer, message
@@ -217,6 +220,22 @@ def test_corrupt_retry_metadata_in_a_key_run_goes_to_the_dlq_in_its_turn() -> No
     assert dead.value == b"a1"
     assert (dead.header(DLQ_REASON) or b"").startswith(b"corrupt retry metadata")
     assert [m.offset for m in consumer.acked] == [0, 1, 2]
+
+
+def test_corrupt_retry_metadata_unordered_goes_to_the_dlq_and_the_rest_runs() -> None:
+    called: list[int] = []
+    batch = [message("orders", i, b"v%d" % i, _headers=CORRUPT if i == 1 else []) for i in range(4)]
+    loop, consumer, producer = loop_for([batch], lambda m: called.append(m.offset))
+
+    step_until(loop, lambda: len(consumer.acked) == 4)
+    loop.drain(1.0)
+
+    assert sorted(called) == [0, 2, 3]  # never called on 1
+    [dead] = producer.to(QUEUE.dlq_topic)
+    assert dead.value == b"v1"
+    assert (dead.header(DLQ_REASON) or b"").startswith(b"corrupt retry metadata")
+    assert sorted(m.offset for m in consumer.acked) == [0, 1, 2, 3]
+    assert (loop.scheduler.in_flight, loop.scheduler.holding) == (0, 0)
 
 
 class FlaggedConsumer(FakeConsumer):
@@ -602,6 +621,8 @@ def test_the_stats_show_calls_in_flight_held_messages_and_each_wait_from_fetch_t
     # when the loop starts what it may and the clock moves on 2 s before the calls end
     loop.step()
     assert (loop.stats.calls_in_flight, loop.stats.held) == (2, 3)  # a0 and b4 run
+    # (their waits are observed while they run, not only once they end)
+    step_until(loop, lambda: loop.stats.waits is not None and loop.stats.waits.count == 2)
     waits = _waits_once_released_after_2_s(loop, consumer, clock, release, 5)
 
     # then each message's wait was observed once: a1 waited the 2 s, the first two none
@@ -751,20 +772,31 @@ def test_an_async_call_that_waited_for_a_slot_has_that_wait_observed() -> None:
     assert waits.sum_s == pytest.approx(2 * 2.0)
 
 
-def test_async_calls_waiting_for_a_slot_of_a_partition_fetched_again_never_run() -> None:
-    # given offsets 0-3 unordered on two slots: 0 and 1 run, 2 and 3 wait for a slot
+@pytest.mark.parametrize("kind", ["threads", "async"])
+def test_calls_waiting_for_a_thread_or_slot_of_a_partition_fetched_again_never_run(
+    kind: str,
+) -> None:
+    # given offsets 0-3 unordered on two threads (or event loop slots): 0 and 1 run, 2 and 3
+    # wait for one
     release = threading.Event()
     called: list[int] = []
     ran: list[KmqMessage] = []
     blocked = _async_blocked_until(release, called)
 
-    async def handler(msg: KmqMessage) -> None:
+    async def async_handler(msg: KmqMessage) -> None:
         await blocked(msg)  # type: ignore[misc]
+        ran.append(msg)
+
+    def handler(msg: KmqMessage) -> None:
+        called.append(msg.offset)
+        assert release.wait(30)
         ran.append(msg)
 
     first = [message("orders", offset) for offset in range(4)]
     again = [message("orders", offset) for offset in (2, 3)]
-    loop, consumer, _ = loop_for([first, again], handler, concurrency=2)
+    loop, consumer, _ = loop_for(
+        [first, again], async_handler if kind == "async" else handler, concurrency=2
+    )
     step_until(loop, lambda: len(called) == 2)
     # when the partition comes back from offset 2 (after a rebalance) while 0 and 1 run
     loop.step()
@@ -774,7 +806,37 @@ def test_async_calls_waiting_for_a_slot_of_a_partition_fetched_again_never_run()
 
     # then 0, 1 and the new copies of 2 and 3 ran: the earlier copies never did
     assert {id(m) for m in ran} == {id(first[0]), id(first[1]), id(again[0]), id(again[1])}
+    assert len(ran) == 4
     assert (loop.scheduler.in_flight, loop.scheduler.holding) == (0, 0)
+
+
+def test_traced_unordered_calls_on_threads_carry_their_wait_from_fetch_to_start(
+    exporter: InMemorySpanExporter,
+) -> None:
+    # given three unordered messages on two threads, the clock 2 s on before the third starts
+    clock = FakeClock()
+    release = threading.Event()
+    called: list[int] = []
+
+    def handler(msg: KmqMessage) -> None:
+        called.append(msg.offset)
+        assert release.wait(30)
+
+    loop, consumer, _ = loop_for([keyed(3, [b"a"])], handler, concurrency=2, clock=clock)
+    assert isinstance(loop.runner, ThreadRunner)
+    step_until(loop, lambda: len(called) == 2)
+    clock.advance(2_000)
+    release.set()
+    step_until(loop, lambda: len(consumer.acked) == 3)
+    loop.drain(1.0)
+
+    # then every call's span says how long its message waited: the third 2 s, the others none
+    waits = {
+        span.attributes["messaging.kafka.offset"]: span.attributes[ORDERING_WAIT_MS]
+        for span in exporter.get_finished_spans()
+        if span.name == "process orders" and span.attributes
+    }
+    assert len(waits) == 3 and sorted(map(int, waits.values())) == [0, 0, 2_000], waits  # type: ignore[arg-type]
 
 
 def test_a_keys_messages_fetched_while_its_run_goes_join_it_and_start_without_the_loop() -> None:
