@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import groupby
+from typing import cast
 
 from confluent_kafka import Message
 
-from kmq_dagster.core.ranges import OffsetRun, append_run, offset_runs
-from kmq_dagster.kafka.due_gate import group_by_source
+from kmq_dagster.core.ranges import OffsetRun, Source, append_run, offset_runs
 from kmq_dagster.kafka.message import record_offset, record_source
 
 _topic_of = Message.topic
 _partition_of = Message.partition
+_offset_of = Message.offset
 
 
 def fetched_runs(records: list[Message]) -> list[OffsetRun]:
@@ -59,9 +60,26 @@ def _chunk_runs(records: list[Message], start: int, end: int) -> list[OffsetRun]
 
 
 def record_runs(records: Iterable[Message]) -> list[OffsetRun]:
-    """The runs covering ``records``, in any order; duplicates collapse."""
+    """The runs covering ``records``, in any order; duplicates collapse. Each record is read
+    in C-speed passes (acknowledgements out of order, at concurrency 100, come here by the
+    thousand: docs/benchmarks.md, stop 72)."""
+    batch = records if isinstance(records, list) else list(records)
+    if not batch:
+        return []
+    topics = list(map(_topic_of, batch))
+    partitions = list(map(_partition_of, batch))
+    read = list(map(_offset_of, batch))
+    # As record_offset reads them (a fetched record always has one).
+    offsets = [offset or 0 for offset in read] if None in read else cast(list[int], read)
+    size = len(batch)
+    if partitions.count(partitions[0]) == size and topics.count(topics[0]) == size:
+        source = (topics[0] or "", partitions[0] or 0)
+        return [(source, first, count) for first, count in offset_runs(offsets)]
+    per_source: dict[Source, list[int]] = {}
+    for topic, partition, offset in zip(topics, partitions, offsets, strict=True):
+        per_source.setdefault((topic or "", partition or 0), []).append(offset)
     return [
         (source, first, count)
-        for source, batch in group_by_source(records, record_source).items()
-        for first, count in offset_runs(list(map(record_offset, batch)))
+        for source, source_offsets in per_source.items()
+        for first, count in offset_runs(source_offsets)
     ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from confluent_kafka import Message
 from hypothesis import given
@@ -114,6 +116,25 @@ def test_start_marker_runs_cover_exactly_the_fetched_records(records: list[Messa
         (r.topic() or "", r.partition() or 0, r.offset() or 0) for r in records
     )
     assert all(count >= 1 for _, _, count in runs)
+
+
+@given(fetched_batches(), st.randoms(use_true_random=False), st.integers(0, 5))
+def test_acknowledged_records_in_any_order_give_maximal_runs_of_exactly_them(
+    fetched: list[Message], rng: random.Random, duplicates: int
+) -> None:
+    # given what was fetched, acknowledged in any order, some twice (end markers' input)
+    acked = fetched + [rng.choice(fetched) for _ in range(duplicates)]
+    rng.shuffle(acked)
+
+    runs = record_runs(acked)
+
+    # then the runs cover each acknowledged record once and nothing else, and no two runs of
+    # a partition touch (each is as long as it can be)
+    assert covered(runs) == sorted(
+        {(r.topic() or "", r.partition() or 0, r.offset() or 0) for r in acked}
+    )
+    ends = {(source, first + count) for source, first, count in runs}
+    assert not any((source, first) in ends for source, first, _ in runs)
 
 
 def test_record_of_unwraps_views_and_refuses_anything_else() -> None:
