@@ -105,8 +105,8 @@ def measured_on_kafka(command: Callable[..., None]) -> Callable[..., None]:
     help="Messages per run of the public Worker (concurrency 1, and 100 with a sync and an "
     "async handler) and of the plain no-op consumer it is held against. At concurrency 1 "
     "Worker runs at about 0.6 of a plain consumer's speed (about a million a second on a "
-    "quiet 2-core machine), at 100 at about 90,000 a second with a sync handler and "
-    "130,000 with an async one.",
+    "quiet 2-core machine), at 100 at about 120,000 a second with a sync handler and "
+    "135,000 with an async one.",
 )
 @rounds_option(5)
 @click.option(
